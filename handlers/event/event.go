@@ -1,0 +1,151 @@
+// Package event defines the envelope every moenda event travels in, from the
+// outbox to the broker to a handler. It is the one wire contract shared by
+// handlers, the router and the broker adapters, so it depends on nothing else
+// in the project.
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Event is the canonical envelope. Its JSON field names are the wire contract.
+type Event struct {
+	ID            string          `json:"event_id"`
+	Name          string          `json:"event_name"`
+	OccurredAt    time.Time       `json:"occurred_at"`
+	CorrelationID string          `json:"correlation_id,omitempty"`
+	CausationID   string          `json:"causation_id,omitempty"`
+	Source        string          `json:"source,omitempty"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// New builds an event named name (with its .vN suffix) whose payload is the
+// JSON encoding of payload. Correlation and causation come from ctx-free
+// arguments on purpose: the outbox fills them from the request context.
+func New(name, source string, payload any) (Event, error) {
+	if _, err := ParseName(name); err != nil {
+		return Event{}, err
+	}
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s: encode payload: %w", name, err)
+	}
+	return Event{
+		ID:         uuid.NewString(),
+		Name:       name,
+		OccurredAt: time.Now().UTC(),
+		Source:     source,
+		Payload:    body,
+	}, nil
+}
+
+// RoutingKey is the key the event is published with: its name without the
+// version suffix, so bindings written as "tarefa.concluida" or "tarefa.*"
+// match every version. Consumers that care about the version read Name.
+func (e Event) RoutingKey() string {
+	n, err := ParseName(e.Name)
+	if err != nil {
+		return e.Name
+	}
+	return n.Base
+}
+
+// MarshalJSON writes occurred_at in RFC 3339 UTC whatever the zone of the
+// value, so the canonical form does not depend on the producer's clock zone.
+func (e Event) MarshalJSON() ([]byte, error) {
+	type plain Event
+	p := plain(e)
+	p.OccurredAt = p.OccurredAt.UTC()
+	if p.Payload == nil {
+		p.Payload = json.RawMessage("null")
+	}
+	return json.Marshal(p)
+}
+
+// Validate reports every problem of the envelope, each naming its field.
+func (e Event) Validate() error {
+	var errs []error
+	if e.ID == "" {
+		errs = append(errs, errors.New("event_id is missing"))
+	} else if _, err := uuid.Parse(e.ID); err != nil {
+		errs = append(errs, fmt.Errorf("event_id %q is not a UUID", e.ID))
+	}
+	if e.Name == "" {
+		errs = append(errs, errors.New("event_name is missing"))
+	} else if _, err := ParseName(e.Name); err != nil {
+		errs = append(errs, err)
+	}
+	if e.OccurredAt.IsZero() {
+		errs = append(errs, errors.New("occurred_at is missing"))
+	}
+	if len(e.Payload) == 0 || bytes.Equal(bytes.TrimSpace(e.Payload), []byte("null")) {
+		errs = append(errs, errors.New("payload is missing"))
+	}
+	return errors.Join(errs...)
+}
+
+// Decode parses an envelope received from a broker. Unknown fields are
+// ignored so producers can add fields; an envelope that cannot be decoded or
+// lacks its identity is a permanent error: retrying cannot fix it.
+func Decode(body []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return Event{}, Permanent(fmt.Errorf("decode envelope: %w", err))
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, Permanent(fmt.Errorf("invalid envelope: %w", err))
+	}
+	return e, nil
+}
+
+// Name is a parsed event name such as tarefa.concluida.v1.
+type Name struct {
+	Base    string // tarefa.concluida: the routing key
+	Version int    // 1
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9_-]+(\.[a-z0-9_-]+)*\.v([1-9][0-9]*)$`)
+
+// ParseName checks that name is dot-separated lower-case words ending in a
+// version suffix .vN (N >= 1).
+func ParseName(name string) (Name, error) {
+	m := nameRE.FindStringSubmatch(name)
+	if m == nil {
+		return Name{}, fmt.Errorf("event_name %q must be lower-case dot-separated words ending in a version, like tarefa.concluida.v1", name)
+	}
+	v, err := strconv.Atoi(m[2])
+	if err != nil {
+		return Name{}, fmt.Errorf("event_name %q: version: %w", name, err)
+	}
+	return Name{Base: strings.TrimSuffix(name, ".v"+m[2]), Version: v}, nil
+}
+
+// permanentError marks an error that no retry can fix.
+type permanentError struct{ err error }
+
+func (p permanentError) Error() string { return p.err.Error() }
+func (p permanentError) Unwrap() error { return p.err }
+
+// Permanent marks err as one that no retry can fix: the router sends the
+// message to its dead-letter queue at once, with err as the reason.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}

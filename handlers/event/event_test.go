@@ -1,0 +1,132 @@
+package event
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseName(t *testing.T) {
+	tests := []struct {
+		name    string
+		base    string
+		version int
+		wantErr bool
+	}{
+		{"tarefa.concluida.v1", "tarefa.concluida", 1, false},
+		{"processo.submetido.v12", "processo.submetido", 12, false},
+		{"canal.web.mensagem-recebida.v2", "canal.web.mensagem-recebida", 2, false},
+		{"x.v1", "x", 1, false},
+		{"tarefa.concluida", "", 0, true},
+		{"tarefa.concluida.v0", "", 0, true},
+		{"Tarefa.Concluida.v1", "", 0, true},
+		{"tarefa.*.v1", "", 0, true},
+		{"tarefa..concluida.v1", "", 0, true},
+		{"", "", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, err := ParseName(tt.name)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("ParseName(%q) error = %v, wantErr %v", tt.name, err, tt.wantErr)
+			}
+			if err == nil && (n.Base != tt.base || n.Version != tt.version) {
+				t.Fatalf("ParseName(%q) = %+v, want %s v%d", tt.name, n, tt.base, tt.version)
+			}
+		})
+	}
+}
+
+func TestDecode(t *testing.T) {
+	valid := `{"event_id":"550e8400-e29b-41d4-a716-446655440000","event_name":"processo.submetido.v1",
+		"occurred_at":"2026-01-15T10:30:00Z","correlation_id":"req-uuid","payload":{"processo_id":"1"},"extra":true}`
+	tests := []struct {
+		name    string
+		body    string
+		wantErr string
+	}{
+		{"seed 000 example with an unknown field", valid, ""},
+		{"not JSON", `{`, "decode envelope"},
+		{"missing event_id", `{"event_name":"a.v1","occurred_at":"2026-01-15T10:30:00Z","payload":{}}`, "event_id is missing"},
+		{"missing event_name", `{"event_id":"550e8400-e29b-41d4-a716-446655440000","occurred_at":"2026-01-15T10:30:00Z","payload":{}}`, "event_name is missing"},
+		{"event_id not a UUID", `{"event_id":"42","event_name":"a.v1","occurred_at":"2026-01-15T10:30:00Z","payload":{}}`, "not a UUID"},
+		{"payload null", `{"event_id":"550e8400-e29b-41d4-a716-446655440000","event_name":"a.v1","occurred_at":"2026-01-15T10:30:00Z","payload":null}`, "payload is missing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := Decode([]byte(tt.body))
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Decode: %v", err)
+				}
+				if e.RoutingKey() != "processo.submetido" || e.CorrelationID != "req-uuid" {
+					t.Fatalf("Decode = %+v", e)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Decode error = %v, want it to contain %q", err, tt.wantErr)
+			}
+			if !IsPermanent(err) {
+				t.Fatalf("Decode error %v is not permanent", err)
+			}
+		})
+	}
+}
+
+func TestCanonicalJSON(t *testing.T) {
+	zone := time.FixedZone("BRT", -3*3600)
+	e := Event{
+		ID: "550e8400-e29b-41d4-a716-446655440000", Name: "tarefa.concluida.v1",
+		OccurredAt: time.Date(2026, 1, 15, 7, 30, 0, 0, zone), Source: "tarefas",
+		Payload: json.RawMessage(`{"tarefa_id":1}`),
+	}
+	got, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"event_id":"550e8400-e29b-41d4-a716-446655440000","event_name":"tarefa.concluida.v1","occurred_at":"2026-01-15T10:30:00Z","source":"tarefas","payload":{"tarefa_id":1}}`
+	if string(got) != want {
+		t.Fatalf("canonical JSON\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestStamp(t *testing.T) {
+	e, err := New("tarefa.concluida.v1", "tarefas", map[string]int{"tarefa_id": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Stamp(context.Background(), e); got.CorrelationID != e.ID {
+		t.Fatalf("an event with no correlation starts its own: got %q want %q", got.CorrelationID, e.ID)
+	}
+	ctx := WithCausation(WithCorrelation(context.Background(), "req-1"), "cause-1")
+	got := Stamp(ctx, e)
+	if got.CorrelationID != "req-1" || got.CausationID != "cause-1" {
+		t.Fatalf("Stamp = %+v", got)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"event_id":"550e8400-e29b-41d4-a716-446655440000","event_name":"a.b.v1","occurred_at":"2026-01-15T10:30:00Z","payload":{}}`))
+	f.Add([]byte(`{"event_name":null}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		e, err := Decode(body)
+		if err != nil {
+			if !IsPermanent(err) {
+				t.Fatalf("decode error is not permanent: %v", err)
+			}
+			return
+		}
+		// A decoded envelope survives a round trip through its canonical form.
+		again, err := json.Marshal(e)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		if _, err := Decode(again); err != nil {
+			t.Fatalf("canonical form of a valid envelope does not decode: %v\n%s", err, again)
+		}
+	})
+}
