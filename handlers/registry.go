@@ -1,0 +1,221 @@
+// Package handlers is the plugin API and registry. A plugin is one folder
+// under handlers/ that returns a Definition: its stable name, the events it
+// publishes, its subscriptions, its config section and a build function.
+// The registry is an explicit value handed to the app; nothing registers
+// itself. Plugins never see a broker: they publish through a Tx and receive
+// decoded events.
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Transactor runs units of work. Events published through the Tx leave
+// only if fn returns nil and the transaction commits.
+type Transactor interface {
+	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+}
+
+// Tx is one open unit of work.
+type Tx interface {
+	// Publish records events in the outbox of this transaction. Correlation
+	// and causation ids not set on an event are taken from ctx.
+	Publish(ctx context.Context, events ...event.Event) error
+	// Postgres is the open PostgreSQL transaction, or nil in an environment
+	// without PostgreSQL (memory).
+	Postgres() pgx.Tx
+	// OnCommit registers fn to run after a successful commit; in-memory
+	// stores use it to apply staged writes.
+	OnCommit(fn func())
+}
+
+// HandlerFunc handles one event. Return an error marked event.Permanent
+// when retrying cannot help (bad payload); other errors are retried.
+type HandlerFunc func(ctx context.Context, e event.Event) error
+
+// Deps are what the platform gives a plugin when it is built.
+type Deps struct {
+	Logger *slog.Logger
+	Tx     Transactor
+	// DB is the PostgreSQL pool, nil in an environment without PostgreSQL.
+	DB *pgxpool.Pool
+}
+
+// Plugin is a built plugin.
+type Plugin struct {
+	// Handlers holds one handler per declared subscription, by its name.
+	Handlers map[string]HandlerFunc
+	// Routes mounts the plugin's HTTP routes; nil when it has none.
+	Routes func(chi.Router)
+	// Close releases what the plugin holds; nil when nothing.
+	Close func() error
+}
+
+// Subscription is a queue the plugin consumes.
+type Subscription struct {
+	// Name is stable: the queue is named "<plugin>.<name>".
+	Name string
+	// Events are routing-key patterns (* one word, # any words).
+	Events []string
+}
+
+// Spec is the static part of a plugin, known without building it: it drives
+// the topology, the catalog and `moenda topology print`.
+type Spec struct {
+	// Name is a public, stable API: it names queues and consumer groups.
+	Name string
+	// Publishes lists the versioned event names the plugin publishes.
+	Publishes     []string
+	Subscriptions []Subscription
+}
+
+// Definition is a plugin as the registry holds it.
+type Definition struct {
+	Spec
+	newConfig func() any
+	build     func(cfg any, deps Deps) (Plugin, error)
+}
+
+// Define makes a Definition whose config section is decoded into a copy of
+// defaults (strictly: unknown keys fail). If C has a Validate method it runs
+// before Build.
+func Define[C any](spec Spec, defaults C, build func(cfg C, deps Deps) (Plugin, error)) Definition {
+	return Definition{
+		Spec: spec,
+		newConfig: func() any {
+			c := defaults
+			return &c
+		},
+		build: func(cfg any, deps Deps) (Plugin, error) {
+			c, ok := cfg.(*C)
+			if !ok {
+				return Plugin{}, fmt.Errorf("plugin %s: config is %T, want *%T", spec.Name, cfg, defaults)
+			}
+			return build(*c, deps)
+		},
+	}
+}
+
+// NewConfig returns a pointer to the plugin's config filled with defaults,
+// ready to be decoded into.
+func (d Definition) NewConfig() any { return d.newConfig() }
+
+// ValidateConfig runs the config's Validate method, if it has one.
+func (d Definition) ValidateConfig(cfg any) error {
+	if v, ok := cfg.(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+// Build builds the plugin and checks it handles every subscription it declared.
+func (d Definition) Build(cfg any, deps Deps) (Plugin, error) {
+	p, err := d.build(cfg, deps)
+	if err != nil {
+		return Plugin{}, fmt.Errorf("plugin %s: %w", d.Name, err)
+	}
+	for _, s := range d.Subscriptions {
+		if p.Handlers[s.Name] == nil {
+			return Plugin{}, fmt.Errorf("plugin %s: no handler for subscription %q", d.Name, s.Name)
+		}
+	}
+	return p, nil
+}
+
+// Queue is the durable queue name of one of the plugin's subscriptions.
+func (d Definition) Queue(s Subscription) string { return d.Name + "." + s.Name }
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
+
+// Registry holds the plugins a binary knows.
+type Registry struct {
+	defs []Definition
+}
+
+// NewRegistry checks the definitions (valid, unique names; versioned event
+// names) and returns the registry.
+func NewRegistry(defs ...Definition) (*Registry, error) {
+	var errs []error
+	seen := map[string]bool{}
+	for _, d := range defs {
+		if !nameRE.MatchString(d.Name) {
+			errs = append(errs, fmt.Errorf("plugin name %q must be lower-case words joined by . _ or -", d.Name))
+		}
+		if seen[d.Name] {
+			errs = append(errs, fmt.Errorf("plugin %q is registered twice", d.Name))
+		}
+		seen[d.Name] = true
+		if d.build == nil {
+			errs = append(errs, fmt.Errorf("plugin %q was not made with handlers.Define", d.Name))
+		}
+		for _, n := range d.Publishes {
+			if _, err := event.ParseName(n); err != nil {
+				errs = append(errs, fmt.Errorf("plugin %q publishes: %w", d.Name, err))
+			}
+		}
+		subs := map[string]bool{}
+		for _, s := range d.Subscriptions {
+			if !nameRE.MatchString(s.Name) || subs[s.Name] {
+				errs = append(errs, fmt.Errorf("plugin %q: subscription name %q must be unique lower-case words", d.Name, s.Name))
+			}
+			subs[s.Name] = true
+			if len(s.Events) == 0 {
+				errs = append(errs, fmt.Errorf("plugin %q: subscription %q lists no events", d.Name, s.Name))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Registry{defs: defs}, nil
+}
+
+// Names lists the known plugins in registration order.
+func (r *Registry) Names() []string {
+	names := make([]string, len(r.defs))
+	for i, d := range r.defs {
+		names[i] = d.Name
+	}
+	return names
+}
+
+// Lookup returns the plugin named name.
+func (r *Registry) Lookup(name string) (Definition, bool) {
+	i := slices.IndexFunc(r.defs, func(d Definition) bool { return d.Name == name })
+	if i < 0 {
+		return Definition{}, false
+	}
+	return r.defs[i], true
+}
+
+// Select returns the enabled plugins, in the order given; an unknown name
+// is an error that lists the known ones.
+func (r *Registry) Select(enabled []string) ([]Definition, error) {
+	var out []Definition
+	var errs []error
+	for _, name := range enabled {
+		d, ok := r.Lookup(name)
+		if !ok {
+			errs = append(errs, fmt.Errorf("handlers.enabled: unknown plugin %q (known: %s)", name, strings.Join(r.Names(), ", ")))
+			continue
+		}
+		if slices.ContainsFunc(out, func(o Definition) bool { return o.Name == name }) {
+			errs = append(errs, fmt.Errorf("handlers.enabled: plugin %q is listed twice", name))
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, errors.Join(errs...)
+}
