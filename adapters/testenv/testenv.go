@@ -1,0 +1,163 @@
+// Package testenv gives integration tests their own slice of the real
+// services on the machine: a fresh PostgreSQL database with the migrations
+// applied, and a fresh RabbitMQ virtual host, each removed when the test
+// ends. Tests never share broker or database state, so packages can run in
+// parallel and a test can restart connections without disturbing others.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/moenda/moenda/migrations"
+)
+
+// Defaults match the services the README's test command starts; override
+// with MOENDA_TEST_POSTGRES_URL and MOENDA_TEST_AMQP_URL.
+const (
+	defaultPostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	defaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
+)
+
+// Logger returns a logger for code under test: silent unless
+// MOENDA_TEST_LOG=1, which sends debug lines to stderr.
+func Logger() *slog.Logger {
+	if os.Getenv("MOENDA_TEST_LOG") == "1" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func suffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Database is a fresh PostgreSQL database for one test.
+type Database struct {
+	URL  string
+	Pool *pgxpool.Pool
+}
+
+// Postgres creates a database with every migration applied and drops it
+// when the test ends.
+func Postgres(t testing.TB) Database {
+	t.Helper()
+	db := EmptyPostgres(t)
+	if _, err := migrations.Up(context.Background(), db.Pool, Logger()); err != nil {
+		t.Fatalf("testenv: migrate: %v", err)
+	}
+	return db
+}
+
+// EmptyPostgres creates a database with no tables and drops it when the test ends.
+func EmptyPostgres(t testing.TB) Database {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base := os.Getenv("MOENDA_TEST_POSTGRES_URL")
+	if base == "" {
+		base = defaultPostgresURL
+	}
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testenv: PostgreSQL at %s is not reachable (run .ci/test, which starts it): %v", base, err)
+	}
+	defer admin.Close(context.Background())
+	name := "moenda_t_" + suffix()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("testenv: create database: %v", err)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	u.Path = "/" + name
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+	return Database{URL: u.String(), Pool: pool}
+}
+
+// VHost is a fresh RabbitMQ virtual host for one test.
+type VHost struct {
+	Name string
+	URL  string
+}
+
+// RabbitMQ creates a virtual host the guest user may use and deletes it,
+// with everything declared in it, when the test ends.
+func RabbitMQ(t testing.TB) VHost {
+	t.Helper()
+	base := os.Getenv("MOENDA_TEST_AMQP_URL")
+	if base == "" {
+		base = defaultAMQPURL
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	name := "moenda-t-" + suffix()
+	Rabbitmqctl(t, "add_vhost", name)
+	t.Cleanup(func() { Rabbitmqctl(t, "delete_vhost", name) })
+	user := u.User.Username()
+	Rabbitmqctl(t, "set_permissions", "-p", name, user, ".*", ".*", ".*")
+	u.Path = "/" + name
+	return VHost{Name: name, URL: u.String()}
+}
+
+// Rabbitmqctl runs rabbitmqctl with args and returns its output.
+func Rabbitmqctl(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv: rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// Eventually polls cond every 20 ms until it holds or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Name returns a unique name with prefix, for resources tests create.
+func Name(prefix string) string { return fmt.Sprintf("%s-%s", prefix, suffix()) }
