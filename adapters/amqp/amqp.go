@@ -1,0 +1,179 @@
+// Package amqp connects moenda to RabbitMQ through watermill-amqp. moenda
+// declares the topology itself (see Declare), so the Watermill publisher and
+// subscriber are configured never to declare anything: they publish to the
+// exchange the topology assigns an event's routing key, and consume named
+// durable queues. Publishing and consuming use separate connections, so
+// broker flow control on publishers never stalls consumers' acks.
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/topology"
+)
+
+// Config is what YAML sets for RabbitMQ.
+type Config struct {
+	// URL is amqp://user:password@host:port/vhost; keep the password in
+	// MOENDA_AMQP__URL rather than in a file.
+	URL string `koanf:"url"`
+	// Prefetch bounds unacknowledged deliveries per consuming queue.
+	Prefetch int `koanf:"prefetch"`
+	// PublisherChannels is the number of channels kept open for publishing;
+	// 0 would open and close a channel per message.
+	PublisherChannels int `koanf:"publisher_channels"`
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("amqp.url %q must look like amqp://user:password@host:5672/vhost", Redact(c.URL)))
+	}
+	if c.Prefetch < 1 {
+		errs = append(errs, fmt.Errorf("amqp.prefetch must be at least 1, got %d", c.Prefetch))
+	}
+	if c.PublisherChannels < 1 {
+		errs = append(errs, fmt.Errorf("amqp.publisher_channels must be at least 1, got %d", c.PublisherChannels))
+	}
+	return errors.Join(errs...)
+}
+
+// Redact hides the password of an AMQP or PostgreSQL URL for messages.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// Broker holds the connections to RabbitMQ and what is built on them.
+type Broker struct {
+	pubConn, subConn *wamqp.ConnectionWrapper
+	// Publisher publishes with topic = routing key to the exchange the
+	// topology assigns, with publisher confirms.
+	Publisher message.Publisher
+	// DeadLetter publishes with topic = queue name to the dead-letter
+	// exchange, whose binding routes it to that queue's DLQ.
+	DeadLetter message.Publisher
+	// Subscriber consumes with topic = queue name.
+	Subscriber message.Subscriber
+}
+
+// Connect opens the publishing and consuming connections. watermill-amqp
+// reconnects them with backoff when the broker goes away.
+func Connect(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter) (*Broker, error) {
+	base := watermillConfig(cfg)
+	pubConn, err := wamqp.NewConnection(base.Connection, logger)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: connect to %s: %w", Redact(cfg.URL), err)
+	}
+	subConn, err := wamqp.NewConnection(base.Connection, logger)
+	if err != nil {
+		_ = pubConn.Close()
+		return nil, fmt.Errorf("amqp: connect to %s: %w", Redact(cfg.URL), err)
+	}
+	b := &Broker{pubConn: pubConn, subConn: subConn}
+
+	eventsCfg := base
+	eventsCfg.Exchange.GenerateName = func(topic string) string {
+		x, _ := top.ExchangeFor(topic) // checked by routed.Publish first
+		return x
+	}
+	events, err := wamqp.NewPublisherWithConnection(eventsCfg, logger, pubConn)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("amqp: publisher: %w", err), b.Close())
+	}
+	b.Publisher = routed{Publisher: events, top: top}
+
+	dlCfg := base
+	dlCfg.Exchange.GenerateName = wamqp.GenerateExchangeNameConstant(top.DeadLetterExchange())
+	dl, err := wamqp.NewPublisherWithConnection(dlCfg, logger, pubConn)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("amqp: dead-letter publisher: %w", err), b.Close())
+	}
+	b.DeadLetter = dl
+	sub, err := wamqp.NewSubscriberWithConnection(base, logger, subConn)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("amqp: subscriber: %w", err), b.Close())
+	}
+	b.Subscriber = sub
+	return b, nil
+}
+
+// Ready reports whether both connections are up.
+func (b *Broker) Ready() error {
+	if !b.pubConn.IsConnected() || !b.subConn.IsConnected() {
+		return errors.New("amqp: not connected to RabbitMQ (reconnecting)")
+	}
+	return nil
+}
+
+// Close closes the subscriber, the publishers and both connections.
+func (b *Broker) Close() error {
+	var errs []error
+	for _, c := range []interface{ Close() error }{b.Subscriber, b.Publisher, b.DeadLetter} {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	errs = append(errs, b.subConn.Close(), b.pubConn.Close())
+	return errors.Join(errs...)
+}
+
+// routed refuses to publish a routing key no exchange carries, instead of
+// letting the broker drop it.
+type routed struct {
+	message.Publisher
+	top *topology.Topology
+}
+
+func (r routed) Publish(topic string, msgs ...*message.Message) error {
+	if _, err := r.top.ExchangeFor(topic); err != nil {
+		return err
+	}
+	return r.Publisher.Publish(topic, msgs...)
+}
+
+func watermillConfig(cfg Config) wamqp.Config {
+	return wamqp.Config{
+		Connection: wamqp.ConnectionConfig{
+			AmqpURI:    cfg.URL,
+			AmqpConfig: &amqp091.Config{Properties: amqp091.Table{"connection_name": "moenda"}},
+			Reconnect:  wamqp.DefaultReconnectConfig(),
+		},
+		Marshaler: Marshaler{},
+		// Consumers read named queues and bind nothing: no exchange.
+		Exchange:  wamqp.ExchangeConfig{GenerateName: func(string) string { return "" }, Type: topology.Topic, Durable: true},
+		Queue:     wamqp.QueueConfig{GenerateName: wamqp.GenerateQueueNameTopicName, Durable: true},
+		QueueBind: wamqp.QueueBindConfig{GenerateRoutingKey: func(string) string { return "" }},
+		Publish: wamqp.PublishConfig{
+			GenerateRoutingKey: func(topic string) string { return topic },
+			ConfirmDelivery:    true,
+			ChannelPoolSize:    cfg.PublisherChannels,
+		},
+		Consume:         wamqp.ConsumeConfig{Qos: wamqp.QosConfig{PrefetchCount: cfg.Prefetch}},
+		TopologyBuilder: declaredElsewhere{},
+	}
+}
+
+// declaredElsewhere keeps watermill-amqp from declaring anything: Declare
+// has already built the topology from configuration.
+type declaredElsewhere struct{}
+
+func (declaredElsewhere) BuildTopology(*amqp091.Channel, wamqp.BuildTopologyParams, wamqp.Config, watermill.LoggerAdapter) error {
+	return nil
+}
+
+func (declaredElsewhere) ExchangeDeclare(*amqp091.Channel, string, wamqp.Config) error { return nil }

@@ -1,0 +1,148 @@
+// Package memory is the in-process environment: a broker on Watermill's
+// GoChannel that routes by the same topology as RabbitMQ (exchange, topic
+// bindings, per-queue dead-letter queues), and a transactor whose "outbox"
+// publishes after an in-memory commit. It needs no external service; state
+// lives as long as the process.
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Broker routes messages to in-process queues.
+type Broker struct {
+	ch  *gochannel.GoChannel
+	top *topology.Topology
+	// Publisher publishes with topic = routing key, like the AMQP one.
+	Publisher message.Publisher
+	// DeadLetter publishes with topic = queue name to that queue's DLQ.
+	DeadLetter message.Publisher
+	// Subscriber consumes with topic = queue name.
+	Subscriber message.Subscriber
+}
+
+// NewBroker returns a broker whose queues keep messages until consumed,
+// like durable queues.
+func NewBroker(top *topology.Topology, logger watermill.LoggerAdapter) *Broker {
+	ch := gochannel.NewGoChannel(gochannel.Config{Persistent: true, OutputChannelBuffer: 64}, logger)
+	b := &Broker{ch: ch, top: top, Subscriber: ch}
+	b.Publisher = exchangePublisher{b: b}
+	b.DeadLetter = deadLetterPublisher{b: b}
+	return b
+}
+
+// Close closes the channels.
+func (b *Broker) Close() error { return b.ch.Close() }
+
+// route delivers a copy of each message to every queue bound to exchange
+// with a matching key; a message no binding matches goes to the exchange's
+// alternate (unrouted) queue when there is one, as RabbitMQ would do.
+func (b *Broker) route(exchange, key string, msgs ...*message.Message) error {
+	queues := b.top.QueuesFor(exchange, key)
+	if len(queues) == 0 {
+		if alt := b.top.AlternateOf(exchange); alt != "" {
+			queues = b.top.QueuesFor(alt, key)
+		}
+	}
+	for _, q := range queues {
+		for _, m := range msgs {
+			if err := b.ch.Publish(q, m.Copy()); err != nil {
+				return fmt.Errorf("memory: publish to %s: %w", q, err)
+			}
+		}
+	}
+	return nil
+}
+
+type exchangePublisher struct{ b *Broker }
+
+func (p exchangePublisher) Publish(topic string, msgs ...*message.Message) error {
+	x, err := p.b.top.ExchangeFor(topic)
+	if err != nil {
+		return err
+	}
+	return p.b.route(x, topic, msgs...)
+}
+
+func (exchangePublisher) Close() error { return nil }
+
+type deadLetterPublisher struct{ b *Broker }
+
+func (p deadLetterPublisher) Publish(queue string, msgs ...*message.Message) error {
+	return p.b.route(p.b.top.DeadLetterExchange(), queue, msgs...)
+}
+
+func (deadLetterPublisher) Close() error { return nil }
+
+// Transactor runs units of work one at a time against in-memory stores;
+// events published in a unit of work go to the broker after it commits.
+type Transactor struct {
+	mu       sync.Mutex
+	pub      message.Publisher
+	routable func(string) error
+}
+
+// NewTransactor returns a Transactor publishing committed events to pub.
+func NewTransactor(pub message.Publisher, routable func(string) error) *Transactor {
+	return &Transactor{pub: pub, routable: routable}
+}
+
+type pending struct {
+	key string
+	msg *message.Message
+}
+
+type tx struct {
+	routable func(string) error
+	events   []pending
+	hooks    []func()
+}
+
+// InTx runs fn; if it returns nil, the staged writes are applied (OnCommit
+// hooks) and then the events are published.
+func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x := &tx{routable: t.routable}
+	if err := fn(ctx, x); err != nil {
+		return err
+	}
+	for _, h := range x.hooks {
+		h()
+	}
+	var errs []error
+	for _, p := range x.events {
+		if err := t.pub.Publish(p.key, p.msg); err != nil {
+			errs = append(errs, fmt.Errorf("memory: publish event %s: %w", p.msg.UUID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (x *tx) Publish(ctx context.Context, events ...event.Event) error {
+	for _, e := range events {
+		msg, key, err := outbox.Prepare(ctx, e, x.routable)
+		if err != nil {
+			return err
+		}
+		x.events = append(x.events, pending{key: key, msg: msg})
+	}
+	return nil
+}
+
+func (x *tx) Postgres() pgx.Tx { return nil }
+
+func (x *tx) OnCommit(fn func()) { x.hooks = append(x.hooks, fn) }

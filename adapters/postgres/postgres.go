@@ -1,0 +1,143 @@
+// Package postgres opens the PostgreSQL pool and runs units of work: one
+// pgx transaction holding the business rows and the outbox rows.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Config is what YAML sets for PostgreSQL.
+type Config struct {
+	// URL is postgres://user:password@host:port/db; keep the password in
+	// MOENDA_POSTGRES__URL rather than in a file.
+	URL string `koanf:"url"`
+	// MaxConns bounds the pool.
+	MaxConns int32 `koanf:"max_conns"`
+	// ConnectTimeout bounds the first connection at start.
+	ConnectTimeout time.Duration `koanf:"connect_timeout"`
+	// IdleInTransactionTimeout ends sessions that hold a transaction open
+	// and idle: one would delay every outbox reader.
+	IdleInTransactionTimeout time.Duration `koanf:"idle_in_transaction_timeout"`
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := pgxpool.ParseConfig(c.URL); err != nil || c.URL == "" {
+		errs = append(errs, fmt.Errorf("postgres.url %q must look like postgres://user@host:5432/db", redact(c.URL)))
+	}
+	if c.MaxConns < 1 {
+		errs = append(errs, fmt.Errorf("postgres.max_conns must be at least 1, got %d", c.MaxConns))
+	}
+	if c.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("postgres.connect_timeout must be positive, got %s", c.ConnectTimeout))
+	}
+	if c.IdleInTransactionTimeout < 0 {
+		errs = append(errs, fmt.Errorf("postgres.idle_in_transaction_timeout must not be negative, got %s", c.IdleInTransactionTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// Connect opens the pool and checks that PostgreSQL answers, so a wrong URL
+// or a server that is down fails at start with one clear line.
+func Connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: postgres.url: %w", err)
+	}
+	pc.MaxConns = cfg.MaxConns
+	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	if cfg.IdleInTransactionTimeout > 0 {
+		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.IdleInTransactionTimeout.Milliseconds(), 10)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, unreachable{
+			msg: fmt.Sprintf("postgres: cannot reach %s:%d/%s (check postgres.url or MOENDA_POSTGRES__URL, and that PostgreSQL is running): %s",
+				pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database, strings.Join(strings.Fields(err.Error()), " ")),
+			err: err,
+		}
+	}
+	return pool, nil
+}
+
+// unreachable keeps pgx's error, which spans a line per address tried, but
+// reads as one line.
+type unreachable struct {
+	msg string
+	err error
+}
+
+func (u unreachable) Error() string { return u.msg }
+func (u unreachable) Unwrap() error { return u.err }
+
+// Transactor runs units of work in pgx transactions with the outbox bound
+// to each.
+type Transactor struct {
+	pool   *pgxpool.Pool
+	outbox *outbox.Outbox
+}
+
+// NewTransactor returns a Transactor over pool.
+func NewTransactor(pool *pgxpool.Pool, out *outbox.Outbox) *Transactor {
+	return &Transactor{pool: pool, outbox: out}
+}
+
+// InTx runs fn in one transaction and commits if fn returns nil.
+func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
+	var hooks []func()
+	err := pgx.BeginFunc(ctx, t.pool, func(ptx pgx.Tx) error {
+		return fn(ctx, &tx{tx: ptx, outbox: t.outbox, hooks: &hooks})
+	})
+	if err != nil {
+		return err
+	}
+	for _, h := range hooks {
+		h()
+	}
+	return nil
+}
+
+type tx struct {
+	tx     pgx.Tx
+	outbox *outbox.Outbox
+	hooks  *[]func()
+}
+
+func (t *tx) Publish(ctx context.Context, events ...event.Event) error {
+	return t.outbox.Publish(ctx, t.tx, events...)
+}
+
+func (t *tx) Postgres() pgx.Tx { return t.tx }
+
+func (t *tx) OnCommit(fn func()) { *t.hooks = append(*t.hooks, fn) }
