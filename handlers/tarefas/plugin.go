@@ -1,0 +1,31 @@
+// Package tarefas is the Tarefas API of seed 002: tasks with subtasks, and
+// their conclusion, which raises tarefa.concluida.v1 through the outbox in
+// the same transaction that marks the task concluded.
+package tarefas
+
+import (
+	"time"
+
+	"github.com/moenda/moenda/handlers"
+)
+
+// Config is the plugin's section, handlers.tarefas; it has no keys yet.
+type Config struct{}
+
+// Plugin returns the plugin's definition.
+func Plugin() handlers.Definition {
+	return handlers.Define(handlers.Spec{
+		Name:      "tarefas",
+		Publishes: []string{EventTarefaConcluida},
+	}, Config{}, build)
+}
+
+func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
+	svc := &Service{tx: deps.Tx, now: time.Now}
+	if deps.DB != nil {
+		svc.repo = func(tx handlers.Tx) Repository { return postgresRepository{tx: tx.Postgres()} }
+	} else {
+		svc.repo = newMemoryStore().repository
+	}
+	return handlers.Plugin{Routes: api{svc: svc, logger: deps.Logger}.routes}, nil
+}

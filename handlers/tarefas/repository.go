@@ -1,0 +1,128 @@
+package tarefas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/moenda/moenda/handlers"
+)
+
+// Repository stores tasks inside one unit of work.
+type Repository interface {
+	// Add stores a new task and sets its ID.
+	Add(ctx context.Context, t *Tarefa) error
+	// GetDoUsuario loads the task if it belongs to the user, with its count
+	// of pending subtasks, locked until the unit of work ends.
+	GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
+	// Save writes a loaded task back.
+	Save(ctx context.Context, t *Tarefa) error
+}
+
+// postgresRepository works inside the unit of work's pgx transaction.
+type postgresRepository struct{ tx pgx.Tx }
+
+func (r postgresRepository) Add(ctx context.Context, t *Tarefa) error {
+	err := r.tx.QueryRow(ctx,
+		`INSERT INTO tarefas (usuario_id, titulo, tarefa_pai_id) VALUES ($1, $2, $3) RETURNING id, criada_em`,
+		t.UsuarioID, t.Titulo, t.TarefaPaiID).Scan(&t.ID, &t.CriadaEm)
+	if err != nil {
+		return fmt.Errorf("tarefas: insert: %w", err)
+	}
+	return nil
+}
+
+func (r postgresRepository) GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+	t := &Tarefa{}
+	err := r.tx.QueryRow(ctx, `
+		SELECT id, usuario_id, titulo, concluida, criada_em, concluida_em, tarefa_pai_id,
+		       (SELECT count(*) FROM tarefas s WHERE s.tarefa_pai_id = t.id AND NOT s.concluida)
+		FROM tarefas t WHERE id = $1 AND usuario_id = $2 FOR UPDATE`, id, usuarioID).
+		Scan(&t.ID, &t.UsuarioID, &t.Titulo, &t.Concluida, &t.CriadaEm, &t.ConcluidaEm, &t.TarefaPaiID, &t.SubtarefasPendentes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNaoEncontrada
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tarefas: load %d: %w", id, err)
+	}
+	return t, nil
+}
+
+func (r postgresRepository) Save(ctx context.Context, t *Tarefa) error {
+	_, err := r.tx.Exec(ctx, `UPDATE tarefas SET concluida = $2, concluida_em = $3 WHERE id = $1`, t.ID, t.Concluida, t.ConcluidaEm)
+	if err != nil {
+		return fmt.Errorf("tarefas: update %d: %w", t.ID, err)
+	}
+	return nil
+}
+
+// memoryStore keeps tasks in the process. Writes are staged in the unit of
+// work and applied when it commits, so a rolled-back unit leaves nothing.
+type memoryStore struct {
+	mu     sync.Mutex
+	nextID atomic.Int64
+	rows   map[int64]Tarefa
+}
+
+func newMemoryStore() *memoryStore { return &memoryStore{rows: map[int64]Tarefa{}} }
+
+type memoryRepository struct {
+	s      *memoryStore
+	tx     handlers.Tx
+	staged map[int64]Tarefa
+}
+
+func (s *memoryStore) repository(tx handlers.Tx) Repository {
+	r := &memoryRepository{s: s, tx: tx, staged: map[int64]Tarefa{}}
+	tx.OnCommit(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		maps.Copy(s.rows, r.staged)
+	})
+	return r
+}
+
+func (r *memoryRepository) row(id int64) (Tarefa, bool) {
+	if t, ok := r.staged[id]; ok {
+		return t, true
+	}
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	t, ok := r.s.rows[id]
+	return t, ok
+}
+
+func (r *memoryRepository) Add(_ context.Context, t *Tarefa) error {
+	t.ID = r.s.nextID.Add(1)
+	r.staged[t.ID] = *t
+	return nil
+}
+
+func (r *memoryRepository) GetDoUsuario(_ context.Context, id, usuarioID int64) (*Tarefa, error) {
+	t, ok := r.row(id)
+	if !ok || t.UsuarioID != usuarioID {
+		return nil, ErrNaoEncontrada
+	}
+	r.s.mu.Lock()
+	all := maps.Clone(r.s.rows)
+	r.s.mu.Unlock()
+	maps.Copy(all, r.staged)
+	for _, s := range all {
+		if s.TarefaPaiID != nil && *s.TarefaPaiID == id && !s.Concluida {
+			t.SubtarefasPendentes++
+		}
+	}
+	return &t, nil
+}
+
+func (r *memoryRepository) Save(_ context.Context, t *Tarefa) error {
+	row := *t
+	row.eventos, row.SubtarefasPendentes = nil, 0
+	r.staged[t.ID] = row
+	return nil
+}
