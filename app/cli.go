@@ -1,0 +1,132 @@
+// Package app is moenda's composition root: it loads and validates the
+// configuration, wires adapters, router and plugins together, serves HTTP
+// and runs the command line.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/migrations"
+)
+
+const usage = `usage: moenda [--env ENV] [--config-dir DIR] COMMAND
+
+Commands:
+  serve            run the HTTP API, the consumers and the outbox forwarder
+  migrate up       apply pending database migrations
+  topology print   print the exchanges, queues and bindings serve declares
+  config print     print the resolved configuration
+
+The environment is --env, else MOENDA_ENV, else "local"; its settings are
+configs/base.yaml, then configs/ENV.yaml, then MOENDA_* variables
+(MOENDA_POSTGRES__URL sets postgres.url). The files are built into the
+binary; --config-dir reads them from a directory instead.
+`
+
+// Main runs the command line and returns the exit code: 0 on success, 1 on
+// failure, 2 on a usage error. Errors go to stderr, one problem a line.
+func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("moenda", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	envName := fl.String("env", lookup(environ, "MOENDA_ENV"), "environment")
+	configDir := fl.String("config-dir", "", "read configs from this directory")
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "moenda: %v\n%s", err, usage)
+		return 2
+	}
+	if *envName == "" {
+		*envName = "local"
+	}
+	cmd := strings.Join(fl.Args(), " ")
+	run, ok := commands[cmd]
+	if !ok {
+		if cmd == "" {
+			fmt.Fprintf(stderr, "moenda: no command given\n%s", usage)
+		} else {
+			fmt.Fprintf(stderr, "moenda: unknown command %q\n%s", cmd, usage)
+		}
+		return 2
+	}
+
+	var files fs.FS = configs.FS
+	if *configDir != "" {
+		files = os.DirFS(*configDir)
+	}
+	reg, err := Plugins()
+	if err == nil {
+		var cfg *Config
+		cfg, err = Load(Source{Env: *envName, Files: files, Environ: environ}, reg)
+		if err == nil {
+			err = run(ctx, cfg, stdout, stderr)
+		}
+	}
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "moenda: %s\n", line)
+		}
+		return 1
+	}
+	return 0
+}
+
+var commands = map[string]func(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error{
+	"serve":          serve,
+	"migrate up":     migrateUp,
+	"topology print": topologyPrint,
+	"config print":   func(_ context.Context, cfg *Config, stdout, _ io.Writer) error { return cfg.Print(stdout) },
+}
+
+func serve(ctx context.Context, cfg *Config, _, stderr io.Writer) error {
+	p, err := New(ctx, cfg, cfg.Log.Logger(stderr))
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
+func migrateUp(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	if cfg.Broker.Kind == BrokerMemory {
+		return errors.New("migrate: this environment keeps its data in memory (broker.kind memory); there is no database to migrate")
+	}
+	pool, err := postgres.Connect(ctx, cfg.Postgres)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := migrations.Up(ctx, pool, cfg.Log.Logger(stderr))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "migrations: %d applied, schema up to date\n", n)
+	return nil
+}
+
+func topologyPrint(_ context.Context, cfg *Config, stdout, _ io.Writer) error {
+	top, err := cfg.BuildTopology()
+	if err != nil {
+		return err
+	}
+	return top.Print(stdout)
+}
+
+func lookup(environ []string, key string) string {
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,338 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/rawbytes"
+	"github.com/knadh/koanf/providers/structs"
+	"github.com/knadh/koanf/v2"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/router"
+)
+
+// Broker kinds.
+const (
+	BrokerAMQP   = "amqp"
+	BrokerMemory = "memory"
+)
+
+var brokerKinds = []string{BrokerAMQP, BrokerMemory}
+
+// Config is the resolved configuration: configs/base.yaml, then
+// configs/<env>.yaml, then MOENDA_* variables.
+type Config struct {
+	Log      LogConfig       `koanf:"log"`
+	HTTP     HTTPConfig      `koanf:"http"`
+	Broker   BrokerConfig    `koanf:"broker"`
+	Postgres postgres.Config `koanf:"postgres"`
+	AMQP     amqp.Config     `koanf:"amqp"`
+	Outbox   outbox.Config   `koanf:"outbox"`
+	Router   router.Config   `koanf:"router"`
+	Topology topology.Config `koanf:"topology"`
+	Handlers HandlersConfig  `koanf:"handlers"`
+
+	// Env is the environment the config was loaded for.
+	Env string `koanf:"-"`
+	// plugins are the enabled plugins with their decoded config sections.
+	plugins []enabledPlugin
+}
+
+// LogConfig sets the one logger everything writes to.
+type LogConfig struct {
+	Level  string `koanf:"level"`
+	Format string `koanf:"format"`
+}
+
+// HTTPConfig sets the HTTP server.
+type HTTPConfig struct {
+	Addr            string        `koanf:"addr"`
+	MaxBodyBytes    int64         `koanf:"max_body_bytes"`
+	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
+}
+
+// BrokerConfig chooses the transport.
+type BrokerConfig struct {
+	// Kind is amqp (RabbitMQ, with the PostgreSQL outbox) or memory.
+	Kind string `koanf:"kind"`
+}
+
+// HandlersConfig picks the plugins; every other key is a plugin's section.
+type HandlersConfig struct {
+	Enabled  []string       `koanf:"enabled"`
+	Sections map[string]any `koanf:",remain"`
+}
+
+type enabledPlugin struct {
+	def handlers.Definition
+	cfg any
+}
+
+// Source says where configuration comes from.
+type Source struct {
+	Env     string   // environment name: configs/<Env>.yaml
+	Files   fs.FS    // holds base.yaml and the overlays
+	Environ []string // KEY=value pairs; those starting MOENDA_ override keys
+}
+
+const envPrefix = "MOENDA_"
+
+// Load reads, decodes and validates the configuration. It opens no
+// connection; every problem found is reported at once.
+func Load(src Source, reg *handlers.Registry) (*Config, error) {
+	k := koanf.New(".")
+	for _, name := range []string{"base.yaml", src.Env + ".yaml"} {
+		b, err := fs.ReadFile(src.Files, name)
+		if errors.Is(err, fs.ErrNotExist) && name != "base.yaml" {
+			return nil, fmt.Errorf("config: no environment %q: %s does not exist (environments: %s)", src.Env, name, strings.Join(environments(src.Files), ", "))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		if err := k.Load(rawbytes.Provider(b), yaml.Parser()); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", name, err)
+		}
+	}
+	if err := k.Load(env.Provider(".", env.Opt{
+		Prefix:        envPrefix,
+		EnvironFunc:   func() []string { return src.Environ },
+		TransformFunc: envKey,
+	}), nil); err != nil {
+		return nil, fmt.Errorf("config: environment: %w", err)
+	}
+
+	cfg := &Config{Env: src.Env}
+	if err := decode(k.Raw(), cfg, ""); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(reg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// envKey maps MOENDA_POSTGRES__URL to postgres.url. MOENDA_ENV chooses the
+// environment and is not a key.
+func envKey(key, value string) (string, any) {
+	if key == envPrefix+"ENV" {
+		return "", nil
+	}
+	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(key, envPrefix), "__", ".")), value
+}
+
+// decode decodes raw into out strictly: an unknown key is an error naming
+// its full path. prefix is out's own path.
+func decode(raw any, out any, prefix string) error {
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		TagName:          "koanf",
+		Result:           out,
+		ErrorUnused:      true,
+		WeaklyTypedInput: true,
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			mapstructure.StringToTimeDurationHookFunc(),
+			mapstructure.StringToSliceHookFunc(","),
+			mapstructure.TextUnmarshallerHookFunc(),
+		),
+	})
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := dec.Decode(raw); err != nil {
+		return describeDecode(err, prefix)
+	}
+	return nil
+}
+
+// describeDecode rewrites mapstructure's errors to name each key by its
+// full path and say how to fix it.
+func describeDecode(err error, prefix string) error {
+	var out []error
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		var de *mapstructure.DecodeError
+		if errors.As(err, &de) {
+			path := joinPath(prefix, de.Name())
+			if keys, ok := strings.CutPrefix(de.Unwrap().Error(), "has invalid keys: "); ok {
+				for _, key := range strings.Split(keys, ", ") {
+					out = append(out, fmt.Errorf("config: unknown key %s; check its spelling in configs/*.yaml or the MOENDA_* variables", joinPath(path, key)))
+				}
+				return
+			}
+			out = append(out, fmt.Errorf("config: %s: %w", path, de.Unwrap()))
+			return
+		}
+		out = append(out, fmt.Errorf("config: %w", err))
+	}
+	walk(err)
+	return errors.Join(out...)
+}
+
+func joinPath(a, b string) string {
+	if a == "" {
+		return b
+	}
+	if b == "" {
+		return a
+	}
+	return a + "." + b
+}
+
+// validate checks everything and decodes the enabled plugins' sections.
+func (c *Config) validate(reg *handlers.Registry) error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	add(c.Log.validate())
+	add(c.HTTP.validate())
+	if !slices.Contains(brokerKinds, c.Broker.Kind) {
+		add(fmt.Errorf("broker.kind %q must be one of %s", c.Broker.Kind, strings.Join(brokerKinds, ", ")))
+	}
+	if c.Broker.Kind == BrokerAMQP {
+		add(c.Postgres.Validate())
+		add(c.AMQP.Validate())
+	}
+	add(c.Outbox.Validate())
+	add(c.Router.Validate())
+	add(c.Topology.Validate())
+
+	// Every section is decoded strictly, enabled or not, so a typo never
+	// waits for the day its plugin is switched on; only enabled plugins'
+	// configs are validated.
+	decoded := map[string]any{}
+	for name, raw := range c.Handlers.Sections {
+		d, ok := reg.Lookup(name)
+		if !ok {
+			add(fmt.Errorf("config: unknown key handlers.%s: no plugin is named %q (known: %s)", name, name, strings.Join(reg.Names(), ", ")))
+			continue
+		}
+		pc := d.NewConfig()
+		if err := decode(raw, pc, "handlers."+name); err != nil {
+			add(err)
+			continue
+		}
+		decoded[name] = pc
+	}
+	defs, err := reg.Select(c.Handlers.Enabled)
+	add(err)
+	for _, d := range defs {
+		pc, ok := decoded[d.Name]
+		if !ok {
+			pc = d.NewConfig()
+		}
+		add(d.ValidateConfig(pc))
+		c.plugins = append(c.plugins, enabledPlugin{def: d, cfg: pc})
+	}
+	return errors.Join(errs...)
+}
+
+func (l LogConfig) validate() error {
+	var errs []error
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, l.Level) {
+		errs = append(errs, fmt.Errorf("log.level %q must be debug, info, warn or error", l.Level))
+	}
+	if l.Format != "text" && l.Format != "json" {
+		errs = append(errs, fmt.Errorf("log.format %q must be text or json", l.Format))
+	}
+	return errors.Join(errs...)
+}
+
+func (h HTTPConfig) validate() error {
+	var errs []error
+	if _, port, err := net.SplitHostPort(h.Addr); err != nil || port == "" {
+		errs = append(errs, fmt.Errorf("http.addr %q must be host:port, like 127.0.0.1:8080", h.Addr))
+	}
+	if h.MaxBodyBytes < 1 {
+		errs = append(errs, fmt.Errorf("http.max_body_bytes must be at least 1, got %d", h.MaxBodyBytes))
+	}
+	if h.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("http.shutdown_timeout must be positive, got %s", h.ShutdownTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Logger returns the logger the configuration asks for, writing to w.
+func (l LogConfig) Logger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(l.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Print writes the resolved configuration, one key = value a line in key
+// order, with URL passwords hidden.
+func (c *Config) Print(w io.Writer) error {
+	k := koanf.New(".")
+	if err := k.Load(structs.Provider(c, "koanf"), nil); err != nil {
+		return err
+	}
+	for _, p := range c.plugins {
+		if err := k.Load(structs.Provider(p.cfg, "koanf"), nil, koanf.WithMergeFunc(func(src, dest map[string]any) error {
+			dest["handlers."+p.def.Name] = src
+			return nil
+		})); err != nil {
+			return err
+		}
+	}
+	flat := k.All()
+	keys := make([]string, 0, len(flat))
+	for key := range flat {
+		if !strings.HasPrefix(key, "handlers.Sections.") { // raw sections, printed decoded above
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, key := range keys {
+		v := flat[key]
+		if strings.HasSuffix(key, ".url") {
+			v = amqp.Redact(fmt.Sprint(v))
+		}
+		if reflect.ValueOf(v).Kind() == reflect.Slice {
+			v = fmt.Sprintf("%v", v)
+		}
+		fmt.Fprintf(&b, "%s = %v\n", key, v)
+	}
+	_, err := w.Write([]byte(b.String()))
+	return err
+}
+
+// environments lists the overlays in files.
+func environments(files fs.FS) []string {
+	matches, _ := fs.Glob(files, "*.yaml")
+	var out []string
+	for _, m := range matches {
+		if m != "base.yaml" {
+			out = append(out, strings.TrimSuffix(m, ".yaml"))
+		}
+	}
+	return out
+}

@@ -1,0 +1,214 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/memory"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/migrations"
+	"github.com/moenda/moenda/router"
+)
+
+// Platform is moenda assembled from a Config: the HTTP server, the router
+// running plugin handlers and the outbox forwarder, and the connections
+// they share.
+type Platform struct {
+	cfg      *Config
+	logger   *slog.Logger
+	top      *topology.Topology
+	pool     *pgxpool.Pool // nil with the memory broker
+	broker   broker
+	tx       handlers.Transactor
+	router   *message.Router
+	listener net.Listener
+	server   *http.Server
+	closers  []func() error
+	declared atomic.Bool
+}
+
+// broker is what the platform needs of a transport.
+type broker struct {
+	publisher  message.Publisher // topic = routing key
+	deadLetter message.Publisher // topic = queue name
+	subscriber message.Subscriber
+	ready      func() error
+	close      func() error
+}
+
+// Topology derives the broker layout from the configuration and the
+// enabled plugins, without connecting to anything.
+func (c *Config) BuildTopology() (*topology.Topology, error) {
+	var subs []topology.Subscription
+	for _, p := range c.plugins {
+		for _, s := range p.def.Subscriptions {
+			subs = append(subs, topology.Subscription{Queue: p.def.Queue(s), Patterns: s.Events})
+		}
+	}
+	top, err := topology.Build(c.Topology, subs)
+	if err != nil {
+		return nil, fmt.Errorf("topology: %w", err)
+	}
+	var errs []error
+	for _, p := range c.plugins {
+		for _, name := range p.def.Publishes {
+			n, _ := event.ParseName(name) // checked by the registry
+			if _, err := top.ExchangeFor(n.Base); err != nil {
+				errs = append(errs, fmt.Errorf("topology: plugin %s publishes %s: %w", p.def.Name, name, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return top, nil
+}
+
+// New connects everything the configuration asks for: PostgreSQL (with
+// migrations applied), the broker (with the topology declared), the
+// plugins, the router and the HTTP listener. Nothing is consumed or served
+// until Run.
+func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, err error) {
+	p := &Platform{cfg: cfg, logger: logger}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.Close())
+		}
+	}()
+	wlog := watermill.NewSlogLogger(logger)
+	if p.top, err = cfg.BuildTopology(); err != nil {
+		return nil, err
+	}
+	routable := func(key string) error {
+		_, err := p.top.ExchangeFor(key)
+		return err
+	}
+
+	switch cfg.Broker.Kind {
+	case BrokerAMQP:
+		if p.pool, err = postgres.Connect(ctx, cfg.Postgres); err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, func() error { p.pool.Close(); return nil })
+		if _, err = migrations.Up(ctx, p.pool, logger); err != nil {
+			return nil, err
+		}
+		if err = amqp.Declare(ctx, cfg.AMQP.URL, p.top); err != nil {
+			return nil, err
+		}
+		b, err := amqp.Connect(cfg.AMQP, p.top, wlog)
+		if err != nil {
+			return nil, err
+		}
+		p.broker = broker{publisher: b.Publisher, deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: b.Ready, close: b.Close}
+		p.tx = postgres.NewTransactor(p.pool, outbox.New(routable, wlog))
+	case BrokerMemory:
+		b := memory.NewBroker(p.top, wlog)
+		p.broker = broker{publisher: b.Publisher, deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: func() error { return nil }, close: b.Close}
+		p.tx = memory.NewTransactor(b.Publisher, routable)
+	default:
+		return nil, fmt.Errorf("broker.kind %q is not supported", cfg.Broker.Kind)
+	}
+	p.closers = append(p.closers, p.broker.close)
+	p.declared.Store(true)
+
+	if p.router, err = router.New(cfg.Router, wlog); err != nil {
+		return nil, err
+	}
+	deps := handlers.Deps{Logger: logger, Tx: p.tx, DB: p.pool}
+	var routes []router.Route
+	var plugins []handlers.Plugin
+	for _, ep := range cfg.plugins {
+		built, err := ep.def.Build(ep.cfg, deps)
+		if err != nil {
+			return nil, err
+		}
+		if built.Close != nil {
+			p.closers = append(p.closers, built.Close)
+		}
+		plugins = append(plugins, built)
+		for _, s := range ep.def.Subscriptions {
+			routes = append(routes, router.Route{Queue: ep.def.Queue(s), Handler: ep.def.Queue(s), Handle: built.Handlers[s.Name]})
+		}
+	}
+	if err = router.AddRoutes(p.router, p.broker.subscriber, p.broker.deadLetter, cfg.Router, logger, routes); err != nil {
+		return nil, err
+	}
+	if p.pool != nil {
+		fwd, err := outbox.NewForwarder(p.pool, p.broker.publisher, p.router, cfg.Outbox, wlog)
+		if err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, fwd.Close)
+	}
+
+	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
+		return nil, fmt.Errorf("http: listen on %s (http.addr): %w", cfg.HTTP.Addr, err)
+	}
+	p.server = &http.Server{
+		Handler:           p.handler(plugins),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+// Addr is the address the HTTP server listens on.
+func (p *Platform) Addr() string { return p.listener.Addr().String() }
+
+// Run serves HTTP and runs the router until ctx ends or either fails, then
+// shuts both down: HTTP first, so no request starts a unit of work the
+// router can no longer follow up.
+func (p *Platform) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := p.router.Run(gctx); err != nil {
+			return fmt.Errorf("router: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := p.server.Serve(p.listener); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.HTTP.ShutdownTimeout)
+		defer cancel()
+		return errors.Join(p.server.Shutdown(sctx), p.router.Close())
+	})
+	p.logger.Info("moenda serving", "env", p.cfg.Env, "addr", p.Addr(), "broker", p.cfg.Broker.Kind)
+	err := g.Wait()
+	return errors.Join(err, p.Close())
+}
+
+// Running is closed once the router's handlers are consuming.
+func (p *Platform) Running() <-chan struct{} { return p.router.Running() }
+
+// Close releases connections in the reverse order they were opened.
+func (p *Platform) Close() error {
+	var errs []error
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		errs = append(errs, p.closers[i]())
+	}
+	p.closers = nil
+	return errors.Join(errs...)
+}
