@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
@@ -61,6 +63,7 @@ func Redact(raw string) string {
 // Broker holds the connections to RabbitMQ and what is built on them.
 type Broker struct {
 	pubConn, subConn *wamqp.ConnectionWrapper
+	probe            *probe
 	// Publisher publishes with topic = routing key to the exchange the
 	// topology assigns, with publisher confirms.
 	Publisher message.Publisher
@@ -75,16 +78,16 @@ type Broker struct {
 // reconnects them with backoff when the broker goes away.
 func Connect(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter) (*Broker, error) {
 	base := watermillConfig(cfg)
-	pubConn, err := wamqp.NewConnection(base.Connection, logger)
+	pubConn, err := wamqp.NewConnection(connection(cfg, "moenda publisher"), logger)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect to %s: %w", Redact(cfg.URL), err)
 	}
-	subConn, err := wamqp.NewConnection(base.Connection, logger)
+	subConn, err := wamqp.NewConnection(connection(cfg, "moenda consumer"), logger)
 	if err != nil {
 		_ = pubConn.Close()
 		return nil, fmt.Errorf("amqp: connect to %s: %w", Redact(cfg.URL), err)
 	}
-	b := &Broker{pubConn: pubConn, subConn: subConn}
+	b := &Broker{pubConn: pubConn, subConn: subConn, probe: &probe{url: cfg.URL}}
 
 	eventsCfg := base
 	eventsCfg.Exchange.GenerateName = func(topic string) string {
@@ -112,12 +115,43 @@ func Connect(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter)
 	return b, nil
 }
 
-// Ready reports whether both connections are up.
-func (b *Broker) Ready() error {
-	if !b.pubConn.IsConnected() || !b.subConn.IsConnected() {
-		return errors.New("amqp: not connected to RabbitMQ (reconnecting)")
+// Ready reports whether RabbitMQ answers. It asks on a connection of its
+// own: watermill-amqp's IsConnected races with its reconnect loop (upstream
+// ThreeDotsLabs/watermill#693), and the pub/sub connections reconnect by
+// themselves once the broker is back.
+func (b *Broker) Ready() error { return b.probe.check() }
+
+// probe keeps one idle connection and redials it when it is gone.
+type probe struct {
+	url  string
+	mu   sync.Mutex
+	conn *amqp091.Connection
+}
+
+func (p *probe) check() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil && !p.conn.IsClosed() {
+		return nil
 	}
+	conn, err := amqp091.DialConfig(p.url, amqp091.Config{
+		Dial:       amqp091.DefaultDial(2 * time.Second),
+		Properties: amqp091.Table{"connection_name": "moenda readiness"},
+	})
+	if err != nil {
+		return fmt.Errorf("amqp: RabbitMQ at %s does not answer: %w", Redact(p.url), err)
+	}
+	p.conn = conn
 	return nil
+}
+
+func (p *probe) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil || p.conn.IsClosed() {
+		return nil
+	}
+	return p.conn.Close()
 }
 
 // Close closes the subscriber, the publishers and both connections.
@@ -128,7 +162,7 @@ func (b *Broker) Close() error {
 			errs = append(errs, c.Close())
 		}
 	}
-	errs = append(errs, b.subConn.Close(), b.pubConn.Close())
+	errs = append(errs, b.subConn.Close(), b.pubConn.Close(), b.probe.close())
 	return errors.Join(errs...)
 }
 
@@ -146,14 +180,21 @@ func (r routed) Publish(topic string, msgs ...*message.Message) error {
 	return r.Publisher.Publish(topic, msgs...)
 }
 
+// connection configures one connection. Each gets its own amqp091.Config:
+// the client writes into it while connecting, so two connections
+// reconnecting at once must not share one.
+func connection(cfg Config, name string) wamqp.ConnectionConfig {
+	return wamqp.ConnectionConfig{
+		AmqpURI:    cfg.URL,
+		AmqpConfig: &amqp091.Config{Properties: amqp091.Table{"connection_name": name}},
+		Reconnect:  wamqp.DefaultReconnectConfig(),
+	}
+}
+
 func watermillConfig(cfg Config) wamqp.Config {
 	return wamqp.Config{
-		Connection: wamqp.ConnectionConfig{
-			AmqpURI:    cfg.URL,
-			AmqpConfig: &amqp091.Config{Properties: amqp091.Table{"connection_name": "moenda"}},
-			Reconnect:  wamqp.DefaultReconnectConfig(),
-		},
-		Marshaler: Marshaler{},
+		Connection: connection(cfg, "moenda"),
+		Marshaler:  Marshaler{},
 		// Consumers read named queues and bind nothing: no exchange.
 		Exchange:  wamqp.ExchangeConfig{GenerateName: func(string) string { return "" }, Type: topology.Topic, Durable: true},
 		Queue:     wamqp.QueueConfig{GenerateName: wamqp.GenerateQueueNameTopicName, Durable: true},
