@@ -34,6 +34,9 @@ type Config struct {
 	// PollInterval is how long the forwarder waits before looking again
 	// when the outbox is empty.
 	PollInterval time.Duration `koanf:"poll_interval"`
+	// RetryInterval is how long it waits before trying a row again after
+	// the broker refused it or a query failed.
+	RetryInterval time.Duration `koanf:"retry_interval"`
 }
 
 // Validate reports every problem at once.
@@ -45,7 +48,28 @@ func (c Config) Validate() error {
 	if c.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("outbox.poll_interval must be positive, got %s", c.PollInterval))
 	}
+	if c.RetryInterval <= 0 {
+		errs = append(errs, fmt.Errorf("outbox.retry_interval must be positive, got %s", c.RetryInterval))
+	}
 	return errors.Join(errs...)
+}
+
+// Schema is watermill-sql's PostgreSQL schema with the outbox's BYTEA
+// payload column; every reader and writer of the outbox uses it.
+func Schema() wsql.DefaultPostgreSQLSchema {
+	return wsql.DefaultPostgreSQLSchema{GeneratePayloadType: func(string) string { return "BYTEA" }}
+}
+
+// SubscriberConfig is how the forwarder reads the outbox with watermill-sql.
+func (c Config) SubscriberConfig() wsql.SubscriberConfig {
+	return wsql.SubscriberConfig{
+		ConsumerGroup:  c.ConsumerGroup,
+		PollInterval:   c.PollInterval,
+		ResendInterval: c.RetryInterval,
+		RetryInterval:  c.RetryInterval,
+		SchemaAdapter:  Schema(),
+		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
+	}
 }
 
 // Outbox writes events into a transaction.
@@ -64,7 +88,7 @@ func New(routable func(routingKey string) error, logger watermill.LoggerAdapter)
 // Publish writes events as outbox rows inside tx. Nothing leaves before tx
 // commits; if it rolls back, nothing ever leaves.
 func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, events ...event.Event) error {
-	sqlPub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}}, o.logger)
+	sqlPub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: Schema()}, o.logger)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -113,12 +137,7 @@ type Forwarder struct {
 // confirms it; a crash in between publishes it again (consumers deduplicate
 // by event id).
 func NewForwarder(pool *pgxpool.Pool, out message.Publisher, router *message.Router, cfg Config, logger watermill.LoggerAdapter) (*Forwarder, error) {
-	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), wsql.SubscriberConfig{
-		ConsumerGroup:  cfg.ConsumerGroup,
-		PollInterval:   cfg.PollInterval,
-		SchemaAdapter:  wsql.DefaultPostgreSQLSchema{},
-		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
-	}, logger)
+	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), cfg.SubscriberConfig(), logger)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: subscriber: %w", err)
 	}

@@ -26,19 +26,24 @@ import (
 )
 
 // Defaults match the services the README's test command starts; override
-// with MOENDA_TEST_POSTGRES_URL and MOENDA_TEST_AMQP_URL.
+// with TEST_POSTGRES_URL and TEST_AMQP_URL.
 const (
 	defaultPostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	defaultAMQPURL     = "amqp://guest:guest@127.0.0.1:5672/"
 )
 
-// Logger returns a logger for code under test: silent unless
-// MOENDA_TEST_LOG=1, which sends debug lines to stderr.
-func Logger() *slog.Logger {
-	if os.Getenv("MOENDA_TEST_LOG") == "1" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+// LogWriter is where code under test logs: nowhere, unless TEST_LOG=1
+// sends it to stderr.
+func LogWriter() io.Writer {
+	if os.Getenv("TEST_LOG") == "1" {
+		return os.Stderr
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return io.Discard
+}
+
+// Logger returns a debug logger writing to LogWriter.
+func Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(LogWriter(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 func suffix() string {
@@ -67,9 +72,29 @@ func Postgres(t testing.TB) Database {
 // EmptyPostgres creates a database with no tables and drops it when the test ends.
 func EmptyPostgres(t testing.TB) Database {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return newDatabase(t, false)
+}
+
+// ExclusivePostgres is EmptyPostgres for a test that must have the
+// PostgreSQL cluster to itself. watermill-sql only reads rows older than
+// the oldest transaction open anywhere in the cluster, so a test whose
+// subscribers hold transactions open while messages await their ack (the
+// universal pub/sub suite) would stall every other test's outbox, and be
+// stalled by them. It waits until no other test uses PostgreSQL.
+func ExclusivePostgres(t testing.TB) Database {
+	t.Helper()
+	return newDatabase(t, true)
+}
+
+// clusterLock is the advisory lock, in the admin database, that tests hold
+// shared while they use PostgreSQL and ExclusivePostgres holds alone.
+const clusterLock = 0x6d6f656e // "moen"
+
+func newDatabase(t testing.TB, exclusive bool) Database {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	base := os.Getenv("MOENDA_TEST_POSTGRES_URL")
+	base := os.Getenv("TEST_POSTGRES_URL")
 	if base == "" {
 		base = defaultPostgresURL
 	}
@@ -77,7 +102,16 @@ func EmptyPostgres(t testing.TB) Database {
 	if err != nil {
 		t.Fatalf("testenv: PostgreSQL at %s is not reachable (run .ci/test, which starts it): %v", base, err)
 	}
-	defer admin.Close(context.Background())
+	// The lock lives as long as this session: until the test ends, after
+	// its database is dropped.
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	lock := "SELECT pg_advisory_lock_shared($1)"
+	if exclusive {
+		lock = "SELECT pg_advisory_lock($1)"
+	}
+	if _, err := admin.Exec(ctx, lock, clusterLock); err != nil {
+		t.Fatalf("testenv: lock: %v", err)
+	}
 	name := "moenda_t_" + suffix()
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("testenv: create database: %v", err)
@@ -118,7 +152,7 @@ type VHost struct {
 // with everything declared in it, when the test ends.
 func RabbitMQ(t testing.TB) VHost {
 	t.Helper()
-	base := os.Getenv("MOENDA_TEST_AMQP_URL")
+	base := os.Getenv("TEST_AMQP_URL")
 	if base == "" {
 		base = defaultAMQPURL
 	}

@@ -1,0 +1,277 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/router"
+)
+
+// testConfig is the forwarder's configuration in configs/test.yaml.
+var testConfig = outbox.Config{ConsumerGroup: "moenda-forwarder", PollInterval: 20 * time.Millisecond, RetryInterval: 50 * time.Millisecond}
+
+// stack is the outbox path against the real services: a migrated
+// database, a vhost with the topology declared, and the AMQP broker.
+type stack struct {
+	db     testenv.Database
+	vhost  testenv.VHost
+	top    *topology.Topology
+	broker *amqp.Broker
+	tx     *postgres.Transactor
+	wlog   watermill.LoggerAdapter
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	ctx := context.Background()
+	s := &stack{db: testenv.Postgres(t), vhost: testenv.RabbitMQ(t), wlog: watermill.NewSlogLogger(testenv.Logger())}
+	var err error
+	s.top, err = topology.Build(topology.Config{
+		Exchanges:  []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
+		DeadLetter: topology.DeadLetterConfig{Exchange: "notificacoes.dlx", Queue: "{queue}.dlq"},
+		Unrouted:   "{exchange}.unrouted",
+	}, []topology.Subscription{
+		{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}},
+		{Queue: "auditoria.tarefas", Patterns: []string{"tarefa.#"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := amqp.Declare(ctx, s.vhost.URL, s.top); err != nil {
+		t.Fatal(err)
+	}
+	s.broker, err = amqp.Connect(amqp.Config{URL: s.vhost.URL, Prefetch: 10, PublisherChannels: 2}, s.top, s.wlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.broker.Close() })
+	routable := func(key string) error { _, err := s.top.ExchangeFor(key); return err }
+	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(routable, s.wlog))
+	return s
+}
+
+// startForwarder runs a forwarder on its own router until the returned
+// stop function is called.
+func (s *stack) startForwarder(t *testing.T) (stop func()) {
+	t.Helper()
+	r, err := router.New(router.Config{CloseTimeout: 5 * time.Second}, s.wlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd, err := outbox.NewForwarder(s.db.Pool, s.broker.Publisher, r, testConfig, s.wlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	<-r.Running()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			if err := r.Close(); err != nil {
+				t.Errorf("close router: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Errorf("router: %v", err)
+			}
+			_ = fwd.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// conclude writes a task row and its event in one unit of work; fail makes
+// fn return an error after both writes, so the unit rolls back.
+func (s *stack) conclude(t *testing.T, titulo string, fail bool) (event.Event, error) {
+	t.Helper()
+	e, err := event.New("tarefa.concluida.v1", "tarefas", map[string]any{"tarefa_id": 1, "usuario_id": 1, "titulo": titulo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := event.WithCorrelation(context.Background(), "req-"+titulo)
+	err = s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		if _, err := tx.Postgres().Exec(ctx, `INSERT INTO tarefas (usuario_id, titulo, concluida) VALUES (1, $1, true)`, titulo); err != nil {
+			return err
+		}
+		if err := tx.Publish(ctx, e); err != nil {
+			return err
+		}
+		if fail {
+			return errors.New("use case failed after writing")
+		}
+		return nil
+	})
+	return event.Stamp(ctx, e), err
+}
+
+func (s *stack) count(t *testing.T, query string) int {
+	t.Helper()
+	var n int
+	if err := s.db.Pool.QueryRow(context.Background(), query).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// consume collects every delivery on queue, acking each, until the test ends.
+func consume(t *testing.T, url, queue string) func() []amqp091.Delivery {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []amqp091.Delivery
+	go func() {
+		for d := range deliveries {
+			_ = d.Ack(false)
+			mu.Lock()
+			got = append(got, d)
+			mu.Unlock()
+		}
+	}()
+	return func() []amqp091.Delivery {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]amqp091.Delivery(nil), got...)
+	}
+}
+
+func TestRollbackPublishesNothingCommitDeliversToEveryBoundQueue(t *testing.T) {
+	s := newStack(t)
+	s.startForwarder(t)
+	notified := consume(t, s.vhost.URL, "notificacoes.tarefas-concluidas")
+	audited := consume(t, s.vhost.URL, "auditoria.tarefas")
+
+	if _, err := s.conclude(t, "desfeita", true); err == nil {
+		t.Fatal("the failing unit of work returned no error")
+	}
+	if n := s.count(t, `SELECT count(*) FROM tarefas`); n != 0 {
+		t.Fatalf("rolled-back unit left %d task rows", n)
+	}
+	if n := s.count(t, `SELECT count(*) FROM watermill_outbox`); n != 0 {
+		t.Fatalf("rolled-back unit left %d outbox rows", n)
+	}
+
+	want, err := s.conclude(t, "feita", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the committed event on both queues", func() bool {
+		return len(notified()) >= 1 && len(audited()) >= 1
+	})
+	time.Sleep(200 * time.Millisecond) // anything else the forwarder sends arrives by now
+	for queue, got := range map[string][]amqp091.Delivery{"notificacoes.tarefas-concluidas": notified(), "auditoria.tarefas": audited()} {
+		if len(got) != 1 {
+			t.Fatalf("%s received %d messages, want only the committed event", queue, len(got))
+		}
+		checkDelivery(t, got[0], want)
+	}
+}
+
+// checkDelivery checks the envelope and its AMQP properties.
+func checkDelivery(t *testing.T, d amqp091.Delivery, want event.Event) {
+	t.Helper()
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"exchange", d.Exchange, "eventos.dominio"},
+		{"routing key", d.RoutingKey, "tarefa.concluida"},
+		{"message_id", d.MessageId, want.ID},
+		{"type", d.Type, "tarefa.concluida.v1"},
+		{"content_type", d.ContentType, "application/json"},
+		{"correlation_id", d.CorrelationId, "req-feita"},
+		{"delivery_mode", d.DeliveryMode, amqp091.Persistent},
+		{"timestamp", d.Timestamp.Unix(), want.OccurredAt.Unix()},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	got, err := event.Decode(d.Body)
+	if err != nil {
+		t.Fatalf("body is not an envelope: %v\n%s", err, d.Body)
+	}
+	if got.ID != want.ID || got.Name != want.Name || got.CorrelationID != "req-feita" || got.Source != "tarefas" || !got.OccurredAt.Equal(want.OccurredAt) {
+		t.Errorf("envelope = %+v, want %+v", got, want)
+	}
+	var raw map[string]json.RawMessage
+	_ = json.Unmarshal(d.Body, &raw)
+	for _, field := range []string{"event_id", "event_name", "occurred_at", "correlation_id", "source", "payload"} {
+		if _, ok := raw[field]; !ok {
+			t.Errorf("envelope lacks %s: %s", field, d.Body)
+		}
+	}
+}
+
+func TestForwarderStoppedMidStreamLosesNothing(t *testing.T) {
+	s := newStack(t)
+	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	const before, during = 1500, 300
+	want := map[string]bool{}
+	write := func(n int) {
+		for i := 0; i < n; i++ {
+			e, err := s.conclude(t, "t", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[e.ID] = true
+		}
+	}
+	write(before)
+
+	stop := s.startForwarder(t)
+	testenv.Eventually(t, 30*time.Second, "the forwarder to start moving rows", func() bool { return len(got()) >= 100 })
+	stop()
+	atStop := len(got())
+	if atStop >= before {
+		t.Fatalf("the forwarder had moved all %d rows before it was stopped; the test did not stop it mid-stream", atStop)
+	}
+	write(during) // the application keeps committing while the forwarder is down
+
+	s.startForwarder(t)
+	distinct := func() map[string]bool {
+		ids := map[string]bool{}
+		for _, d := range got() {
+			ids[d.MessageId] = true
+		}
+		return ids
+	}
+	testenv.Eventually(t, 60*time.Second, "every committed event on the queue", func() bool { return len(distinct()) >= len(want) })
+	ids := distinct()
+	for id := range want {
+		if !ids[id] {
+			t.Fatalf("event %s never reached the queue", id)
+		}
+	}
+	if len(ids) != len(want) {
+		t.Fatalf("%d distinct event ids out, %d in", len(ids), len(want))
+	}
+	t.Logf("stopped after %d of %d; %d deliveries for %d events (%d redelivered)", atStop, before, len(got()), len(want), len(got())-len(want))
+}

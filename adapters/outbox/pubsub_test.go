@@ -1,0 +1,57 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/testenv"
+)
+
+// TestUniversalPubSub runs Watermill's pub/sub test suite against the
+// PostgreSQL pub/sub as the outbox configures it (Config.SubscriberConfig
+// with the test environment's intervals, pgx, the outbox's schema). The suite
+// makes up topics, so their tables are created on first use here, where
+// the outbox's own table comes from the migrations.
+func TestUniversalPubSub(t *testing.T) {
+	// The suite runs many subscribers at once and each holds a connection
+	// while a message awaits its ack: give it a pool that size.
+	pool, err := pgxpool.New(context.Background(), testenv.ExclusivePostgres(t).URL+"&pool_max_conns=60")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	logger := watermill.NewSlogLogger(testenv.Logger())
+	newPubSub := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+		pub, err := wsql.NewPublisher(wsql.BeginnerFromPgx(pool), wsql.PublisherConfig{
+			SchemaAdapter:        outbox.Schema(),
+			AutoInitializeSchema: true,
+		}, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig
+		cfg.ConsumerGroup = group
+		subCfg := cfg.SubscriberConfig()
+		subCfg.InitializeSchema = true
+		sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), subCfg, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pub, sub
+	}
+	tests.TestPubSub(t, tests.Features{
+		ConsumerGroups:      true,
+		ExactlyOnceDelivery: true,
+		GuaranteedOrder:     true,
+		Persistent:          true,
+	}, func(t *testing.T) (message.Publisher, message.Subscriber) {
+		return newPubSub(t, "")
+	}, newPubSub)
+}

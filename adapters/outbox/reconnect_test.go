@@ -1,0 +1,82 @@
+//go:build !race
+
+// These tests take RabbitMQ away under running connections. They are left
+// out of -race runs because watermill-amqp v3.1.0 races on its own
+// reconnect path (ConnectionWrapper.connected, upstream
+// ThreeDotsLabs/watermill#693); .ci/test runs them without -race.
+
+package outbox_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/testenv"
+)
+
+// delivered counts the distinct wanted event ids among deliveries.
+func delivered(got []amqp091.Delivery, want map[string]bool) int {
+	seen := map[string]bool{}
+	for _, d := range got {
+		if want[d.MessageId] {
+			seen[d.MessageId] = true
+		}
+	}
+	return len(seen)
+}
+
+func TestForwarderSurvivesBrokerDroppingConnections(t *testing.T) {
+	s := newStack(t)
+	s.startForwarder(t)
+	want := map[string]bool{}
+	commit := func(n int) {
+		for range n {
+			e, err := s.conclude(t, "t", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[e.ID] = true
+		}
+	}
+	commit(10)
+	testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", s.vhost.Name, "test: the broker drops every connection")
+	commit(20)
+	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	testenv.Eventually(t, 30*time.Second, "every event committed around the drop", func() bool {
+		return delivered(got(), want) == len(want)
+	})
+}
+
+// TestForwarderSurvivesBrokerRestart stops and starts the RabbitMQ node
+// itself, so it runs only where nothing else uses the broker meanwhile:
+// .ci/test runs it alone with TEST_BROKER_RESTART=1.
+func TestForwarderSurvivesBrokerRestart(t *testing.T) {
+	if os.Getenv("TEST_BROKER_RESTART") != "1" {
+		t.Skip("restarts the RabbitMQ node; set TEST_BROKER_RESTART=1 where no other test uses it (.ci/test does)")
+	}
+	s := newStack(t)
+	s.startForwarder(t)
+	want := map[string]bool{}
+	commit := func(n int) {
+		for range n {
+			e, err := s.conclude(t, "t", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[e.ID] = true
+		}
+	}
+	commit(10)
+	testenv.Rabbitmqctl(t, "stop_app")
+	t.Cleanup(func() { testenv.Rabbitmqctl(t, "start_app"); testenv.Rabbitmqctl(t, "await_startup") })
+	commit(20) // the outbox keeps them while the broker is down
+	testenv.Rabbitmqctl(t, "start_app")
+	testenv.Rabbitmqctl(t, "await_startup")
+	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	testenv.Eventually(t, 60*time.Second, "every event committed before and during the restart", func() bool {
+		return delivered(got(), want) == len(want)
+	})
+}
