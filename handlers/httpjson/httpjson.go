@@ -69,6 +69,8 @@ func describe(err error) string {
 		return fmt.Sprintf("body is not valid JSON at byte %d: %v", syntaxErr.Offset, err)
 	case errors.Is(err, io.EOF):
 		return "body is empty; send a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "body is not valid JSON: it ends before the value does"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
 	default:
