@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/configs"
@@ -25,6 +28,8 @@ Commands:
   migrate up       apply pending database migrations
   topology print   print the exchanges, queues and bindings serve declares
   config print     print the resolved configuration
+  health           exit 0 when the local serve answers /readyz with 200
+                   (for container healthchecks)
 
 The environment is --env, else MOENDA_ENV, else "local"; its settings are
 configs/base.yaml, then configs/ENV.yaml, then MOENDA_* variables
@@ -87,6 +92,33 @@ var commands = map[string]func(ctx context.Context, cfg *Config, stdout, stderr 
 	"migrate up":     migrateUp,
 	"topology print": topologyPrint,
 	"config print":   func(_ context.Context, cfg *Config, stdout, _ io.Writer) error { return cfg.Print(stdout) },
+	"health":         health,
+}
+
+// health asks the serve process configured by cfg whether it is ready.
+func health(ctx context.Context, cfg *Config, stdout, _ io.Writer) error {
+	host, port, _ := net.SplitHostPort(cfg.HTTP.Addr) // validated by Load
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("health: %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health: %s answered %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	_, err = stdout.Write(body)
+	return err
 }
 
 func serve(ctx context.Context, cfg *Config, _, stderr io.Writer) error {

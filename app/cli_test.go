@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/moenda/moenda/adapters/testenv"
+)
+
+// run runs the command line as a user would and returns its exit code,
+// stdout and stderr.
+func run(t *testing.T, environ []string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr strings.Builder
+	code := Main(context.Background(), args, environ, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestMainFailsWithOneClearLine(t *testing.T) {
+	tests := []struct {
+		name    string
+		environ []string
+		args    []string
+		code    int
+		want    string
+	}{
+		{"unknown config key", []string{"MOENDA_HTTP__ADR=x"}, []string{"serve"}, 1, "moenda: config: unknown key http.adr; check its spelling"},
+		{"bad broker kind", []string{"MOENDA_BROKER__KIND=rabbit"}, []string{"serve"}, 1, `moenda: broker.kind "rabbit" must be one of amqp, memory`},
+		{"unreachable PostgreSQL", []string{"MOENDA_POSTGRES__URL=postgres://postgres@127.0.0.1:1/moenda?connect_timeout=2"}, []string{"--env", "test", "serve"}, 1, "moenda: postgres: cannot reach 127.0.0.1:1/moenda (check postgres.url or MOENDA_POSTGRES__URL, and that PostgreSQL is running)"},
+		{"unknown environment", nil, []string{"--env", "prod", "serve"}, 1, `moenda: config: no environment "prod"`},
+		{"unknown command", nil, []string{"deploy"}, 2, `moenda: unknown command "deploy"`},
+		{"no command", nil, nil, 2, "moenda: no command given"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := run(t, tt.environ, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit code %d, want %d", code, tt.code)
+			}
+			first, _, _ := strings.Cut(stderr, "\n")
+			if !strings.HasPrefix(first, tt.want) {
+				t.Errorf("first line %q, want it to start with %q", first, tt.want)
+			}
+			if tt.code == 1 && strings.Count(stderr, "\n") != 1 {
+				t.Errorf("want exactly one line, got:\n%s", stderr)
+			}
+		})
+	}
+}
+
+func TestMainEnvironmentChoice(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		environ []string
+		args    []string
+		want    string
+	}{
+		{"default is local", nil, nil, "log.level = debug"},
+		{"MOENDA_ENV", []string{"MOENDA_ENV=memory"}, nil, "broker.kind = memory"},
+		{"--env wins over MOENDA_ENV", []string{"MOENDA_ENV=memory"}, []string{"--env", "compose"}, "postgres.url = postgres://moenda@postgres:5432/moenda"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := run(t, tt.environ, append(tt.args, "config", "print")...)
+			if code != 0 || !strings.Contains(stdout, tt.want) {
+				t.Fatalf("exit %d, stdout lacks %q:\n%s%s", code, tt.want, stdout, stderr)
+			}
+		})
+	}
+}
+
+func TestTopologyPrintNeedsNoService(t *testing.T) {
+	code, stdout, stderr := run(t, []string{"MOENDA_POSTGRES__URL=postgres://nobody@127.0.0.1:1/x", "MOENDA_AMQP__URL=amqp://nobody@127.0.0.1:1/"}, "topology", "print")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"exchange eventos.dominio type=topic durable",
+		"queue notificacoes.tarefas-concluidas durable x-dead-letter-exchange=notificacoes.dlx",
+		"queue notificacoes.tarefas-concluidas.dlq durable",
+		`binding eventos.dominio -> notificacoes.tarefas-concluidas key="tarefa.concluida"`,
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("topology print lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestMigrateUpTwiceIsANoOp(t *testing.T) {
+	environ := []string{"MOENDA_POSTGRES__URL=" + testenv.EmptyPostgres(t).URL}
+	if code, stdout, stderr := run(t, environ, "--env", "test", "migrate", "up"); code != 0 || !strings.Contains(stdout, "2 applied") {
+		t.Fatalf("first migrate up: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := run(t, environ, "--env", "test", "migrate", "up"); code != 0 || !strings.Contains(stdout, "0 applied") {
+		t.Fatalf("second migrate up: exit %d\n%s%s", code, stdout, stderr)
+	}
+}

@@ -1,0 +1,121 @@
+package app
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func registry(t *testing.T) *handlers.Registry {
+	t.Helper()
+	reg, err := Plugins()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// TestResolvedConfigGolden pins the resolved configuration of every
+// shipped environment; run with -update after changing configs/.
+func TestResolvedConfigGolden(t *testing.T) {
+	for _, env := range environments(configs.FS) {
+		t.Run(env, func(t *testing.T) {
+			cfg, err := Load(Source{Env: env, Files: configs.FS}, registry(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			if err := cfg.Print(&b); err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", env+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./app -run Golden -update)", err)
+			}
+			if b.String() != string(want) {
+				t.Fatalf("resolved config of %s changed (run with -update if intended):\n%s", env, b.String())
+			}
+		})
+	}
+	if got := environments(configs.FS); strings.Join(got, ",") != "compose,local,memory,test" {
+		t.Fatalf("shipped environments = %v", got)
+	}
+}
+
+func TestLoadLayersAndEnvironment(t *testing.T) {
+	cfg, err := Load(Source{Env: "memory", Files: configs.FS, Environ: []string{
+		"MOENDA_ENV=ignored-here",
+		"MOENDA_HTTP__ADDR=0.0.0.0:9090",
+		"MOENDA_ROUTER__RETRY__MAX_RETRIES=7",
+		"MOENDA_HANDLERS__ENABLED=tarefas",
+		"MOENDA_HANDLERS__NOTIFICACOES__CHANNEL=#geral",
+		"OTHER_VAR=1",
+	}}, registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Broker.Kind != BrokerMemory {
+		t.Errorf("the memory overlay did not apply: broker.kind = %q", cfg.Broker.Kind)
+	}
+	if cfg.HTTP.Addr != "0.0.0.0:9090" || cfg.Router.Retry.MaxRetries != 7 {
+		t.Errorf("variables did not override: %+v %+v", cfg.HTTP, cfg.Router.Retry)
+	}
+	if len(cfg.plugins) != 1 || cfg.plugins[0].def.Name != "tarefas" {
+		t.Errorf("handlers.enabled from a variable: %v", cfg.Handlers.Enabled)
+	}
+	if cfg.HTTP.MaxBodyBytes != 1<<20 {
+		t.Errorf("base default lost: max_body_bytes = %d", cfg.HTTP.MaxBodyBytes)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		environ []string
+		overlay string
+		want    []string
+	}{
+		{"unknown top-level key", []string{"MOENDA_HTPP__ADDR=x"}, "", []string{"unknown key htpp"}},
+		{"unknown nested key", nil, "http:\n  adr: x\n", []string{"unknown key http.adr"}},
+		{"unknown key in a list item", nil, "topology:\n  exchanges:\n    - name: x\n      events: [a]\n      durable: true\n", []string{"unknown key topology.exchanges[0].durable"}},
+		{"unknown key in a plugin section", []string{"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URLL=x"}, "", []string{"unknown key handlers.notificacoes.webhook.urll"}},
+		{"section of no plugin", []string{"MOENDA_HANDLERS__NOPE__X=1"}, "", []string{`unknown key handlers.nope: no plugin is named "nope" (known: tarefas, notificacoes)`}},
+		{"bad broker kind", []string{"MOENDA_BROKER__KIND=rabbit"}, "", []string{`broker.kind "rabbit" must be one of amqp, memory`}},
+		{"unknown plugin enabled", []string{"MOENDA_HANDLERS__ENABLED=tarefas,nope"}, "", []string{`handlers.enabled: unknown plugin "nope" (known: tarefas, notificacoes)`}},
+		{"webhook without url", []string{"MOENDA_HANDLERS__NOTIFICACOES__NOTIFIER=webhook"}, "", []string{`handlers.notificacoes.webhook.url "" must be an http(s) URL`}},
+		{"a duration that is not one", []string{"MOENDA_OUTBOX__POLL_INTERVAL=soon"}, "", []string{"outbox.poll_interval"}},
+		{"every problem at once", []string{"MOENDA_HTTP__ADDR=nope", "MOENDA_AMQP__PREFETCH=0", "MOENDA_POSTGRES__URL=mysql://x"}, "", []string{
+			`http.addr "nope" must be host:port`, "amqp.prefetch must be at least 1", "postgres.url",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files := fstest.MapFS{"overlay.yaml": {Data: []byte(tt.overlay)}}
+			base, _ := configs.FS.ReadFile("base.yaml")
+			files["base.yaml"] = &fstest.MapFile{Data: base}
+			_, err := Load(Source{Env: "overlay", Files: files, Environ: tt.environ}, registry(t))
+			if err == nil {
+				t.Fatal("Load accepted a bad configuration")
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error does not say %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}

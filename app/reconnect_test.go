@@ -1,0 +1,87 @@
+//go:build !race
+
+// These tests take RabbitMQ away under a running platform. They are left
+// out of -race runs because watermill-amqp v3.1.0 races on its own
+// reconnect path (ConnectionWrapper.connected, upstream
+// ThreeDotsLabs/watermill#693); .ci/test runs them without -race.
+
+package app
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moenda/moenda/adapters/testenv"
+)
+
+func TestReadinessReportsBrokerDown(t *testing.T) {
+	p, vhost := startAMQP(t)
+	if code, body := call(t, "GET", p.base+"/readyz", ""); code != http.StatusOK {
+		t.Fatalf("readyz = %d %v", code, body)
+	}
+	// With its vhost gone, RabbitMQ refuses moenda's connections.
+	testenv.Rabbitmqctl(t, "delete_vhost", vhost.Name)
+	t.Cleanup(func() { testenv.Rabbitmqctl(t, "add_vhost", vhost.Name) }) // for the deferred delete
+	var code int
+	var body map[string]any
+	testenv.Eventually(t, 10*time.Second, "readyz to report the broker", func() bool {
+		code, body = call(t, "GET", p.base+"/readyz", "")
+		return code == http.StatusServiceUnavailable
+	})
+	checks, _ := body["checks"].(map[string]any)
+	if checks["broker"] == "ok" || checks["postgres"] != "ok" {
+		t.Fatalf("readyz with the broker gone = %d %v", code, body)
+	}
+}
+
+// conclude creates and concludes a task titled titulo.
+func conclude(t *testing.T, base, titulo string) {
+	t.Helper()
+	code, task := call(t, "POST", base+"/tarefas", fmt.Sprintf(`{"usuario_id": 3, "titulo": %q}`, titulo))
+	if code != http.StatusCreated {
+		t.Fatalf("POST /tarefas = %d %v", code, task)
+	}
+	if code, body := call(t, "PATCH", fmt.Sprintf("%s/tarefas/%d/concluir", base, int(task["id"].(float64))), `{"usuario_id": 3}`); code != http.StatusOK {
+		t.Fatalf("PATCH = %d %v", code, body)
+	}
+}
+
+func waitNotified(t *testing.T, p running, titles ...string) {
+	t.Helper()
+	for _, titulo := range titles {
+		want := fmt.Sprintf("Tarefa '%s' foi concluída pelo usuário 3", titulo)
+		testenv.Eventually(t, 60*time.Second, want, func() bool { return strings.Contains(p.logs.String(), want) })
+	}
+}
+
+func TestNotificationsSurviveDroppedConnections(t *testing.T) {
+	p, vhost := startAMQP(t)
+	conclude(t, p.base, "antes")
+	waitNotified(t, p, "antes")
+	testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", vhost.Name, "test: the broker drops every connection")
+	conclude(t, p.base, "depois")
+	waitNotified(t, p, "depois")
+}
+
+// TestNotificationsSurviveBrokerRestart stops and starts the RabbitMQ node,
+// so it runs only where nothing else uses the broker meanwhile: .ci/test
+// runs it alone with TEST_BROKER_RESTART=1.
+func TestNotificationsSurviveBrokerRestart(t *testing.T) {
+	if os.Getenv("TEST_BROKER_RESTART") != "1" {
+		t.Skip("restarts the RabbitMQ node; set TEST_BROKER_RESTART=1 where no other test uses it (.ci/test does)")
+	}
+	p, _ := startAMQP(t)
+	conclude(t, p.base, "antes")
+	waitNotified(t, p, "antes")
+	testenv.Rabbitmqctl(t, "stop_app")
+	t.Cleanup(func() { testenv.Rabbitmqctl(t, "start_app"); testenv.Rabbitmqctl(t, "await_startup") })
+	conclude(t, p.base, "durante") // answered while the broker is down: the outbox holds the event
+	testenv.Rabbitmqctl(t, "start_app")
+	testenv.Rabbitmqctl(t, "await_startup")
+	conclude(t, p.base, "depois")
+	waitNotified(t, p, "durante", "depois")
+}
