@@ -23,6 +23,7 @@ import (
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/router"
@@ -314,7 +315,7 @@ func (c *Config) Print(w io.Writer) error {
 	for _, key := range keys {
 		v := flat[key]
 		if strings.HasSuffix(key, ".url") {
-			v = amqp.Redact(fmt.Sprint(v))
+			v = redact.URL(fmt.Sprint(v))
 		}
 		if reflect.ValueOf(v).Kind() == reflect.Slice {
 			v = fmt.Sprintf("%v", v)

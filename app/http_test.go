@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/moenda/moenda/adapters/testenv"
 )
 
 func TestEventsEndpointRejectsBadInput(t *testing.T) {
@@ -105,16 +105,7 @@ func TestBadPayloadReachesDeadLetterQueueWithReason(t *testing.T) {
 	if code != http.StatusAccepted {
 		t.Fatalf("POST /v1/events = %d %v", code, body)
 	}
-	conn, err := amqp091.Dial(vhost.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deliveries, err := ch.Consume("notificacoes.tarefas-concluidas.dlq", "", true, false, false, false, nil)
+	deliveries, err := testenv.Channel(t, vhost.URL).Consume("notificacoes.tarefas-concluidas.dlq", "", true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

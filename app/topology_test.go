@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
-
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/configs"
@@ -84,15 +82,7 @@ func TestDeclaredTopologyMatchesTopologyPrint(t *testing.T) {
 
 func TestConflictingQueueIsAClearError(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
-	conn, err := amqp091.Dial(vhost.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := testenv.Channel(t, vhost.URL)
 	// Someone declared the queue by hand, without its dead-letter exchange.
 	if _, err := ch.QueueDeclare("notificacoes.tarefas-concluidas", true, false, false, false, nil); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
 )
 
@@ -37,7 +38,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("amqp.url %q must look like amqp://user:password@host:5672/vhost", Redact(c.URL)))
+		errs = append(errs, fmt.Errorf("amqp.url %q must look like amqp://user:password@host:5672/vhost", redact.URL(c.URL)))
 	}
 	if c.Prefetch < 1 {
 		errs = append(errs, fmt.Errorf("amqp.prefetch must be at least 1, got %d", c.Prefetch))
@@ -46,18 +47,6 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("amqp.publisher_channels must be at least 1, got %d", c.PublisherChannels))
 	}
 	return errors.Join(errs...)
-}
-
-// Redact hides the password of an AMQP or PostgreSQL URL for messages.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }
 
 // Broker holds the connections to RabbitMQ and what is built on them.
@@ -80,12 +69,12 @@ func Connect(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter)
 	base := watermillConfig(cfg)
 	pubConn, err := wamqp.NewConnection(connection(cfg, "moenda publisher"), logger)
 	if err != nil {
-		return nil, fmt.Errorf("amqp: connect to %s: %w", Redact(cfg.URL), err)
+		return nil, fmt.Errorf("amqp: connect to %s: %w", redact.URL(cfg.URL), err)
 	}
 	subConn, err := wamqp.NewConnection(connection(cfg, "moenda consumer"), logger)
 	if err != nil {
 		_ = pubConn.Close()
-		return nil, fmt.Errorf("amqp: connect to %s: %w", Redact(cfg.URL), err)
+		return nil, fmt.Errorf("amqp: connect to %s: %w", redact.URL(cfg.URL), err)
 	}
 	b := &Broker{pubConn: pubConn, subConn: subConn, probe: &probe{url: cfg.URL}}
 
@@ -139,7 +128,7 @@ func (p *probe) check() error {
 		Properties: amqp091.Table{"connection_name": "moenda readiness"},
 	})
 	if err != nil {
-		return fmt.Errorf("amqp: RabbitMQ at %s does not answer: %w", Redact(p.url), err)
+		return fmt.Errorf("amqp: RabbitMQ at %s does not answer: %w", redact.URL(p.url), err)
 	}
 	p.conn = conn
 	return nil

@@ -119,6 +119,18 @@ func (s *stack) conclude(t *testing.T, titulo string, fail bool) (event.Event, e
 	return event.Stamp(ctx, e), err
 }
 
+// commit concludes n tasks, one unit of work each, adding their event ids to ids.
+func (s *stack) commit(t *testing.T, n int, ids map[string]bool) {
+	t.Helper()
+	for range n {
+		e, err := s.conclude(t, "t", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[e.ID] = true
+	}
+}
+
 func (s *stack) count(t *testing.T, query string) int {
 	t.Helper()
 	var n int
@@ -131,16 +143,7 @@ func (s *stack) count(t *testing.T, query string) int {
 // consume collects every delivery on queue, acking each, until the test ends.
 func consume(t *testing.T, url, queue string) func() []amqp091.Delivery {
 	t.Helper()
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	deliveries, err := testenv.Channel(t, url).Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,16 +238,7 @@ func TestForwarderStoppedMidStreamLosesNothing(t *testing.T) {
 	got := consume(t, s.vhost.URL, "auditoria.tarefas")
 	const before, during = 1500, 300
 	want := map[string]bool{}
-	write := func(n int) {
-		for i := 0; i < n; i++ {
-			e, err := s.conclude(t, "t", false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want[e.ID] = true
-		}
-	}
-	write(before)
+	s.commit(t, before, want)
 
 	stop := s.startForwarder(t)
 	testenv.Eventually(t, 30*time.Second, "the forwarder to start moving rows", func() bool { return len(got()) >= 100 })
@@ -253,7 +247,7 @@ func TestForwarderStoppedMidStreamLosesNothing(t *testing.T) {
 	if atStop >= before {
 		t.Fatalf("the forwarder had moved all %d rows before it was stopped; the test did not stop it mid-stream", atStop)
 	}
-	write(during) // the application keeps committing while the forwarder is down
+	s.commit(t, during, want) // the application keeps committing while the forwarder is down
 
 	s.startForwarder(t)
 	distinct := func() map[string]bool {

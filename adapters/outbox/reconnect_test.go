@@ -32,18 +32,9 @@ func TestForwarderSurvivesBrokerDroppingConnections(t *testing.T) {
 	s := newStack(t)
 	s.startForwarder(t)
 	want := map[string]bool{}
-	commit := func(n int) {
-		for range n {
-			e, err := s.conclude(t, "t", false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want[e.ID] = true
-		}
-	}
-	commit(10)
+	s.commit(t, 10, want)
 	testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", s.vhost.Name, "test: the broker drops every connection")
-	commit(20)
+	s.commit(t, 20, want)
 	got := consume(t, s.vhost.URL, "auditoria.tarefas")
 	testenv.Eventually(t, 30*time.Second, "every event committed around the drop", func() bool {
 		return delivered(got(), want) == len(want)
@@ -60,19 +51,10 @@ func TestForwarderSurvivesBrokerRestart(t *testing.T) {
 	s := newStack(t)
 	s.startForwarder(t)
 	want := map[string]bool{}
-	commit := func(n int) {
-		for range n {
-			e, err := s.conclude(t, "t", false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want[e.ID] = true
-		}
-	}
-	commit(10)
+	s.commit(t, 10, want)
 	testenv.Rabbitmqctl(t, "stop_app")
 	t.Cleanup(func() { testenv.Rabbitmqctl(t, "start_app"); testenv.Rabbitmqctl(t, "await_startup") })
-	commit(20) // the outbox keeps them while the broker is down
+	s.commit(t, 20, want) // the outbox keeps them while the broker is down
 	testenv.Rabbitmqctl(t, "start_app")
 	testenv.Rabbitmqctl(t, "await_startup")
 	got := consume(t, s.vhost.URL, "auditoria.tarefas")

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -37,7 +37,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if _, err := pgxpool.ParseConfig(c.URL); err != nil || c.URL == "" {
-		errs = append(errs, fmt.Errorf("postgres.url %q must look like postgres://user@host:5432/db", redact(c.URL)))
+		errs = append(errs, fmt.Errorf("postgres.url %q must look like postgres://user@host:5432/db", redact.URL(c.URL)))
 	}
 	if c.MaxConns < 1 {
 		errs = append(errs, fmt.Errorf("postgres.max_conns must be at least 1, got %d", c.MaxConns))
@@ -49,17 +49,6 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("postgres.idle_in_transaction_timeout must not be negative, got %s", c.IdleInTransactionTimeout))
 	}
 	return errors.Join(errs...)
-}
-
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }
 
 // Connect opens the pool and checks that PostgreSQL answers, so a wrong URL

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/migrations"
 )
@@ -167,6 +168,21 @@ func RabbitMQ(t testing.TB) VHost {
 	Rabbitmqctl(t, "set_permissions", "-p", name, user, ".*", ".*", ".*")
 	u.Path = "/" + name
 	return VHost{Name: name, URL: u.String()}
+}
+
+// Channel opens an AMQP channel to url, closed when the test ends.
+func Channel(t testing.TB, url string) *amqp091.Channel {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return ch
 }
 
 // Rabbitmqctl runs rabbitmqctl with args and returns its output.
