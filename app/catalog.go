@@ -23,9 +23,11 @@ type CatalogEvent struct {
 	Subscribers []CatalogSubscription `json:"subscribers"`
 }
 
-// CatalogSubscription is one queue and the handler consuming it.
+// CatalogSubscription is one queue and the handler consuming it: the
+// plugin's subscription of the same name.
 type CatalogSubscription struct {
 	Queue           string   `json:"queue"`
+	Plugin          string   `json:"plugin"`
 	Handler         string   `json:"handler"`
 	Events          []string `json:"events"`
 	DeadLetterQueue string   `json:"dead_letter_queue"`
@@ -37,7 +39,7 @@ func (c *Config) catalog(top *topology.Topology) Catalog {
 	for _, p := range c.plugins {
 		for _, s := range p.def.Subscriptions {
 			q := p.def.Queue(s)
-			cat.Subscriptions = append(cat.Subscriptions, CatalogSubscription{Queue: q, Handler: q, Events: s.Events, DeadLetterQueue: top.DeadLetterQueue(q)})
+			cat.Subscriptions = append(cat.Subscriptions, CatalogSubscription{Queue: q, Plugin: p.def.Name, Handler: s.Name, Events: s.Events, DeadLetterQueue: top.DeadLetterQueue(q)})
 		}
 	}
 	byName := map[string]*CatalogEvent{}

@@ -57,6 +57,10 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	}
 	cmd := strings.Join(fl.Args(), " ")
 	run, ok := commands[cmd]
+	if !ok && strings.Contains(" "+cmd, " -") {
+		fmt.Fprintf(stderr, "moenda: flags go before the command: moenda --env ENV %s\n", strings.Fields(cmd)[0])
+		return 2
+	}
 	if !ok {
 		if cmd == "" {
 			fmt.Fprintf(stderr, "moenda: no command given\n%s", usage)

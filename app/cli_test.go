@@ -31,6 +31,7 @@ func TestMainFailsWithOneClearLine(t *testing.T) {
 		{"unknown environment", nil, []string{"--env", "prod", "serve"}, 1, `moenda: config: no environment "prod"`},
 		{"unknown command", nil, []string{"deploy"}, 2, `moenda: unknown command "deploy"`},
 		{"no command", nil, nil, 2, "moenda: no command given"},
+		{"flag after the command", nil, []string{"serve", "--env", "memory"}, 2, "moenda: flags go before the command: moenda --env ENV serve"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -289,7 +289,7 @@ func (l LogConfig) Logger(w io.Writer) *slog.Logger {
 }
 
 // Print writes the resolved configuration, one key = value a line in key
-// order, with URL passwords hidden.
+// order, with URL passwords and webhook paths hidden.
 func (c *Config) Print(w io.Writer) error {
 	k := koanf.New(".")
 	if err := k.Load(structs.Provider(c, "koanf"), nil); err != nil {
@@ -314,7 +314,10 @@ func (c *Config) Print(w io.Writer) error {
 	var b strings.Builder
 	for _, key := range keys {
 		v := flat[key]
-		if strings.HasSuffix(key, ".url") {
+		switch {
+		case strings.HasSuffix(key, "webhook.url"):
+			v = redact.Path(fmt.Sprint(v))
+		case strings.HasSuffix(key, ".url"):
 			v = redact.URL(fmt.Sprint(v))
 		}
 		if reflect.ValueOf(v).Kind() == reflect.Slice {

@@ -82,6 +82,29 @@ func TestLoadLayersAndEnvironment(t *testing.T) {
 	}
 }
 
+func TestPrintHidesSecrets(t *testing.T) {
+	cfg, err := Load(Source{Env: "local", Files: configs.FS, Environ: []string{
+		"MOENDA_POSTGRES__URL=postgres://moenda:pg-secret@db:5432/moenda",
+		"MOENDA_AMQP__URL=amqp://moenda:mq-secret@mq:5672/",
+		"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URL=https://hooks.slack.com/services/T0/B0/hook-secret",
+	}}, registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := cfg.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"pg-secret", "mq-secret", "hook-secret"} {
+		if strings.Contains(b.String(), secret) {
+			t.Errorf("config print shows %s:\n%s", secret, b.String())
+		}
+	}
+	if !strings.Contains(b.String(), "handlers.notificacoes.webhook.url = https://hooks.slack.com/xxxxx") {
+		t.Errorf("webhook url not shown redacted:\n%s", b.String())
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	tests := []struct {
 		name    string

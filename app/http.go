@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 
-	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/httpjson"
@@ -60,8 +58,8 @@ func (p *Platform) limitBody(next http.Handler) http.Handler {
 	})
 }
 
-// readyz answers 200 when PostgreSQL and the broker answer and the
-// topology is declared, 503 naming what is not ready otherwise.
+// readyz answers 200 when PostgreSQL and the broker answer, 503 naming what
+// does not otherwise. The topology was declared before the server started.
 func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -78,11 +76,6 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 		check("postgres", p.pool.Ping(ctx))
 	}
 	check("broker", p.broker.ready())
-	if !p.declared.Load() {
-		check("topology", errors.New("not declared yet"))
-	} else {
-		check("topology", nil)
-	}
 	status, code := "ready", http.StatusOK
 	if !ok {
 		status, code = "unavailable", http.StatusServiceUnavailable
@@ -116,10 +109,6 @@ func (p *Platform) postEvent(w http.ResponseWriter, r *http.Request) {
 	err = p.tx.InTx(r.Context(), func(ctx context.Context, tx handlers.Tx) error {
 		return tx.Publish(ctx, e)
 	})
-	if errors.Is(err, topology.ErrUnroutable) {
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
-		return
-	}
 	if err != nil {
 		p.logger.ErrorContext(r.Context(), "publish event", "event_id", e.ID, "correlation_id", e.CorrelationID, "error", err)
 		httpjson.Error(w, http.StatusInternalServerError, "could not store the event; see the server log")

@@ -26,6 +26,8 @@ func TestEventsEndpointRejectsBadInput(t *testing.T) {
 		{"event_id not a UUID", `{"event_id":"7","event_name":"tarefa.concluida.v1","payload":{"a":1}}`, http.StatusBadRequest, `event_id "7" is not a UUID`},
 		{"no payload", `{"event_name":"tarefa.concluida.v1"}`, http.StatusBadRequest, "payload is missing"},
 		{"wrong type", `{"event_name":7,"payload":{}}`, http.StatusBadRequest, "field event_name must be string"},
+		{"date without time", `{"event_name":"tarefa.concluida.v1","occurred_at":"2026-01-15","payload":{"a":1}}`, http.StatusBadRequest, "not an RFC 3339 string"},
+		{"time as a number", `{"event_name":"tarefa.concluida.v1","occurred_at":5,"payload":{"a":1}}`, http.StatusBadRequest, "not an RFC 3339 string"},
 		{"no exchange carries it", `{"event_name":"pedido.criado.v1","payload":{"a":1}}`, http.StatusBadRequest, `no exchange carries events with routing key "pedido.criado"`},
 		{"over the size limit", `{"event_name":"tarefa.concluida.v1","payload":{"x":"` + strings.Repeat("a", 4096) + `"}}`, http.StatusRequestEntityTooLarge, "larger than the limit of 2048 bytes"},
 	}
@@ -92,7 +94,7 @@ func TestHealthReadinessAndCatalog(t *testing.T) {
 	if e["event_name"] != "tarefa.concluida.v1" || e["routing_key"] != "tarefa.concluida" || e["exchange"] != "eventos.dominio" || len(subs) != 1 {
 		t.Fatalf("catalog entry = %v", e)
 	}
-	if s := subs[0].(map[string]any); s["queue"] != "notificacoes.tarefas-concluidas" || s["handler"] != "notificacoes.tarefas-concluidas" || s["dead_letter_queue"] != "notificacoes.tarefas-concluidas.dlq" {
+	if s := subs[0].(map[string]any); s["queue"] != "notificacoes.tarefas-concluidas" || s["plugin"] != "notificacoes" || s["handler"] != "tarefas-concluidas" || s["dead_letter_queue"] != "notificacoes.tarefas-concluidas.dlq" {
 		t.Fatalf("catalog subscriber = %v", s)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -40,7 +39,6 @@ type Platform struct {
 	listener net.Listener
 	server   *http.Server
 	closers  []func() error
-	declared atomic.Bool
 }
 
 // broker is what the platform needs of a transport.
@@ -126,7 +124,6 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		return nil, fmt.Errorf("broker.kind %q is not supported", cfg.Broker.Kind)
 	}
 	p.closers = append(p.closers, p.broker.close)
-	p.declared.Store(true)
 
 	if p.router, err = router.New(cfg.Router, wlog); err != nil {
 		return nil, err
@@ -144,26 +141,31 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		}
 		plugins = append(plugins, built)
 		for _, s := range ep.def.Subscriptions {
-			routes = append(routes, router.Route{Queue: ep.def.Queue(s), Handler: ep.def.Queue(s), Handle: built.Handlers[s.Name]})
+			routes = append(routes, router.Route{Queue: ep.def.Queue(s), Handle: built.Handlers[s.Name]})
 		}
 	}
 	if err = router.AddRoutes(p.router, p.broker.subscriber, p.broker.deadLetter, cfg.Router, logger, routes); err != nil {
 		return nil, err
 	}
 	if p.pool != nil {
-		fwd, err := outbox.NewForwarder(p.pool, p.broker.publisher, p.router, cfg.Outbox, wlog)
-		if err != nil {
+		if err = outbox.NewForwarder(p.pool, p.broker.publisher, p.router, cfg.Outbox, wlog); err != nil {
 			return nil, err
 		}
-		p.closers = append(p.closers, fwd.Close)
 	}
 
 	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
 		return nil, fmt.Errorf("http: listen on %s (http.addr): %w", cfg.HTTP.Addr, err)
 	}
+	p.closers = append(p.closers, func() error {
+		if err := p.listener.Close(); !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
 	p.server = &http.Server{
 		Handler:           p.handler(plugins),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	return p, nil
@@ -172,18 +174,26 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 // Addr is the address the HTTP server listens on.
 func (p *Platform) Addr() string { return p.listener.Addr().String() }
 
-// Run serves HTTP and runs the router until ctx ends or either fails, then
-// shuts both down: HTTP first, so no request starts a unit of work the
-// router can no longer follow up.
+// Run runs the router and, once its handlers consume, serves HTTP, until
+// ctx ends or either fails. Then it stops HTTP first, so that no request
+// starts a unit of work nobody follows up, and then the router, whose
+// handlers get router.close_timeout to finish what they hold.
 func (p *Platform) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := p.router.Run(gctx); err != nil {
+		// The router stops through Close below, not through ctx, which
+		// would cut the handlers' messages off at once.
+		if err := p.router.Run(context.WithoutCancel(gctx)); err != nil {
 			return fmt.Errorf("router: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
+		select {
+		case <-p.router.Running():
+		case <-gctx.Done():
+			return nil
+		}
 		if err := p.server.Serve(p.listener); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
 		}

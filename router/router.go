@@ -47,11 +47,11 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Route is one plugin subscription to run.
+// Route is one plugin subscription to run. Its queue, "<plugin>.<subscription>",
+// also names the handler in logs.
 type Route struct {
-	Queue   string // the durable queue consumed
-	Handler string // "<plugin>.<subscription>", for logs
-	Handle  handlers.HandlerFunc
+	Queue  string
+	Handle handlers.HandlerFunc
 }
 
 // New returns an empty router.
@@ -66,25 +66,30 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*message.Router, error) {
 // AddRoutes adds one consumer handler per route, consuming its queue from
 // sub, each with the chain below (outermost first):
 //
-//  1. dead-letter: an error that reaches it publishes the message, with the
-//     reason, to the queue's DLQ through deadLetter, then acks. It must sit
-//     outside retry, or a message would be dead-lettered after one attempt.
-//     A shutdown (context canceled) is not a failure: the message is nacked
+//  1. dead-letter: an error that is left when retries are spent publishes
+//     the message, with the reason in its reason_poisoned header, to the
+//     queue's DLQ through deadLetter, then acks it. It must sit outside
+//     retry, or a message would be dead-lettered after one attempt. A
+//     shutdown (context canceled) is not a failure: the message is nacked
 //     and redelivered.
-//  2. log: the error that ends in the DLQ, with event and correlation ids.
-//  3. retry: short immediate retries, skipped for permanent errors.
+//  2. retry: short immediate retries with doubling waits.
+//  3. dead-letter at once: a permanent error goes to the DLQ the same way,
+//     and retry sees success. (Watermill's ShouldRetry would skip retries
+//     too, but it spends a backoff step on every call, doubling each wait.)
 //  4. recover: a panic becomes an error.
 //  5. decode: the envelope is decoded (a bad one is a permanent error) and
-//     its ids put in the handler's context and logger.
+//     its ids put in the handler's context.
 func AddRoutes(r *message.Router, sub message.Subscriber, deadLetter message.Publisher, cfg Config, logger *slog.Logger, routes []Route) error {
 	for _, rt := range routes {
-		dlq, err := middleware.PoisonQueueWithFilter(deadLetter, rt.Queue, func(err error) bool {
-			return !errors.Is(err, context.Canceled)
-		})
+		log := logger.With("queue", rt.Queue)
+		spent, err := deadLetterOn(deadLetter, rt.Queue, log, func(err error) bool { return !errors.Is(err, context.Canceled) })
 		if err != nil {
-			return fmt.Errorf("router: %s: %w", rt.Handler, err)
+			return err
 		}
-		log := logger.With("handler", rt.Handler, "queue", rt.Queue)
+		permanent, err := deadLetterOn(deadLetter, rt.Queue, log, event.IsPermanent)
+		if err != nil {
+			return err
+		}
 		retry := middleware.Retry{
 			MaxRetries:          cfg.Retry.MaxRetries,
 			InitialInterval:     cfg.Retry.InitialInterval,
@@ -92,12 +97,32 @@ func AddRoutes(r *message.Router, sub message.Subscriber, deadLetter message.Pub
 			Multiplier:          2,
 			RandomizationFactor: 0.2,
 			ResetContextOnRetry: true,
-			ShouldRetry:         func(p middleware.RetryParams) bool { return !event.IsPermanent(p.Err) },
 		}
-		h := r.AddConsumerHandler(rt.Handler, rt.Queue, sub, decode(rt.Handle, log))
-		h.AddMiddleware(dlq, logFailure(log), retry.Middleware, middleware.Recoverer)
+		h := r.AddConsumerHandler(rt.Queue, rt.Queue, sub, decode(rt.Handle, log))
+		h.AddMiddleware(spent, retry.Middleware, permanent, middleware.Recoverer)
 	}
 	return nil
+}
+
+// deadLetterOn sends a message whose handler failed with an error matching
+// filter to queue's DLQ, and logs it.
+func deadLetterOn(pub message.Publisher, queue string, logger *slog.Logger, filter func(error) bool) (message.HandlerMiddleware, error) {
+	poison, err := middleware.PoisonQueueWithFilter(pub, queue, filter)
+	if err != nil {
+		return nil, fmt.Errorf("router: %s: %w", queue, err)
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return poison(func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err != nil && filter(err) {
+				logger.ErrorContext(msg.Context(), "event sent to dead-letter queue",
+					"event_id", msg.UUID, "event_name", msg.Metadata.Get(event.MetaName),
+					"correlation_id", msg.Metadata.Get(event.MetaCorrelationID),
+					"permanent", event.IsPermanent(err), "reason", err.Error())
+			}
+			return out, err
+		})
+	}, nil
 }
 
 // decode turns a Watermill message into the event the plugin handles.
@@ -114,21 +139,5 @@ func decode(handle handlers.HandlerFunc, logger *slog.Logger) message.NoPublishH
 		}
 		logger.DebugContext(ctx, "event handled", "event_id", e.ID, "event_name", e.Name, "correlation_id", e.CorrelationID)
 		return nil
-	}
-}
-
-// logFailure logs the error that sends a message to its dead-letter queue.
-func logFailure(logger *slog.Logger) message.HandlerMiddleware {
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			out, err := h(msg)
-			if err != nil && !errors.Is(err, context.Canceled) {
-				logger.ErrorContext(msg.Context(), "event sent to dead-letter queue",
-					"event_id", msg.UUID, "event_name", msg.Metadata.Get(event.MetaName),
-					"correlation_id", msg.Metadata.Get(event.MetaCorrelationID),
-					"permanent", event.IsPermanent(err), "reason", err.Error())
-			}
-			return out, err
-		}
 	}
 }

@@ -44,7 +44,7 @@ func run(t *testing.T, msg *message.Message, handle func(ctx context.Context, e 
 	}
 	var n atomic.Int32
 	err = router.AddRoutes(r, b.Subscriber, b.DeadLetter, cfg, testenv.Logger(), []router.Route{{
-		Queue: "q", Handler: "p.q",
+		Queue:  "q",
 		Handle: func(ctx context.Context, e event.Event) error { n.Add(1); return handle(ctx, e) },
 	}})
 	if err != nil {
@@ -64,7 +64,7 @@ func run(t *testing.T, msg *message.Message, handle func(ctx context.Context, e 
 	select {
 	case dead = <-dlq:
 		dead.Ack()
-	case <-time.After(500 * time.Millisecond):
+	case <-time.After(500*time.Millisecond + time.Duration(cfg.Retry.MaxRetries+1)*cfg.Retry.MaxInterval):
 	}
 	return n.Load(), dead
 }
@@ -151,5 +151,31 @@ func TestHandlerContextCarriesCorrelationAndCausation(t *testing.T) {
 	})
 	if calls != 1 || corr != "corr-1" || cause != id || id != msg.UUID {
 		t.Fatalf("calls %d, correlation %q, causation %q, event %q (message %s)", calls, corr, cause, id, msg.UUID)
+	}
+}
+
+// The waits between attempts are the configured ones (±20 % jitter):
+// nothing in the chain spends extra backoff steps.
+func TestRetrySchedule(t *testing.T) {
+	slow := cfg
+	slow.Retry = router.RetryConfig{MaxRetries: 2, InitialInterval: 300 * time.Millisecond, MaxInterval: time.Second}
+	old := cfg
+	cfg = slow
+	defer func() { cfg = old }()
+	var attempts []time.Time
+	calls, dead := run(t, envelope(t), func(context.Context, event.Event) error {
+		attempts = append(attempts, time.Now())
+		return errors.New("still failing")
+	})
+	if calls != 3 || dead == nil {
+		t.Fatalf("%d calls, dead-lettered %v", calls, dead != nil)
+	}
+	for i, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
+		gap := attempts[i+1].Sub(attempts[i])
+		// The lower bound is exact; the upper one leaves a busy machine
+		// 150 ms, still well below the doubled wait a spent step would give.
+		if gap < want*8/10 || gap > want*12/10+150*time.Millisecond {
+			t.Errorf("wait %d was %s, want %s ±20%%", i+1, gap, want)
+		}
 	}
 }

@@ -180,10 +180,11 @@ func connection(cfg Config, name string) wamqp.ConnectionConfig {
 	}
 }
 
+// watermillConfig configures publishers and the subscriber; their
+// connections are made by connection.
 func watermillConfig(cfg Config) wamqp.Config {
 	return wamqp.Config{
-		Connection: connection(cfg, "moenda"),
-		Marshaler:  Marshaler{},
+		Marshaler: Marshaler{},
 		// Consumers read named queues and bind nothing: no exchange.
 		Exchange:  wamqp.ExchangeConfig{GenerateName: func(string) string { return "" }, Type: topology.Topic, Durable: true},
 		Queue:     wamqp.QueueConfig{GenerateName: wamqp.GenerateQueueNameTopicName, Durable: true},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -15,7 +16,10 @@ import (
 // no-op; a conflicting existing declaration fails with an error naming the
 // exchange or queue and the broker's account of the differing argument.
 func Declare(ctx context.Context, url string, t *topology.Topology) error {
-	conn, err := amqp091.DialConfig(url, amqp091.Config{Properties: amqp091.Table{"connection_name": "moenda topology"}})
+	conn, err := amqp091.DialConfig(url, amqp091.Config{
+		Dial:       amqp091.DefaultDial(5 * time.Second),
+		Properties: amqp091.Table{"connection_name": "moenda topology"},
+	})
 	if err != nil {
 		return fmt.Errorf("amqp: connect to declare topology: %w", err)
 	}

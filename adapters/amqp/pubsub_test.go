@@ -23,6 +23,7 @@ func TestUniversalPubSub(t *testing.T) {
 	newPubSub := func(t *testing.T) (message.Publisher, message.Subscriber) {
 		config := func() wamqp.Config {
 			c := watermillConfig(cfg)
+			c.Connection = connection(cfg, "moenda test")
 			c.TopologyBuilder = &wamqp.DefaultTopologyBuilder{}
 			return c
 		}

@@ -7,7 +7,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -34,8 +33,10 @@ type Broker struct {
 	Subscriber message.Subscriber
 }
 
-// NewBroker returns a broker whose queues keep messages until consumed,
-// like durable queues.
+// NewBroker returns a broker whose queues keep messages published before
+// anyone consumes them, like durable queues. GoChannel keeps every message
+// for the life of the process, consumed or not: the memory environment is
+// for development and tests, not for long runs.
 func NewBroker(top *topology.Topology, logger watermill.LoggerAdapter) *Broker {
 	ch := gochannel.NewGoChannel(gochannel.Config{Persistent: true, OutputChannelBuffer: 64}, logger)
 	b := &Broker{ch: ch, top: top, Subscriber: ch}
@@ -111,8 +112,10 @@ type tx struct {
 	hooks    []func()
 }
 
-// InTx runs fn; if it returns nil, the staged writes are applied (OnCommit
-// hooks) and then the events are published.
+// InTx runs fn; if it returns nil, the events are published and then the
+// staged writes applied (OnCommit hooks). A failed publish (the broker is
+// closed) applies nothing. Handlers woken by the events wait for the lock,
+// so they see the writes.
 func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -120,16 +123,15 @@ func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx h
 	if err := fn(ctx, x); err != nil {
 		return err
 	}
+	for _, p := range x.events {
+		if err := t.pub.Publish(p.key, p.msg); err != nil {
+			return fmt.Errorf("memory: publish event %s: %w", p.msg.UUID, err)
+		}
+	}
 	for _, h := range x.hooks {
 		h()
 	}
-	var errs []error
-	for _, p := range x.events {
-		if err := t.pub.Publish(p.key, p.msg); err != nil {
-			errs = append(errs, fmt.Errorf("memory: publish event %s: %w", p.msg.UUID, err))
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (x *tx) Publish(ctx context.Context, events ...event.Event) error {

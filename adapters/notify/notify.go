@@ -22,9 +22,10 @@ type Log struct {
 	Logger *slog.Logger
 }
 
-// Notify logs text, with channel as an attribute.
+// Notify logs text, with channel and the ids of the event being handled.
 func (l Log) Notify(ctx context.Context, channel, text string) error {
-	l.Logger.InfoContext(ctx, text, "notifier", "log", "channel", channel)
+	l.Logger.InfoContext(ctx, text, "notifier", "log", "channel", channel,
+		"event_id", event.CausationID(ctx), "correlation_id", event.CorrelationID(ctx))
 	return nil
 }
 

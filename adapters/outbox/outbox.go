@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -125,21 +126,17 @@ func Prepare(ctx context.Context, e event.Event, routable func(string) error) (*
 	return msg, key, nil
 }
 
-// Forwarder moves committed outbox rows to the broker; it runs with the
-// router it was added to.
-type Forwarder struct {
-	sub *wsql.Subscriber
-}
-
 // NewForwarder adds the forwarder to router: it reads the outbox as
 // consumer group cfg.ConsumerGroup and publishes each row to out with the
 // row's routing key as topic. A row is marked forwarded only after out
 // confirms it; a crash in between publishes it again (consumers deduplicate
 // by event id).
-func NewForwarder(pool *pgxpool.Pool, out message.Publisher, router *message.Router, cfg Config, logger watermill.LoggerAdapter) (*Forwarder, error) {
+//
+// It runs, and its subscriber is closed, with the router.
+func NewForwarder(pool *pgxpool.Pool, out message.Publisher, router *message.Router, cfg Config, logger watermill.LoggerAdapter) error {
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), cfg.SubscriberConfig(), logger)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: subscriber: %w", err)
+		return fmt.Errorf("outbox: subscriber: %w", err)
 	}
 	_, err = forwarder.NewForwarder(sub, out, logger, forwarder.Config{
 		ForwarderTopic: Topic,
@@ -148,12 +145,27 @@ func NewForwarder(pool *pgxpool.Pool, out message.Publisher, router *message.Rou
 		// A row that is not a forwarder envelope would otherwise block the
 		// outbox for ever; it stays in the table for inspection.
 		AckWhenCannotUnwrap: true,
+		Middlewares:         []message.HandlerMiddleware{skipUnroutable(logger)},
 	})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("outbox: forwarder: %w", err), sub.Close())
+		return errors.Join(fmt.Errorf("outbox: forwarder: %w", err), sub.Close())
 	}
-	return &Forwarder{sub: sub}, nil
+	return nil
 }
 
-// Close stops reading the outbox.
-func (f *Forwarder) Close() error { return f.sub.Close() }
+// skipUnroutable moves past a row whose routing key no exchange carries any
+// more (the outbox checks routes when it writes, so only a configuration
+// change gets here). Retrying it would stall every row behind it for ever;
+// it stays in watermill_outbox, and the log line says which it is.
+func skipUnroutable(logger watermill.LoggerAdapter) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if errors.Is(err, topology.ErrUnroutable) {
+				logger.Error("Outbox row skipped: no exchange carries its routing key; it stays in watermill_outbox", err, watermill.LogFields{"outbox_uuid": msg.UUID})
+				return out, nil
+			}
+			return out, err
+		}
+	}
+}

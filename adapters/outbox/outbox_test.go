@@ -72,8 +72,7 @@ func (s *stack) startForwarder(t *testing.T) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fwd, err := outbox.NewForwarder(s.db.Pool, s.broker.Publisher, r, testConfig, s.wlog)
-	if err != nil {
+	if err := outbox.NewForwarder(s.db.Pool, s.broker.Publisher, r, testConfig, s.wlog); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -88,7 +87,6 @@ func (s *stack) startForwarder(t *testing.T) (stop func()) {
 			if err := <-done; err != nil {
 				t.Errorf("router: %v", err)
 			}
-			_ = fwd.Close()
 		})
 	}
 	t.Cleanup(stop)

@@ -15,3 +15,16 @@ func URL(raw string) string {
 	}
 	return u.String()
 }
+
+// Path hides everything after the host of a URL whose path or query is the
+// secret, as in a Slack webhook: https://hooks.slack.com/xxxxx.
+func Path(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return raw
+	}
+	if u.Path == "" && u.RawQuery == "" {
+		return URL(raw)
+	}
+	return URL((&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}).String()) + "/xxxxx"
+}

@@ -13,4 +13,14 @@ func TestURL(t *testing.T) {
 			t.Errorf("URL(%q) = %q, want %q", in, got, want)
 		}
 	}
+	for in, want := range map[string]string{
+		"https://hooks.slack.com/services/T0/B0/secret": "https://hooks.slack.com/xxxxx",
+		"https://example.test/hook?token=secret":        "https://example.test/xxxxx",
+		"https://example.test":                          "https://example.test",
+		"":                                              "",
+	} {
+		if got := Path(in); got != want {
+			t.Errorf("Path(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Write answers with status and v as JSON.
@@ -62,7 +63,10 @@ func decode(w http.ResponseWriter, r *http.Request, v any, strict bool) bool {
 func describe(err error) string {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
+	var timeErr *time.ParseError
 	switch {
+	case errors.As(err, &timeErr), strings.Contains(err.Error(), "Time.UnmarshalJSON"):
+		return "a time field is not an RFC 3339 string like 2026-01-15T10:30:00Z: " + err.Error()
 	case errors.As(err, &typeErr):
 		return fmt.Sprintf("field %s must be %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
 	case errors.As(err, &syntaxErr):
