@@ -36,6 +36,7 @@ type Platform struct {
 	broker   broker
 	tx       handlers.Transactor
 	router   *message.Router
+	relay    *outbox.Relay // nil with the memory broker
 	listener net.Listener
 	server   *http.Server
 	closers  []func() error
@@ -148,9 +149,9 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		return nil, err
 	}
 	if p.pool != nil {
-		if err = outbox.NewForwarder(p.pool, p.broker.publisher, p.router, cfg.Outbox, wlog); err != nil {
-			return nil, err
-		}
+		dest := amqp.NewBatchPublisher(cfg.AMQP.URL, cfg.Outbox.ConfirmWindow, p.top)
+		p.closers = append(p.closers, dest.Close)
+		p.relay = outbox.NewRelay(p.pool, dest, routable, cfg.Outbox, logger)
 	}
 
 	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
@@ -174,12 +175,18 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 // Addr is the address the HTTP server listens on.
 func (p *Platform) Addr() string { return p.listener.Addr().String() }
 
-// Run runs the router and, once its handlers consume, serves HTTP, until
-// ctx ends or either fails. Then it stops HTTP first, so that no request
-// starts a unit of work nobody follows up, and then the router, whose
-// handlers get router.close_timeout to finish what they hold.
+// Run runs the router and the outbox relay and, once the handlers consume,
+// serves HTTP, until ctx ends or one of them fails. Then it stops HTTP
+// first, so that no request starts a unit of work nobody follows up, then
+// the relay, then the router, whose handlers get router.close_timeout to
+// finish what they hold.
 func (p *Platform) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
+	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRelay()
+	if p.relay != nil {
+		g.Go(func() error { return p.relay.Run(relayCtx) })
+	}
 	g.Go(func() error {
 		// The router stops through Close below, not through ctx, which
 		// would cut the handlers' messages off at once.
@@ -203,7 +210,9 @@ func (p *Platform) Run(ctx context.Context) error {
 		<-gctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.HTTP.ShutdownTimeout)
 		defer cancel()
-		return errors.Join(p.server.Shutdown(sctx), p.router.Close())
+		err := p.server.Shutdown(sctx)
+		stopRelay()
+		return errors.Join(err, p.router.Close())
 	})
 	p.logger.Info("moenda serving", "env", p.cfg.Env, "addr", p.Addr(), "broker", p.cfg.Broker.Kind)
 	err := g.Wait()

@@ -1,9 +1,9 @@
 // Package outbox is the transactional outbox: events are written as rows by
-// the watermill-sql publisher bound to the caller's pgx transaction, so they
-// commit or roll back with the business rows, and Watermill's forwarder,
-// with its own consumer group on the outbox topic, publishes committed rows
-// to the broker. Rows are never deleted by the forwarder: the table is also
-// the audit log of what was published.
+// the watermill-sql publisher, wrapped by Watermill's forwarder publisher,
+// bound to the caller's pgx transaction, so they commit or roll back with
+// the business rows; the Relay, with its own consumer group on the outbox
+// topic, publishes committed rows to the broker. Rows are never deleted by
+// the relay: the table is also the audit log of what was published.
 package outbox
 
 import (
@@ -17,9 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -32,12 +30,18 @@ const Topic = "outbox"
 type Config struct {
 	// ConsumerGroup names the forwarder's position in the outbox.
 	ConsumerGroup string `koanf:"consumer_group"`
-	// PollInterval is how long the forwarder waits before looking again
-	// when the outbox is empty.
+	// PollInterval is how often an idle relay looks at the outbox when no
+	// notification wakes it (and how often a standby replica asks for the
+	// relay lock).
 	PollInterval time.Duration `koanf:"poll_interval"`
-	// RetryInterval is how long it waits before trying a row again after
-	// the broker refused it or a query failed.
+	// RetryInterval is how long it waits before trying again after the
+	// broker or the database failed.
 	RetryInterval time.Duration `koanf:"retry_interval"`
+	// BatchSize is how many rows one read takes.
+	BatchSize int `koanf:"batch_size"`
+	// ConfirmWindow is how many published messages may await the broker's
+	// confirmation at once.
+	ConfirmWindow int `koanf:"confirm_window"`
 }
 
 // Validate reports every problem at once.
@@ -52,6 +56,12 @@ func (c Config) Validate() error {
 	if c.RetryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("outbox.retry_interval must be positive, got %s", c.RetryInterval))
 	}
+	if c.BatchSize < 1 {
+		errs = append(errs, fmt.Errorf("outbox.batch_size must be at least 1, got %d", c.BatchSize))
+	}
+	if c.ConfirmWindow < 1 {
+		errs = append(errs, fmt.Errorf("outbox.confirm_window must be at least 1, got %d", c.ConfirmWindow))
+	}
 	return errors.Join(errs...)
 }
 
@@ -61,7 +71,9 @@ func Schema() wsql.DefaultPostgreSQLSchema {
 	return wsql.DefaultPostgreSQLSchema{GeneratePayloadType: func(string) string { return "BYTEA" }}
 }
 
-// SubscriberConfig is how the forwarder reads the outbox with watermill-sql.
+// SubscriberConfig is how a watermill-sql subscriber reads the outbox as
+// moenda configures it (Watermill's forwarder, or a consumer of the
+// PostgreSQL pub/sub); the relay reads the same table and offsets.
 func (c Config) SubscriberConfig() wsql.SubscriberConfig {
 	return wsql.SubscriberConfig{
 		ConsumerGroup:  c.ConsumerGroup,
@@ -124,48 +136,4 @@ func Prepare(ctx context.Context, e event.Event, routable func(string) error) (*
 	}
 	msg.SetContext(ctx)
 	return msg, key, nil
-}
-
-// NewForwarder adds the forwarder to router: it reads the outbox as
-// consumer group cfg.ConsumerGroup and publishes each row to out with the
-// row's routing key as topic. A row is marked forwarded only after out
-// confirms it; a crash in between publishes it again (consumers deduplicate
-// by event id).
-//
-// It runs, and its subscriber is closed, with the router.
-func NewForwarder(pool *pgxpool.Pool, out message.Publisher, router *message.Router, cfg Config, logger watermill.LoggerAdapter) error {
-	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), cfg.SubscriberConfig(), logger)
-	if err != nil {
-		return fmt.Errorf("outbox: subscriber: %w", err)
-	}
-	_, err = forwarder.NewForwarder(sub, out, logger, forwarder.Config{
-		ForwarderTopic: Topic,
-		HandlerName:    "outbox_forwarder",
-		Router:         router,
-		// A row that is not a forwarder envelope would otherwise block the
-		// outbox for ever; it stays in the table for inspection.
-		AckWhenCannotUnwrap: true,
-		Middlewares:         []message.HandlerMiddleware{skipUnroutable(logger)},
-	})
-	if err != nil {
-		return errors.Join(fmt.Errorf("outbox: forwarder: %w", err), sub.Close())
-	}
-	return nil
-}
-
-// skipUnroutable moves past a row whose routing key no exchange carries any
-// more (the outbox checks routes when it writes, so only a configuration
-// change gets here). Retrying it would stall every row behind it for ever;
-// it stays in watermill_outbox, and the log line says which it is.
-func skipUnroutable(logger watermill.LoggerAdapter) message.HandlerMiddleware {
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			out, err := h(msg)
-			if errors.Is(err, topology.ErrUnroutable) {
-				logger.Error("Outbox row skipped: no exchange carries its routing key; it stays in watermill_outbox", err, watermill.LogFields{"outbox_uuid": msg.UUID})
-				return out, nil
-			}
-			return out, err
-		}
-	}
 }

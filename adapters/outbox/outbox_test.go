@@ -18,21 +18,19 @@ import (
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/router"
 )
 
 // testConfig is the forwarder's configuration in configs/test.yaml.
-var testConfig = outbox.Config{ConsumerGroup: "moenda-forwarder", PollInterval: 20 * time.Millisecond, RetryInterval: 50 * time.Millisecond}
+var testConfig = outbox.Config{ConsumerGroup: "moenda-forwarder", PollInterval: 200 * time.Millisecond, RetryInterval: 50 * time.Millisecond, BatchSize: 100, ConfirmWindow: 64}
 
 // stack is the outbox path against the real services: a migrated
 // database, a vhost with the topology declared, and the AMQP broker.
 type stack struct {
 	db     testenv.Database
 	vhost  testenv.VHost
-	top    *topology.Topology
-	broker *amqp.Broker
-	tx     *postgres.Transactor
-	wlog   watermill.LoggerAdapter
+	top  *topology.Topology
+	tx   *postgres.Transactor
+	wlog watermill.LoggerAdapter
 }
 
 func newStack(t *testing.T) *stack {
@@ -54,39 +52,32 @@ func newStack(t *testing.T) *stack {
 	if err := amqp.Declare(ctx, s.vhost.URL, s.top); err != nil {
 		t.Fatal(err)
 	}
-	s.broker, err = amqp.Connect(amqp.Config{URL: s.vhost.URL, Prefetch: 10, PublisherChannels: 2}, s.top, s.wlog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.broker.Close() })
-	routable := func(key string) error { _, err := s.top.ExchangeFor(key); return err }
-	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(routable, s.wlog))
+	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.routable, s.wlog))
 	return s
 }
 
-// startForwarder runs a forwarder on its own router until the returned
-// stop function is called.
-func (s *stack) startForwarder(t *testing.T) (stop func()) {
+func (s *stack) routable(key string) error {
+	_, err := s.top.ExchangeFor(key)
+	return err
+}
+
+// startRelay runs a relay with cfg until the returned stop function is
+// called.
+func (s *stack) startRelay(t *testing.T, cfg outbox.Config) (stop func()) {
 	t.Helper()
-	r, err := router.New(router.Config{CloseTimeout: 5 * time.Second}, s.wlog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := outbox.NewForwarder(s.db.Pool, s.broker.Publisher, r, testConfig, s.wlog); err != nil {
-		t.Fatal(err)
-	}
+	dest := amqp.NewBatchPublisher(s.vhost.URL, cfg.ConfirmWindow, s.top)
+	relay := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger())
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	<-r.Running()
+	go func() { done <- relay.Run(ctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			if err := r.Close(); err != nil {
-				t.Errorf("close router: %v", err)
-			}
+			cancel()
 			if err := <-done; err != nil {
-				t.Errorf("router: %v", err)
+				t.Errorf("relay: %v", err)
 			}
+			_ = dest.Close()
 		})
 	}
 	t.Cleanup(stop)
@@ -164,7 +155,7 @@ func consume(t *testing.T, url, queue string) func() []amqp091.Delivery {
 
 func TestRollbackPublishesNothingCommitDeliversToEveryBoundQueue(t *testing.T) {
 	s := newStack(t)
-	s.startForwarder(t)
+	s.startRelay(t, testConfig)
 	notified := consume(t, s.vhost.URL, "notificacoes.tarefas-concluidas")
 	audited := consume(t, s.vhost.URL, "auditoria.tarefas")
 
@@ -231,23 +222,26 @@ func checkDelivery(t *testing.T, d amqp091.Delivery, want event.Event) {
 	}
 }
 
-func TestForwarderStoppedMidStreamLosesNothing(t *testing.T) {
+func TestRelayStoppedMidStreamLosesNothing(t *testing.T) {
 	s := newStack(t)
 	got := consume(t, s.vhost.URL, "auditoria.tarefas")
 	const before, during = 1500, 300
 	want := map[string]bool{}
 	s.commit(t, before, want)
 
-	stop := s.startForwarder(t)
-	testenv.Eventually(t, 30*time.Second, "the forwarder to start moving rows", func() bool { return len(got()) >= 100 })
+	// Small batches, so that stopping lands mid-stream.
+	slow := testConfig
+	slow.BatchSize, slow.ConfirmWindow = 5, 5
+	stop := s.startRelay(t, slow)
+	testenv.Eventually(t, 30*time.Second, "the relay to start moving rows", func() bool { return len(got()) >= 100 })
 	stop()
 	atStop := len(got())
 	if atStop >= before {
-		t.Fatalf("the forwarder had moved all %d rows before it was stopped; the test did not stop it mid-stream", atStop)
+		t.Fatalf("the relay had moved all %d rows before it was stopped; the test did not stop it mid-stream", atStop)
 	}
-	s.commit(t, during, want) // the application keeps committing while the forwarder is down
+	s.commit(t, during, want) // the application keeps committing while the relay is down
 
-	s.startForwarder(t)
+	s.startRelay(t, testConfig)
 	distinct := func() map[string]bool {
 		ids := map[string]bool{}
 		for _, d := range got() {
@@ -266,4 +260,70 @@ func TestForwarderStoppedMidStreamLosesNothing(t *testing.T) {
 		t.Fatalf("%d distinct event ids out, %d in", len(ids), len(want))
 	}
 	t.Logf("stopped after %d of %d; %d deliveries for %d events (%d redelivered)", atStop, before, len(got()), len(want), len(got())-len(want))
+}
+
+// Two replicas run the relay: one holds the lock, the other waits, so each
+// event is published once.
+func TestOneRelayActivePerConsumerGroup(t *testing.T) {
+	s := newStack(t)
+	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	s.startRelay(t, testConfig)
+	s.startRelay(t, testConfig)
+	want := map[string]bool{}
+	s.commit(t, 300, want)
+	testenv.Eventually(t, 30*time.Second, "every event", func() bool { return len(got()) >= len(want) })
+	time.Sleep(300 * time.Millisecond) // a second copy would arrive by now
+	if n := len(got()); n != len(want) {
+		t.Fatalf("%d deliveries for %d events: both relays published", n, len(want))
+	}
+}
+
+// A row whose routing key no exchange carries any more (the configuration
+// changed after it was written) is skipped, and the rows behind it flow.
+func TestRelaySkipsRowsNoExchangeCarries(t *testing.T) {
+	s := newStack(t)
+	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	want := map[string]bool{}
+	s.commit(t, 1, want)
+	cfg := testConfig
+	dest := amqp.NewBatchPublisher(s.vhost.URL, cfg.ConfirmWindow, s.top)
+	defer dest.Close()
+	refuseFirst := map[string]bool{}
+	for id := range want {
+		refuseFirst[id] = true
+	}
+	s.commit(t, 5, want)
+	for id := range refuseFirst {
+		delete(want, id)
+	}
+	seen := 0
+	routable := func(key string) error {
+		seen++
+		if seen == 1 {
+			return topology.ErrUnroutable
+		}
+		return nil
+	}
+	relay := outbox.NewRelay(s.db.Pool, dest, routable, cfg, testenv.Logger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testenv.Eventually(t, 10*time.Second, "the rows behind the skipped one", func() bool {
+		ids := map[string]bool{}
+		for _, d := range got() {
+			ids[d.MessageId] = true
+		}
+		for id := range want {
+			if !ids[id] {
+				return false
+			}
+		}
+		for id := range refuseFirst {
+			if ids[id] {
+				t.Fatalf("the unroutable row %s was published", id)
+			}
+		}
+		return true
+	})
 }

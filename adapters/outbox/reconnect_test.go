@@ -28,9 +28,9 @@ func delivered(got []amqp091.Delivery, want map[string]bool) int {
 	return len(seen)
 }
 
-func TestForwarderSurvivesBrokerDroppingConnections(t *testing.T) {
+func TestRelaySurvivesBrokerDroppingConnections(t *testing.T) {
 	s := newStack(t)
-	s.startForwarder(t)
+	s.startRelay(t, testConfig)
 	want := map[string]bool{}
 	s.commit(t, 10, want)
 	testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", s.vhost.Name, "test: the broker drops every connection")
@@ -41,15 +41,15 @@ func TestForwarderSurvivesBrokerDroppingConnections(t *testing.T) {
 	})
 }
 
-// TestForwarderSurvivesBrokerRestart stops and starts the RabbitMQ node
+// TestRelaySurvivesBrokerRestart stops and starts the RabbitMQ node
 // itself, so it runs only where nothing else uses the broker meanwhile:
 // .ci/test runs it alone with TEST_BROKER_RESTART=1.
-func TestForwarderSurvivesBrokerRestart(t *testing.T) {
+func TestRelaySurvivesBrokerRestart(t *testing.T) {
 	if os.Getenv("TEST_BROKER_RESTART") != "1" {
 		t.Skip("restarts the RabbitMQ node; set TEST_BROKER_RESTART=1 where no other test uses it (.ci/test does)")
 	}
 	s := newStack(t)
-	s.startForwarder(t)
+	s.startRelay(t, testConfig)
 	want := map[string]bool{}
 	s.commit(t, 10, want)
 	testenv.Rabbitmqctl(t, "stop_app")

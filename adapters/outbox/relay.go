@@ -1,0 +1,253 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// NotifyChannel is the PostgreSQL channel a trigger on watermill_outbox
+// notifies after each insert statement, so an idle relay sleeps instead of
+// polling.
+const NotifyChannel = "moenda_outbox"
+
+// Destination takes a batch of messages, each with its routing key, and
+// returns once the broker has confirmed all of them.
+type Destination interface {
+	PublishBatch(ctx context.Context, routingKeys []string, msgs []*message.Message) error
+}
+
+// Relay moves committed outbox rows to the broker. It replaces Watermill's
+// forwarder, which waits for each publisher confirm in turn and whose
+// watermill-sql query reads every pending row per batch; the relay keeps the
+// same table, the same consumer-group offsets and the same visibility rule
+// (a row is read only once every transaction that could commit before it
+// has ended), but reads a batch by an index range from its position,
+// publishes it with pipelined confirms, then records the new position.
+//
+// One relay per consumer group is active at a time: it holds a PostgreSQL
+// advisory lock, and other replicas wait on standby.
+type Relay struct {
+	pool     *pgxpool.Pool
+	dest     Destination
+	cfg      Config
+	routable func(string) error
+	logger   *slog.Logger
+}
+
+// NewRelay returns a relay reading the outbox through pool.
+func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error, cfg Config, logger *slog.Logger) *Relay {
+	return &Relay{pool: pool, dest: dest, cfg: cfg, routable: routable, logger: logger.With("consumer_group", cfg.ConsumerGroup)}
+}
+
+// position is the last row the consumer group has published.
+type position struct {
+	txID   uint64
+	offset int64
+}
+
+type outboxRow struct {
+	position
+	payload []byte
+}
+
+// envelope is the forwarder's row format: the message, with the topic it
+// is for.
+type envelope struct {
+	DestinationTopic string            `json:"destination_topic"`
+	UUID             string            `json:"uuid"`
+	Payload          []byte            `json:"payload"`
+	Metadata         map[string]string `json:"metadata"`
+}
+
+// Run relays until ctx ends. Failures (the broker or the database away) are
+// logged and retried after cfg.RetryInterval; rows are never skipped except
+// those no exchange carries any more, which stay in the table.
+func (r *Relay) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := r.session(ctx); err != nil && ctx.Err() == nil {
+			r.logger.Error("outbox relay: will retry", "error", err, "retry_in", r.cfg.RetryInterval)
+			sleep(ctx, r.cfg.RetryInterval)
+		}
+	}
+	return nil
+}
+
+// session holds a dedicated connection for the lock and the notifications,
+// and relays while it lasts.
+func (r *Relay) session(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
+	if err != nil {
+		return fmt.Errorf("listen connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for {
+		var locked bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey(r.cfg.ConsumerGroup)).Scan(&locked); err != nil {
+			return fmt.Errorf("relay lock: %w", err)
+		}
+		if locked {
+			break
+		}
+		if !sleep(ctx, r.cfg.PollInterval) { // another replica relays
+			return nil
+		}
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	pos, err := r.load(ctx)
+	if err != nil {
+		return err
+	}
+	r.logger.Info("outbox relay active")
+
+	wake := make(chan struct{}, 1)
+	listenCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	listenErr := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := conn.WaitForNotification(listenCtx); err != nil {
+				listenErr <- err
+				return
+			}
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	defer func() { stop(); <-listenErr }()
+
+	// After a notification whose rows are not visible yet (an older
+	// transaction is still open), look again soon rather than at the next
+	// idle poll.
+	var recheck time.Duration
+	for {
+		n, next, err := r.relayBatch(ctx, pos)
+		if err != nil {
+			return err
+		}
+		pos = next
+		if n == r.cfg.BatchSize {
+			continue
+		}
+		if n > 0 {
+			recheck = 0
+			continue
+		}
+		wait := r.cfg.PollInterval
+		if recheck > 0 {
+			wait = recheck
+			recheck *= 2
+			if recheck > 64*time.Millisecond {
+				recheck = 0
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-listenErr:
+			listenErr <- err // for the deferred wait
+			return fmt.Errorf("listen connection: %w", err)
+		case <-wake:
+			recheck = time.Millisecond
+		case <-time.After(wait):
+		}
+	}
+}
+
+// load reads the consumer group's position, creating it at the start.
+func (r *Relay) load(ctx context.Context) (position, error) {
+	var pos position
+	_, err := r.pool.Exec(ctx, `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
+		VALUES ($1, 0, '0') ON CONFLICT (consumer_group) DO NOTHING`, r.cfg.ConsumerGroup)
+	if err == nil {
+		err = r.pool.QueryRow(ctx, `SELECT COALESCE(offset_acked, 0), last_processed_transaction_id::text::bigint
+			FROM watermill_offsets_outbox WHERE consumer_group = $1`, r.cfg.ConsumerGroup).Scan(&pos.offset, &pos.txID)
+	}
+	if err != nil {
+		return pos, fmt.Errorf("outbox position: %w", err)
+	}
+	return pos, nil
+}
+
+// relayBatch publishes the next batch after pos and records the new
+// position; it returns how many rows it read.
+func (r *Relay) relayBatch(ctx context.Context, pos position) (int, position, error) {
+	rows, err := r.pool.Query(ctx, `
+		SELECT transaction_id::text::bigint, "offset", payload FROM watermill_outbox
+		WHERE (transaction_id, "offset") > ($1::text::xid8, $2)
+		  AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY transaction_id, "offset"
+		LIMIT $3`, fmt.Sprint(pos.txID), pos.offset, r.cfg.BatchSize)
+	if err != nil {
+		return 0, pos, fmt.Errorf("read outbox: %w", err)
+	}
+	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
+		var rw outboxRow
+		err := row.Scan(&rw.txID, &rw.offset, &rw.payload)
+		return rw, err
+	})
+	if err != nil {
+		return 0, pos, fmt.Errorf("read outbox: %w", err)
+	}
+	if len(batch) == 0 {
+		return 0, pos, nil
+	}
+	keys := make([]string, 0, len(batch))
+	msgs := make([]*message.Message, 0, len(batch))
+	for _, rw := range batch {
+		var env envelope
+		if err := json.Unmarshal(rw.payload, &env); err != nil || env.DestinationTopic == "" {
+			r.logger.Error("outbox row skipped: not a forwarder envelope; it stays in watermill_outbox", "offset", rw.offset, "error", err)
+			continue
+		}
+		if err := r.routable(env.DestinationTopic); err != nil {
+			r.logger.Error("outbox row skipped: no exchange carries its routing key; it stays in watermill_outbox",
+				"offset", rw.offset, "event_id", env.UUID, "error", err)
+			continue
+		}
+		msg := message.NewMessage(env.UUID, env.Payload)
+		msg.Metadata = env.Metadata
+		keys = append(keys, env.DestinationTopic)
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) > 0 {
+		if err := r.dest.PublishBatch(ctx, keys, msgs); err != nil {
+			return 0, pos, fmt.Errorf("publish %d events: %w", len(msgs), err)
+		}
+	}
+	last := batch[len(batch)-1].position
+	if _, err := r.pool.Exec(ctx, `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::text::xid8
+		WHERE consumer_group = $1`, r.cfg.ConsumerGroup, last.offset, fmt.Sprint(last.txID)); err != nil {
+		return 0, pos, fmt.Errorf("record outbox position: %w", err)
+	}
+	return len(batch), last, nil
+}
+
+func lockKey(group string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("moenda outbox relay:" + group))
+	return int64(h.Sum64())
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
