@@ -26,11 +26,11 @@ var testConfig = outbox.Config{ConsumerGroup: "moenda-forwarder", PollInterval: 
 // stack is the outbox path against the real services: a migrated
 // database, a vhost with the topology declared, and the AMQP broker.
 type stack struct {
-	db     testenv.Database
-	vhost  testenv.VHost
-	top  *topology.Topology
-	tx   *postgres.Transactor
-	wlog watermill.LoggerAdapter
+	db    testenv.Database
+	vhost testenv.VHost
+	top   *topology.Topology
+	tx    *postgres.Transactor
+	wlog  watermill.LoggerAdapter
 }
 
 func newStack(t *testing.T) *stack {
