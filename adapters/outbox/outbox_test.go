@@ -21,7 +21,7 @@ import (
 )
 
 // testConfig is the forwarder's configuration in configs/test.yaml.
-var testConfig = outbox.Config{ConsumerGroup: "moenda-forwarder", PollInterval: 200 * time.Millisecond, RetryInterval: 50 * time.Millisecond, BatchSize: 100, ConfirmWindow: 64}
+var testConfig = outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: 200 * time.Millisecond, RetryInterval: 50 * time.Millisecond, BatchSize: 100, ConfirmWindow: 64}
 
 // stack is the outbox path against the real services: a migrated
 // database, a vhost with the topology declared, and the AMQP broker.
@@ -31,6 +31,9 @@ type stack struct {
 	top   *topology.Topology
 	tx    *postgres.Transactor
 	wlog  watermill.LoggerAdapter
+
+	mu     sync.Mutex
+	relays []*outbox.Relay // woken after each commit, as serve does
 }
 
 func newStack(t *testing.T) *stack {
@@ -52,8 +55,16 @@ func newStack(t *testing.T) *stack {
 	if err := amqp.Declare(ctx, s.vhost.URL, s.top); err != nil {
 		t.Fatal(err)
 	}
-	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.routable, s.wlog))
+	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.routable, s.wlog), s.wake)
 	return s
+}
+
+func (s *stack) wake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.relays {
+		r.Wake()
+	}
 }
 
 func (s *stack) routable(key string) error {
@@ -67,6 +78,9 @@ func (s *stack) startRelay(t *testing.T, cfg outbox.Config) (stop func()) {
 	t.Helper()
 	dest := amqp.NewBatchPublisher(s.vhost.URL, cfg.ConfirmWindow, s.top)
 	relay := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger())
+	s.mu.Lock()
+	s.relays = append(s.relays, relay)
+	s.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
@@ -326,4 +340,34 @@ func TestRelaySkipsRowsNoExchangeCarries(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// An idle relay sleeps: after its first look it reads about once per poll
+// interval, and a commit in the same process wakes it at once.
+func TestIdleRelaySleeps(t *testing.T) {
+	s := newStack(t)
+	cfg := testConfig
+	cfg.PollInterval = time.Second
+	dest := amqp.NewBatchPublisher(s.vhost.URL, cfg.ConfirmWindow, s.top)
+	defer dest.Close()
+	relay := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger())
+	s.relays = append(s.relays, relay)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(500 * time.Millisecond)
+	before := relay.Queries()
+	time.Sleep(3 * time.Second)
+	if n := relay.Queries() - before; n > 6 {
+		t.Fatalf("an idle relay sent %d queries in 3 s", n)
+	}
+	// A row wakes it at once.
+	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	s.commit(t, 1, map[string]bool{})
+	began := time.Now()
+	testenv.Eventually(t, 5*time.Second, "the event", func() bool { return len(got()) == 1 })
+	if waited := time.Since(began); waited > 500*time.Millisecond {
+		t.Fatalf("the relay took %s to wake: the commit did not wake it", waited)
+	}
 }

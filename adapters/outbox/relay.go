@@ -6,17 +6,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// NotifyChannel is the PostgreSQL channel a trigger on watermill_outbox
-// notifies after each insert statement, so an idle relay sleeps instead of
-// polling.
-const NotifyChannel = "moenda_outbox"
 
 // Destination takes a batch of messages, each with its routing key, and
 // returns once the broker has confirmed all of them.
@@ -35,6 +31,8 @@ type Destination interface {
 // One relay per consumer group is active at a time: it holds a PostgreSQL
 // advisory lock, and other replicas wait on standby.
 type Relay struct {
+	queries  atomic.Uint64
+	wake     chan struct{}
 	pool     *pgxpool.Pool
 	dest     Destination
 	cfg      Config
@@ -44,8 +42,22 @@ type Relay struct {
 
 // NewRelay returns a relay reading the outbox through pool.
 func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error, cfg Config, logger *slog.Logger) *Relay {
-	return &Relay{pool: pool, dest: dest, cfg: cfg, routable: routable, logger: logger.With("consumer_group", cfg.ConsumerGroup)}
+	return &Relay{pool: pool, dest: dest, cfg: cfg, routable: routable, wake: make(chan struct{}, 1), logger: logger.With("consumer_group", cfg.ConsumerGroup)}
 }
+
+// Wake tells an idle relay that rows were committed. Writers in the same
+// process call it after each commit; writers elsewhere are picked up by the
+// idle poll.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Queries counts the statements the relay has sent to PostgreSQL, so the
+// cost of an idle relay can be measured.
+func (r *Relay) Queries() uint64 { return r.queries.Load() }
 
 // position is the last row the consumer group has published.
 type position struct {
@@ -80,16 +92,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// session holds a dedicated connection for the lock and the notifications,
-// and relays while it lasts.
+// session holds the relay lock on a connection of its own and relays
+// while it lasts.
 func (r *Relay) session(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
 	if err != nil {
-		return fmt.Errorf("listen connection: %w", err)
+		return fmt.Errorf("lock connection: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for {
 		var locked bool
+		r.queries.Add(1)
 		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey(r.cfg.ConsumerGroup)).Scan(&locked); err != nil {
 			return fmt.Errorf("relay lock: %w", err)
 		}
@@ -100,66 +113,36 @@ func (r *Relay) session(ctx context.Context) error {
 			return nil
 		}
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	pos, err := r.load(ctx)
 	if err != nil {
 		return err
 	}
 	r.logger.Info("outbox relay active")
 
-	wake := make(chan struct{}, 1)
-	listenCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	listenErr := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := conn.WaitForNotification(listenCtx); err != nil {
-				listenErr <- err
-				return
-			}
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	defer func() { stop(); <-listenErr }()
-
-	// After a notification whose rows are not visible yet (an older
-	// transaction is still open), look again soon rather than at the next
-	// idle poll.
-	var recheck time.Duration
+	// After an empty read the relay looks again after 1, 2, 4 ... 32 ms:
+	// under load rows keep coming and it never sleeps longer. Then it
+	// sleeps until a writer wakes it or the idle poll comes round.
+	empty := 0
 	for {
 		n, next, err := r.relayBatch(ctx, pos)
 		if err != nil {
 			return err
 		}
 		pos = next
-		if n == r.cfg.BatchSize {
-			continue
-		}
 		if n > 0 {
-			recheck = 0
+			empty = 0
 			continue
 		}
+		empty++
 		wait := r.cfg.PollInterval
-		if recheck > 0 {
-			wait = recheck
-			recheck *= 2
-			if recheck > 64*time.Millisecond {
-				recheck = 0
-			}
+		if empty <= 6 {
+			wait = time.Millisecond << (empty - 1)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-listenErr:
-			listenErr <- err // for the deferred wait
-			return fmt.Errorf("listen connection: %w", err)
-		case <-wake:
-			recheck = time.Millisecond
+		case <-r.wake:
+			empty = 0
 		case <-time.After(wait):
 		}
 	}
@@ -168,6 +151,7 @@ func (r *Relay) session(ctx context.Context) error {
 // load reads the consumer group's position, creating it at the start.
 func (r *Relay) load(ctx context.Context) (position, error) {
 	var pos position
+	r.queries.Add(2)
 	_, err := r.pool.Exec(ctx, `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
 		VALUES ($1, 0, '0') ON CONFLICT (consumer_group) DO NOTHING`, r.cfg.ConsumerGroup)
 	if err == nil {
@@ -183,8 +167,11 @@ func (r *Relay) load(ctx context.Context) (position, error) {
 // relayBatch publishes the next batch after pos and records the new
 // position; it returns how many rows it read.
 func (r *Relay) relayBatch(ctx context.Context, pos position) (int, position, error) {
+	r.queries.Add(1)
+	// The range on the primary key (transaction_id, offset) from the
+	// position makes a read cost the same however long the backlog.
 	rows, err := r.pool.Query(ctx, `
-		SELECT transaction_id::text::bigint, "offset", payload FROM watermill_outbox
+		SELECT transaction_id::text::bigint AS tx_id, "offset", payload FROM watermill_outbox
 		WHERE (transaction_id, "offset") > ($1::text::xid8, $2)
 		  AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
 		ORDER BY transaction_id, "offset"
@@ -227,6 +214,7 @@ func (r *Relay) relayBatch(ctx context.Context, pos position) (int, position, er
 		}
 	}
 	last := batch[len(batch)-1].position
+	r.queries.Add(1)
 	if _, err := r.pool.Exec(ctx, `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::text::xid8
 		WHERE consumer_group = $1`, r.cfg.ConsumerGroup, last.offset, fmt.Sprint(last.txID)); err != nil {
 		return 0, pos, fmt.Errorf("record outbox position: %w", err)

@@ -93,40 +93,49 @@ func (u unreachable) Unwrap() error { return u.err }
 // Transactor runs units of work in pgx transactions with the outbox bound
 // to each.
 type Transactor struct {
-	pool   *pgxpool.Pool
-	outbox *outbox.Outbox
+	pool      *pgxpool.Pool
+	outbox    *outbox.Outbox
+	published func()
 }
 
-// NewTransactor returns a Transactor over pool.
-func NewTransactor(pool *pgxpool.Pool, out *outbox.Outbox) *Transactor {
-	return &Transactor{pool: pool, outbox: out}
+// NewTransactor returns a Transactor over pool. published, when not nil,
+// runs after each commit that wrote events: it wakes the relay of the same
+// process.
+func NewTransactor(pool *pgxpool.Pool, out *outbox.Outbox, published func()) *Transactor {
+	return &Transactor{pool: pool, outbox: out, published: published}
 }
 
 // InTx runs fn in one transaction and commits if fn returns nil.
 func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
-	var hooks []func()
+	x := &tx{outbox: t.outbox}
 	err := pgx.BeginFunc(ctx, t.pool, func(ptx pgx.Tx) error {
-		return fn(ctx, &tx{tx: ptx, outbox: t.outbox, hooks: &hooks})
+		x.tx = ptx
+		return fn(ctx, x)
 	})
 	if err != nil {
 		return err
 	}
-	for _, h := range hooks {
+	for _, h := range x.hooks {
 		h()
+	}
+	if x.published && t.published != nil {
+		t.published()
 	}
 	return nil
 }
 
 type tx struct {
-	tx     pgx.Tx
-	outbox *outbox.Outbox
-	hooks  *[]func()
+	tx        pgx.Tx
+	outbox    *outbox.Outbox
+	hooks     []func()
+	published bool
 }
 
 func (t *tx) Publish(ctx context.Context, events ...event.Event) error {
+	t.published = t.published || len(events) > 0
 	return t.outbox.Publish(ctx, t.tx, events...)
 }
 
 func (t *tx) Postgres() pgx.Tx { return t.tx }
 
-func (t *tx) OnCommit(fn func()) { *t.hooks = append(*t.hooks, fn) }
+func (t *tx) OnCommit(fn func()) { t.hooks = append(t.hooks, fn) }

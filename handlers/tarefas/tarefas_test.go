@@ -80,7 +80,7 @@ func services(t *testing.T) map[string]func(routable func(string) error) (*Servi
 			db := testenv.Postgres(t)
 			out := outbox.New(routable, watermill.NewSlogLogger(testenv.Logger()))
 			svc := &Service{
-				tx:   postgres.NewTransactor(db.Pool, out),
+				tx:   postgres.NewTransactor(db.Pool, out, nil),
 				repo: func(tx handlers.Tx) Repository { return postgresRepository{tx: tx.Postgres()} },
 				now:  time.Now,
 			}
