@@ -116,7 +116,10 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 			return nil, err
 		}
 		p.broker = broker{publisher: b.Publisher, deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: b.Ready, close: b.Close}
-		p.tx = postgres.NewTransactor(p.pool, outbox.New(routable, wlog))
+		dest := amqp.NewBatchPublisher(cfg.AMQP.URL, cfg.Outbox.ConfirmWindow, p.top)
+		p.closers = append(p.closers, dest.Close)
+		p.relay = outbox.NewRelay(p.pool, dest, routable, cfg.Outbox, logger)
+		p.tx = postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.relay.Wake)
 	case BrokerMemory:
 		b := memory.NewBroker(p.top, wlog)
 		p.broker = broker{publisher: b.Publisher, deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: func() error { return nil }, close: b.Close}
@@ -130,6 +133,10 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		return nil, err
 	}
 	deps := handlers.Deps{Logger: logger, Tx: p.tx, DB: p.pool}
+	consumers := 1 // the memory broker gives every subscription every message
+	if cfg.Broker.Kind == BrokerAMQP {
+		consumers = cfg.AMQP.ConsumersPerQueue
+	}
 	var routes []router.Route
 	var plugins []handlers.Plugin
 	for _, ep := range cfg.plugins {
@@ -142,16 +149,11 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		}
 		plugins = append(plugins, built)
 		for _, s := range ep.def.Subscriptions {
-			routes = append(routes, router.Route{Queue: ep.def.Queue(s), Handle: built.Handlers[s.Name]})
+			routes = append(routes, router.Route{Queue: ep.def.Queue(s), Handle: built.Handlers[s.Name], Consumers: consumers})
 		}
 	}
 	if err = router.AddRoutes(p.router, p.broker.subscriber, p.broker.deadLetter, cfg.Router, logger, routes); err != nil {
 		return nil, err
-	}
-	if p.pool != nil {
-		dest := amqp.NewBatchPublisher(cfg.AMQP.URL, cfg.Outbox.ConfirmWindow, p.top)
-		p.closers = append(p.closers, dest.Close)
-		p.relay = outbox.NewRelay(p.pool, dest, routable, cfg.Outbox, logger)
 	}
 
 	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {

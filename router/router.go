@@ -52,6 +52,10 @@ func (c Config) Validate() error {
 type Route struct {
 	Queue  string
 	Handle handlers.HandlerFunc
+	// Consumers is how many messages of the queue are handled at once:
+	// watermill-amqp hands one message at a time to each subscription,
+	// whatever the prefetch, so parallelism takes more subscriptions.
+	Consumers int
 }
 
 // New returns an empty router.
@@ -98,8 +102,14 @@ func AddRoutes(r *message.Router, sub message.Subscriber, deadLetter message.Pub
 			RandomizationFactor: 0.2,
 			ResetContextOnRetry: true,
 		}
-		h := r.AddConsumerHandler(rt.Queue, rt.Queue, sub, decode(rt.Handle, log))
-		h.AddMiddleware(spent, retry.Middleware, permanent, middleware.Recoverer)
+		for i := range max(rt.Consumers, 1) {
+			name := rt.Queue
+			if i > 0 {
+				name = fmt.Sprintf("%s#%d", rt.Queue, i+1)
+			}
+			h := r.AddConsumerHandler(name, rt.Queue, sub, decode(rt.Handle, log))
+			h.AddMiddleware(spent, retry.Middleware, permanent, middleware.Recoverer)
+		}
 	}
 	return nil
 }

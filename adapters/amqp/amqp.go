@@ -32,6 +32,9 @@ type Config struct {
 	// PublisherChannels is the number of channels kept open for publishing;
 	// 0 would open and close a channel per message.
 	PublisherChannels int `koanf:"publisher_channels"`
+	// ConsumersPerQueue is how many messages of one queue are handled at
+	// once (each on its own channel); order across them is not kept.
+	ConsumersPerQueue int `koanf:"consumers_per_queue"`
 }
 
 // Validate reports every problem at once.
@@ -45,6 +48,9 @@ func (c Config) Validate() error {
 	}
 	if c.PublisherChannels < 1 {
 		errs = append(errs, fmt.Errorf("amqp.publisher_channels must be at least 1, got %d", c.PublisherChannels))
+	}
+	if c.ConsumersPerQueue < 1 {
+		errs = append(errs, fmt.Errorf("amqp.consumers_per_queue must be at least 1, got %d", c.ConsumersPerQueue))
 	}
 	return errors.Join(errs...)
 }
