@@ -30,6 +30,9 @@ Commands:
   config print     print the resolved configuration
   health           exit 0 when the local serve answers /readyz with 200
                    (for container healthchecks)
+  bench [--quick] [--json] [--markdown FILE]
+                   measure moenda against the raw clients on the servers
+                   of the configuration; --markdown writes BENCHMARKS.md
 
 The environment is --env, else MOENDA_ENV, else "local"; its settings are
 configs/base.yaml, then configs/ENV.yaml, then MOENDA_* variables
@@ -57,6 +60,9 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	}
 	cmd := strings.Join(fl.Args(), " ")
 	run, ok := commands[cmd]
+	if fl.Arg(0) == "bench" {
+		run, ok = benchCommand(fl.Args()[1:])
+	}
 	if !ok && strings.Contains(" "+cmd, " -") {
 		fmt.Fprintf(stderr, "moenda: flags go before the command: moenda --env ENV %s\n", strings.Fields(cmd)[0])
 		return 2

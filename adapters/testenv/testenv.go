@@ -91,10 +91,21 @@ func ExclusivePostgres(t testing.TB) Database {
 // shared while they use PostgreSQL and ExclusivePostgres holds alone.
 const clusterLock = 0x6d6f656e // "moen"
 
-func newDatabase(t testing.TB, exclusive bool) Database {
+// SharePostgres is for a test that makes its own databases on the server:
+// it holds the cluster lock shared until the test ends and returns the
+// server's admin URL.
+func SharePostgres(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	base, _ := lockCluster(ctx, t, false)
+	return base
+}
+
+// lockCluster takes the cluster lock on a session of its own, held until
+// the test ends, and returns the admin URL and that session.
+func lockCluster(ctx context.Context, t testing.TB, exclusive bool) (string, *pgx.Conn) {
+	t.Helper()
 	base := os.Getenv("TEST_POSTGRES_URL")
 	if base == "" {
 		base = defaultPostgresURL
@@ -104,7 +115,7 @@ func newDatabase(t testing.TB, exclusive bool) Database {
 		t.Fatalf("testenv: PostgreSQL at %s is not reachable (run .ci/test, which starts it): %v", base, err)
 	}
 	// The lock lives as long as this session: until the test ends, after
-	// its database is dropped.
+	// its databases are dropped.
 	t.Cleanup(func() { _ = admin.Close(context.Background()) })
 	lock := "SELECT pg_advisory_lock_shared($1)"
 	if exclusive {
@@ -113,6 +124,14 @@ func newDatabase(t testing.TB, exclusive bool) Database {
 	if _, err := admin.Exec(ctx, lock, clusterLock); err != nil {
 		t.Fatalf("testenv: lock: %v", err)
 	}
+	return base, admin
+}
+
+func newDatabase(t testing.TB, exclusive bool) Database {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	base, admin := lockCluster(ctx, t, exclusive)
 	name := "moenda_t_" + suffix()
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("testenv: create database: %v", err)

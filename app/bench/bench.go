@@ -1,0 +1,193 @@
+// Package bench measures moenda against the raw clients on the same
+// machine, in one run: the raw clients give each ceiling, moenda's figure
+// is set against it as a ratio. Absolute numbers depend on the machine;
+// ratios measured side by side do much less. `moenda bench` runs it.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Options size a run.
+type Options struct {
+	// Quick shrinks every measure to seconds: a smoke run that keeps the
+	// harness working, not a measurement.
+	Quick bool
+	// ServeBin is the moenda binary whose serve is measured as a process.
+	ServeBin string
+	// PostgresURL and AMQPURL name the servers; the run creates its own
+	// database and its own exchange and queues, and removes them.
+	PostgresURL, AMQPURL string
+	// Settings are moenda's, as the configuration sets them.
+	Settings Settings
+	Logger   *slog.Logger
+}
+
+// sizes are the amounts of work of each measure.
+type sizes struct {
+	messages   int           // raw publish and consume, router consume
+	txDuration time.Duration // each transaction-rate measure
+	backlog    int           // relay drain
+	bigBacklog int           // relay drain, flatness check; 0 skips it
+	latencyFor time.Duration // end-to-end latency at a fixed rate
+	rate       int           // offered load for latency, events/s
+	idleFor    time.Duration // idle relay query count
+}
+
+func (o Options) sizes() sizes {
+	if o.Quick {
+		return sizes{messages: 2000, txDuration: 500 * time.Millisecond, backlog: 2000, latencyFor: 2 * time.Second, rate: 200, idleFor: 2 * time.Second}
+	}
+	return sizes{messages: 50000, txDuration: 3 * time.Second, backlog: 50000, bigBacklog: 500000, latencyFor: 10 * time.Second, rate: 1000, idleFor: 10 * time.Second}
+}
+
+// Row is one figure. Ceiling is the raw client's figure it is set against
+// (0 when there is none) and Ratio is Value/Ceiling, or Value against the
+// row named in the target.
+type Row struct {
+	Name    string  `json:"name"`
+	Value   float64 `json:"value"`
+	Unit    string  `json:"unit"`
+	Ceiling float64 `json:"ceiling"`
+	Ratio   float64 `json:"ratio"`
+	// Target is the goal in words, such as "ratio >= 0.60"; Met says
+	// whether this run reached it.
+	Target string `json:"target,omitempty"`
+	Met    *bool  `json:"met,omitempty"`
+}
+
+// Result is a whole run.
+type Result struct {
+	Machine map[string]string `json:"machine"`
+	Rows    []Row             `json:"rows"`
+}
+
+// measure is one step of the run: it reads earlier rows (ceilings) from
+// r and appends its own. Adding a figure is adding a step to steps.
+type measure struct {
+	name string
+	run  func(ctx context.Context, e *env, r *Result) error
+}
+
+// steps run in this order; a step may use the rows of those before it.
+var steps = []measure{
+	{"raw AMQP publish and consume", rawAMQP},
+	{"transactions: raw pgx and the outbox", transactions},
+	{"relay drain and serve memory", relayDrain},
+	{"Watermill's forwarder, for comparison", stockForwarder},
+	{"idle relay", idleRelay},
+	{"consume through the router", routerConsume},
+	{"end-to-end latency", latency},
+}
+
+// Run runs every step and returns the rows.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	e, err := newEnv(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	res := &Result{Machine: e.machine(ctx)}
+	for _, m := range steps {
+		opts.Logger.Info("bench: " + m.name)
+		if err := m.run(ctx, e, res); err != nil {
+			return res, fmt.Errorf("bench: %s: %w", m.name, err)
+		}
+	}
+	return res, nil
+}
+
+// add appends a row, computing its ratio against ceiling and checking
+// target (ratio >= min, or value <= max when max > 0).
+func (r *Result) add(row Row, minRatio, maxValue float64) {
+	if row.Ceiling > 0 {
+		row.Ratio = row.Value / row.Ceiling
+	}
+	if minRatio > 0 || maxValue > 0 {
+		met := (minRatio == 0 || row.Ratio >= minRatio) && (maxValue == 0 || row.Value <= maxValue)
+		row.Met = &met
+	}
+	r.Rows = append(r.Rows, row)
+}
+
+// value returns the value of the row named name, or 0.
+func (r *Result) value(name string) float64 {
+	for _, row := range r.Rows {
+		if row.Name == name {
+			return row.Value
+		}
+	}
+	return 0
+}
+
+// WriteTable prints the rows as an aligned table.
+func (r *Result) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "name\tvalue\tunit\tceiling\tratio\ttarget\tmet\t")
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), row.Target, met(row.Met))
+	}
+	return tw.Flush()
+}
+
+// WriteJSON prints the rows as a JSON list.
+func (r *Result) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r.Rows)
+}
+
+// WriteMarkdown writes the BENCHMARKS.md document: machine, then rows.
+func (r *Result) WriteMarkdown(w io.Writer, command string) error {
+	var b strings.Builder
+	b.WriteString("# Benchmarks\n\n")
+	b.WriteString("Generated by `" + command + "`. Each ceiling is the raw client (amqp091-go, pgx) doing the same work on the\n")
+	b.WriteString("same machine in the same run; the ratio is moenda's figure over it. Absolute figures vary with the\n")
+	b.WriteString("machine; compare ratios. What each row measures is in the README, section Benchmarks.\n\n")
+	b.WriteString("## Machine\n\n| | |\n|---|---|\n")
+	for _, k := range []string{"date", "cpu", "nproc", "memory", "go", "postgresql", "rabbitmq", "mode"} {
+		fmt.Fprintf(&b, "| %s | %s |\n", k, r.Machine[k])
+	}
+	b.WriteString("\n## Results\n\n| name | value | unit | ceiling | ratio | target | met |\n|---|--:|---|--:|--:|---|---|\n")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), row.Target, met(row.Met))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func num(v float64) string {
+	switch {
+	case v == 0:
+		return ""
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func ratio(v float64) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func met(m *bool) string {
+	switch {
+	case m == nil:
+		return ""
+	case *m:
+		return "yes"
+	default:
+		return "NO"
+	}
+}

@@ -1,0 +1,76 @@
+package bench
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/router"
+)
+
+// TestQuickRun runs the whole harness at smoke size against the real
+// services, serve process included, and checks that every figure came out.
+// It asserts no timing: a figure that misses its target is a finding for
+// BENCHMARKS.md, not a failure.
+func TestQuickRun(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "moenda")
+	if out, err := exec.Command("go", "build", "-o", bin, "../..").CombinedOutput(); err != nil {
+		t.Fatalf("build moenda: %v\n%s", err, out)
+	}
+	vhost := testenv.RabbitMQ(t)
+	res, err := Run(context.Background(), Options{
+		Quick:       true,
+		ServeBin:    bin,
+		PostgresURL: testenv.SharePostgres(t),
+		AMQPURL:     vhost.URL,
+		Settings: Settings{
+			AMQP:   amqp.Config{URL: vhost.URL, Prefetch: 50, PublisherChannels: 4, ConsumersPerQueue: 4},
+			Outbox: outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: 100 * time.Millisecond, BatchSize: 1000, ConfirmWindow: 256},
+			Router: router.Config{CloseTimeout: 5 * time.Second, Retry: router.RetryConfig{MaxRetries: 1, InitialInterval: 10 * time.Millisecond, MaxInterval: 10 * time.Millisecond}},
+		},
+		Logger: testenv.Logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPrefixes := []string{
+		"ceiling: amqp091 publish", "ceiling: amqp091 consume",
+		"ceiling: pgx business+outbox-sized row per transaction, 1 writers", "moenda: outbox write (use case + event, one transaction), 16 writers",
+		"moenda: relay drain of 2000 rows", "moenda: serve peak RSS", "moenda: idle relay queries",
+		"moenda: consume through the router", "moenda: end-to-end latency at 200 events/s, commit to handler, p99",
+	}
+	for _, prefix := range wantPrefixes {
+		found := false
+		for _, row := range res.Rows {
+			if strings.HasPrefix(row.Name, prefix) {
+				found = true
+				if row.Value <= 0 && !strings.Contains(row.Name, "idle") {
+					t.Errorf("%s = %v", row.Name, row.Value)
+				}
+				if row.Ceiling > 0 && row.Ratio != row.Value/row.Ceiling {
+					t.Errorf("%s: ratio %v is not value/ceiling", row.Name, row.Ratio)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no row %q", prefix)
+		}
+	}
+	var table, doc strings.Builder
+	if err := res.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteMarkdown(&doc, "moenda bench"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(doc.String(), "| nproc |") || !strings.Contains(table.String(), "ratio") {
+		t.Fatalf("outputs:\n%s\n%s", table.String(), doc.String())
+	}
+	t.Logf("\n%s", table.String())
+}

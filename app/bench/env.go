@@ -1,0 +1,203 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/migrations"
+	"github.com/moenda/moenda/router"
+)
+
+// Settings are the moenda settings measured: those of the configuration
+// the command was run with.
+type Settings struct {
+	AMQP   amqp.Config
+	Outbox outbox.Config
+	Router router.Config
+}
+
+// env is what one run owns: a database, an exchange with one sink queue,
+// and the connections to them. close removes them all.
+type env struct {
+	opts     Options
+	set      Settings
+	sz       sizes
+	logger   *slog.Logger
+	wlog     watermill.LoggerAdapter
+	dbName   string
+	dbURL    string
+	pool     *pgxpool.Pool
+	conn     *amqp091.Connection
+	ch       *amqp091.Channel
+	exchange string
+	sink     string // the queue every bench event reaches
+	top      *topology.Topology
+	tx       *postgres.Transactor
+}
+
+func newEnv(ctx context.Context, opts Options) (_ *env, err error) {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	e := &env{opts: opts, set: opts.Settings, sz: opts.sizes(), logger: opts.Logger, wlog: watermill.NewSlogLogger(opts.Logger)}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+
+	admin, err := pgx.Connect(ctx, e.onDatabase("postgres"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL's maintenance database on the postgres.url server: %w", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	e.dbName = "moenda_bench_" + id
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+e.dbName); err != nil {
+		e.dbName = ""
+		return nil, fmt.Errorf("create the bench database (the user needs CREATEDB): %w", err)
+	}
+	e.dbURL = e.onDatabase(e.dbName)
+	pc, err := pgxpool.ParseConfig(e.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns = 24 // 16 writers, the relay, and room
+	if e.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, err
+	}
+	if _, err := migrations.Up(ctx, e.pool, slog.New(slog.DiscardHandler)); err != nil {
+		return nil, err
+	}
+
+	if e.conn, err = amqp091.Dial(opts.AMQPURL); err != nil {
+		return nil, fmt.Errorf("connect to RabbitMQ (amqp.url): %w", err)
+	}
+	if e.ch, err = e.conn.Channel(); err != nil {
+		return nil, err
+	}
+	e.exchange = "moenda.bench." + id
+	e.sink = e.exchange + ".sink"
+	if e.top, err = topology.Build(e.topologyConfig(), []topology.Subscription{{Queue: e.sink, Patterns: []string{"bench.#"}}}); err != nil {
+		return nil, err
+	}
+	if err := amqp.Declare(ctx, opts.AMQPURL, e.top); err != nil {
+		return nil, err
+	}
+	e.tx = postgres.NewTransactor(e.pool, outbox.New(e.routable, e.wlog), nil)
+	return e, nil
+}
+
+// onDatabase is postgres.url with another database.
+func (e *env) onDatabase(name string) string {
+	u, err := url.Parse(e.opts.PostgresURL)
+	if err != nil {
+		return e.opts.PostgresURL // validated by the configuration
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func (e *env) topologyConfig() topology.Config {
+	return topology.Config{
+		Exchanges:  []topology.ExchangeConfig{{Name: e.exchange, Events: []string{"bench.#"}}},
+		DeadLetter: topology.DeadLetterConfig{Exchange: e.exchange + ".dlx", Queue: "{queue}.dlq"},
+	}
+}
+
+func (e *env) routable(key string) error {
+	_, err := e.top.ExchangeFor(key)
+	return err
+}
+
+func (e *env) close() {
+	if e.ch != nil && e.top != nil {
+		for _, q := range e.top.Queues {
+			_, _ = e.ch.QueueDelete(q.Name, false, false, false)
+		}
+		for _, x := range e.top.Exchanges {
+			_ = e.ch.ExchangeDelete(x.Name, false, false)
+		}
+	}
+	if e.conn != nil {
+		_ = e.conn.Close()
+	}
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	if e.dbName != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if admin, err := pgx.Connect(ctx, e.onDatabase("postgres")); err == nil {
+			_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.dbName+" WITH (FORCE)")
+			_ = admin.Close(ctx)
+		}
+	}
+}
+
+func (e *env) purge() error {
+	_, err := e.ch.QueuePurge(e.sink, false)
+	return err
+}
+
+// benchEvent is a moenda event of about 1 KiB on the wire.
+func benchEvent() event.Event {
+	ev, err := event.New("bench.evento.v1", "bench", map[string]string{"data": strings.Repeat("x", 800)})
+	if err != nil {
+		panic(err) // a constant, valid name
+	}
+	return ev
+}
+
+// machine describes where the run happened.
+func (e *env) machine(ctx context.Context) map[string]string {
+	m := map[string]string{
+		"date":  time.Now().UTC().Format(time.RFC3339),
+		"nproc": fmt.Sprint(runtime.NumCPU()),
+		"go":    runtime.Version(),
+		"mode":  map[bool]string{true: "quick (smoke, not a measurement)", false: "full"}[e.opts.Quick],
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m["cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		m["memory"] = strings.Join(strings.Fields(strings.TrimPrefix(line, "MemTotal:")), " ")
+	}
+	var v string
+	if err := e.pool.QueryRow(ctx, "SHOW server_version").Scan(&v); err == nil {
+		m["postgresql"] = v
+	}
+	if v, ok := e.conn.Properties["version"].(string); ok {
+		m["rabbitmq"] = v
+	}
+	return m
+}
+
+// rawMessage is the 1 KiB persistent message the raw client ceilings send.
+var rawMessage = amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(strings.Repeat("x", 1024))}
+
+var errTimeout = errors.New("timed out")

@@ -1,0 +1,475 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/router"
+)
+
+// fill writes n events into the outbox, in transactions of up to 500.
+func (e *env) fill(ctx context.Context, n int) error {
+	const perTx, writers = 500, 4
+	jobs := make(chan int)
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range jobs {
+				err := e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+					events := make([]event.Event, k)
+					for i := range events {
+						events[i] = benchEvent()
+					}
+					return tx.Publish(ctx, events...)
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for left := n; left > 0; left -= perTx {
+		select {
+		case jobs <- min(left, perTx):
+		case err := <-errs:
+			close(jobs)
+			wg.Wait()
+			return err
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// relayDrain fills the outbox with a backlog, then starts `moenda serve` as
+// a process and times its relay moving the backlog to the sink queue; the
+// serve process's peak RSS is read at the end. The large backlog checks
+// that a batch costs the same however much waits behind it.
+func relayDrain(ctx context.Context, e *env, r *Result) error {
+	if err := e.relayCatchUp(ctx); err != nil {
+		return err
+	}
+	rate, rss, err := e.drain(ctx, e.sz.backlog)
+	if err != nil {
+		return err
+	}
+	r.add(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows with confirms", e.sz.backlog), Value: rate, Unit: "rows/s",
+		Ceiling: r.value(rowPublish), Target: "ratio >= 0.60"}, 0.60, 0)
+	peak := rss
+	if e.sz.bigBacklog > 0 {
+		big, rss, err := e.drain(ctx, e.sz.bigBacklog)
+		if err != nil {
+			return err
+		}
+		r.add(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows, against the %d-row drain", e.sz.bigBacklog, e.sz.backlog), Value: big, Unit: "rows/s",
+			Ceiling: rate, Target: "ratio >= 0.90"}, 0.90, 0)
+		peak = max(peak, rss)
+	}
+	r.add(Row{Name: "moenda: serve peak RSS while draining", Value: peak, Unit: "MiB", Target: "<= 150 MiB"}, 0, 150)
+	return nil
+}
+
+// relayCatchUp moves what earlier steps left in the outbox, untimed, so a
+// drain starts from an empty outbox.
+func (e *env) relayCatchUp(ctx context.Context) error {
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, e.set.Outbox.ConfirmWindow, e.top)
+	defer dest.Close()
+	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	err := until(ctx, 5*time.Minute, func() (bool, error) {
+		var caughtUp bool
+		err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_offsets_outbox WHERE consumer_group = $1)
+			AND NOT EXISTS (SELECT 1 FROM watermill_outbox o, watermill_offsets_outbox p WHERE p.consumer_group = $1
+				AND (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked))`,
+			e.set.Outbox.ConsumerGroup).Scan(&caughtUp)
+		return caughtUp, err
+	})
+	cancel()
+	<-done
+	if err != nil {
+		return fmt.Errorf("relay what earlier steps left: %w", err)
+	}
+	return e.purge()
+}
+
+// drain times serve's relay over a backlog of n rows and returns rows/s and
+// the process's peak RSS in MiB.
+func (e *env) drain(ctx context.Context, n int) (float64, float64, error) {
+	if err := e.fill(ctx, n); err != nil {
+		return 0, 0, fmt.Errorf("fill the outbox: %w", err)
+	}
+	pid, stop, err := e.startServe(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stop()
+	rate, err := e.timeArrivals(ctx, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	rss, err := peakRSS(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	return rate, rss, e.purge()
+}
+
+// timeArrivals consumes the sink queue, as a consumer that keeps up would,
+// until n messages arrived, and returns the rate from the first to the
+// last. Consuming keeps the queue short, so the figure is the relay's, not
+// that of a broker paging a long queue to disk.
+func (e *env) timeArrivals(ctx context.Context, n int) (float64, error) {
+	ch, err := e.conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	deliveries, err := ch.ConsumeWithContext(ctx, e.sink, "", true, false, false, false, nil)
+	if err != nil {
+		return 0, err
+	}
+	var first time.Time
+	for seen := 0; seen < n; seen++ {
+		select {
+		case _, ok := <-deliveries:
+			if !ok {
+				return 0, fmt.Errorf("consumer closed after %d of %d messages", seen, n)
+			}
+			if seen == 0 {
+				first = time.Now()
+			}
+		case <-time.After(time.Minute):
+			return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, errTimeout)
+		}
+	}
+	return float64(n-1) / time.Since(first).Seconds(), nil
+}
+
+// startServe runs `moenda serve` on the bench database and exchange, with
+// no plugin, so its relay is all it does. stop ends it and waits.
+func (e *env) startServe(ctx context.Context) (pid int, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "moenda-bench-")
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	base, err := configs.FS.ReadFile("base.yaml")
+	if err != nil {
+		return 0, nil, err
+	}
+	overlay := fmt.Sprintf(`log: {level: warn}
+handlers: {enabled: []}
+topology:
+  exchanges: [{name: %q, events: ["bench.#"]}]
+  dead_letter: {exchange: %q, queue: "{queue}.dlq"}
+  unrouted: ""
+`, e.exchange, e.exchange+".dlx")
+	if err := os.WriteFile(filepath.Join(dir, "base.yaml"), base, 0o600); err != nil {
+		return 0, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(overlay), 0o600); err != nil {
+		return 0, nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, nil, err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	cmd := exec.CommandContext(ctx, e.opts.ServeBin, "--config-dir", dir, "--env", "bench", "serve")
+	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+e.dbURL, "MOENDA_AMQP__URL="+e.opts.AMQPURL, "MOENDA_HTTP__ADDR="+addr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, nil, fmt.Errorf("start %s serve: %w", e.opts.ServeBin, err)
+	}
+	return cmd.Process.Pid, func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// peakRSS reads a process's high-water resident set size, in MiB.
+func peakRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("peak RSS: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("peak RSS: no VmHWM in /proc/%d/status", pid)
+}
+
+// idleRelay counts the statements an idle relay sends.
+func idleRelay(ctx context.Context, e *env, r *Result) error {
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, e.set.Outbox.ConfirmWindow, e.top)
+	defer dest.Close()
+	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(time.Second) // let it settle
+	q0 := relay.Queries()
+	time.Sleep(e.sz.idleFor)
+	rate := float64(relay.Queries()-q0) / e.sz.idleFor.Seconds()
+	r.add(Row{Name: "moenda: idle relay queries", Value: rate, Unit: "queries/s", Target: "<= 2/s"}, 0, 2)
+	return nil
+}
+
+// routerConsume fills the sink queue with events and times the router, with
+// its whole middleware chain and the configured consumers per queue,
+// handling them all.
+func routerConsume(ctx context.Context, e *env, r *Result) error {
+	n := e.sz.messages
+	if err := e.publishEvents(ctx, n); err != nil {
+		return err
+	}
+	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	rt, err := router.New(e.set.Router, e.wlog)
+	if err != nil {
+		return err
+	}
+	var handled atomic.Int64
+	route := router.Route{Queue: e.sink, Consumers: e.set.AMQP.ConsumersPerQueue, Handle: func(context.Context, event.Event) error {
+		handled.Add(1)
+		return nil
+	}}
+	if err := router.AddRoutes(rt, b.Subscriber, b.DeadLetter, e.set.Router, e.logger, []router.Route{route}); err != nil {
+		return err
+	}
+	began := time.Now()
+	go func() { _ = rt.Run(context.WithoutCancel(ctx)) }()
+	defer rt.Close()
+	if err := until(ctx, 5*time.Minute, func() (bool, error) { return handled.Load() >= int64(n), nil }); err != nil {
+		return fmt.Errorf("router handled %d of %d: %w", handled.Load(), n, err)
+	}
+	r.add(Row{Name: fmt.Sprintf("moenda: consume through the router and middleware, %d consumers", e.set.AMQP.ConsumersPerQueue),
+		Value: float64(n) / time.Since(began).Seconds(), Unit: "msg/s", Ceiling: r.value(rowConsume), Target: "ratio >= 0.50"}, 0.50, 0)
+	return nil
+}
+
+// publishEvents puts n envelopes on the sink queue with the raw client.
+func (e *env) publishEvents(ctx context.Context, n int) error {
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, 256, e.top)
+	defer dest.Close()
+	for sent := 0; sent < n; sent += 1000 {
+		k := min(1000, n-sent)
+		keys := make([]string, k)
+		msgs := make([]*message.Message, k)
+		for i := range k {
+			ev := benchEvent()
+			msg, err := event.ToMessage(ev)
+			if err != nil {
+				return err
+			}
+			keys[i], msgs[i] = ev.RoutingKey(), msg
+		}
+		if err := dest.PublishBatch(ctx, keys, msgs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// latency offers a fixed rate of use cases for a while and measures, per
+// event, the time from its commit to its handler running: outbox, relay,
+// RabbitMQ, router and chain.
+func latency(ctx context.Context, e *env, r *Result) error {
+	if err := e.purge(); err != nil {
+		return err
+	}
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, e.set.Outbox.ConfirmWindow, e.top)
+	defer dest.Close()
+	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	// As in serve, each commit wakes the relay of its process.
+	txr := postgres.NewTransactor(e.pool, outbox.New(e.routable, e.wlog), relay.Wake)
+	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	rt, err := router.New(e.set.Router, e.wlog)
+	if err != nil {
+		return err
+	}
+	// The clock starts when the use case asks to commit (its function
+	// returns) and stops when the handler runs.
+	var committing, handled sync.Map // event id -> time
+	var count atomic.Int64
+	route := router.Route{Queue: e.sink, Consumers: e.set.AMQP.ConsumersPerQueue, Handle: func(_ context.Context, ev event.Event) error {
+		if _, dup := handled.LoadOrStore(ev.ID, time.Now()); !dup {
+			count.Add(1)
+		}
+		return nil
+	}}
+	if err := router.AddRoutes(rt, b.Subscriber, b.DeadLetter, e.set.Router, e.logger, []router.Route{route}); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relay.Run(runCtx) }()
+	defer func() { stop(); <-relayDone }()
+	go func() { _ = rt.Run(runCtx) }()
+	defer rt.Close()
+	<-rt.Running()
+
+	total := int(float64(e.sz.rate) * e.sz.latencyFor.Seconds())
+	jobs := make(chan struct{}, total)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				ev := benchEvent()
+				err := txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+					if _, err := tx.Postgres().Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {
+						return err
+					}
+					if err := tx.Publish(ctx, ev); err != nil {
+						return err
+					}
+					committing.Store(ev.ID, time.Now())
+					return nil
+				})
+				if err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	tick := time.NewTicker(time.Second / time.Duration(e.sz.rate))
+	for range total {
+		<-tick.C
+		jobs <- struct{}{}
+	}
+	tick.Stop()
+	close(jobs)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%d use cases failed", n)
+	}
+	if err := until(ctx, time.Minute, func() (bool, error) { return count.Load() >= int64(total), nil }); err != nil {
+		return fmt.Errorf("handled %d of %d events: %w", count.Load(), total, err)
+	}
+	var lat []time.Duration
+	committing.Range(func(id, at any) bool {
+		if done, ok := handled.Load(id); ok {
+			lat = append(lat, done.(time.Time).Sub(at.(time.Time)))
+		}
+		return true
+	})
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
+	name := fmt.Sprintf("moenda: end-to-end latency at %d events/s, commit to handler, ", e.sz.rate)
+	r.add(Row{Name: name + "p50", Value: pct(0.50), Unit: "ms", Target: "<= 10 ms"}, 0, 10)
+	r.add(Row{Name: name + "p95", Value: pct(0.95), Unit: "ms"}, 0, 0)
+	r.add(Row{Name: name + "p99", Value: pct(0.99), Unit: "ms", Target: "<= 50 ms"}, 0, 50)
+	return nil
+}
+
+// until polls cond every 10 ms until it holds, fails, or timeout passes.
+func until(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errTimeout
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// stockForwarder drains a backlog with Watermill's components/forwarder
+// over watermill-amqp with confirms, from the relay's own position (the
+// two share the offsets table): the figure the relay replaces.
+func stockForwarder(ctx context.Context, e *env, r *Result) error {
+	n := e.sz.backlog / 5
+	if err := e.relayCatchUp(ctx); err != nil {
+		return err
+	}
+	if err := e.fill(ctx, n); err != nil {
+		return err
+	}
+	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(e.pool), e.set.Outbox.SubscriberConfig(), e.wlog)
+	if err != nil {
+		return err
+	}
+	rt, err := router.New(e.set.Router, e.wlog)
+	if err != nil {
+		return err
+	}
+	if _, err := forwarder.NewForwarder(sub, b.Publisher, e.wlog, forwarder.Config{ForwarderTopic: outbox.Topic, Router: rt, AckWhenCannotUnwrap: true}); err != nil {
+		return err
+	}
+	go func() { _ = rt.Run(context.WithoutCancel(ctx)) }()
+	defer rt.Close()
+	rate, err := e.timeArrivals(ctx, n)
+	if err != nil {
+		return err
+	}
+	r.add(Row{Name: fmt.Sprintf("for comparison: Watermill forwarder drain of %d rows with confirms", n), Value: rate, Unit: "rows/s",
+		Ceiling: r.value(rowPublish)}, 0, 0)
+	return e.purge()
+}
