@@ -136,10 +136,12 @@ func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx h
 
 func (x *tx) Publish(ctx context.Context, events ...event.Event) error {
 	for _, e := range events {
-		msg, key, err := outbox.Prepare(ctx, e, x.routable)
+		msg, err := outbox.Prepare(ctx, e, x.routable)
 		if err != nil {
 			return err
 		}
+		key := msg.Metadata.Get(outbox.MetaRoutingKey)
+		delete(msg.Metadata, outbox.MetaRoutingKey) // the broker carries it as the routing key
 		x.events = append(x.events, pending{key: key, msg: msg})
 	}
 	return nil

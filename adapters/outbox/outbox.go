@@ -1,9 +1,10 @@
 // Package outbox is the transactional outbox: events are written as rows by
-// the watermill-sql publisher, wrapped by Watermill's forwarder publisher,
-// bound to the caller's pgx transaction, so they commit or roll back with
-// the business rows; the Relay, with its own consumer group on the outbox
-// topic, publishes committed rows to the broker. Rows are never deleted by
-// the relay: the table is also the audit log of what was published.
+// the watermill-sql publisher bound to the caller's pgx transaction, so they
+// commit or roll back with the business rows; the Relay, with its own
+// consumer group on the outbox topic, publishes committed rows to the
+// broker. A row's payload is the event envelope itself and its metadata
+// carries the routing key. Rows are never deleted by the relay: the table
+// is also the audit log of what was published.
 package outbox
 
 import (
@@ -14,7 +15,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
-	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
@@ -22,13 +22,13 @@ import (
 )
 
 // Topic is the watermill-sql topic of the outbox: its rows live in
-// watermill_outbox and the forwarder's offsets in watermill_offsets_outbox,
+// watermill_outbox and the relay's offsets in watermill_offsets_outbox,
 // both created by the migrations.
 const Topic = "outbox"
 
-// Config is what YAML sets for the forwarder.
+// Config is what YAML sets for the relay.
 type Config struct {
-	// ConsumerGroup names the forwarder's position in the outbox.
+	// ConsumerGroup names the relay's position in the outbox.
 	ConsumerGroup string `koanf:"consumer_group"`
 	// PollInterval is how often an idle relay looks at the outbox when no
 	// notification wakes it (and how often a standby replica asks for the
@@ -101,39 +101,45 @@ func New(routable func(routingKey string) error, logger watermill.LoggerAdapter)
 // Publish writes events as outbox rows inside tx. Nothing leaves before tx
 // commits; if it rolls back, nothing ever leaves.
 func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, events ...event.Event) error {
-	sqlPub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: Schema()}, o.logger)
+	if len(events) == 0 {
+		return nil
+	}
+	pub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: Schema()}, o.logger)
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
-	pub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: Topic})
-	for _, e := range events {
-		msg, key, err := Prepare(ctx, e, o.routable)
-		if err != nil {
+	msgs := make([]*message.Message, len(events))
+	for i, e := range events {
+		if msgs[i], err = Prepare(ctx, e, o.routable); err != nil {
 			return err
 		}
-		if err := pub.Publish(key, msg); err != nil {
-			return fmt.Errorf("outbox: write event %s: %w", e.ID, err)
-		}
+	}
+	if err := pub.Publish(Topic, msgs...); err != nil { // one INSERT for all
+		return fmt.Errorf("outbox: write %d events: %w", len(events), err)
 	}
 	return nil
 }
 
+// MetaRoutingKey is the metadata key of an outbox row's routing key.
+const MetaRoutingKey = "routing_key"
+
 // Prepare stamps e with the correlation carried by ctx, checks it, and
-// returns it as a Watermill message with its routing key. Every outbox, the
-// in-memory one included, goes through it.
-func Prepare(ctx context.Context, e event.Event, routable func(string) error) (*message.Message, string, error) {
+// returns it as a Watermill message carrying its routing key in
+// MetaRoutingKey. Every outbox, the in-memory one included, goes through it.
+func Prepare(ctx context.Context, e event.Event, routable func(string) error) (*message.Message, error) {
 	e = event.Stamp(ctx, e)
 	if err := e.Validate(); err != nil {
-		return nil, "", fmt.Errorf("outbox: event %s: %w", e.Name, err)
+		return nil, fmt.Errorf("outbox: event %s: %w", e.Name, err)
 	}
 	key := e.RoutingKey()
 	if err := routable(key); err != nil {
-		return nil, "", fmt.Errorf("outbox: event %s: %w", e.Name, err)
+		return nil, fmt.Errorf("outbox: event %s: %w", e.Name, err)
 	}
 	msg, err := event.ToMessage(e)
 	if err != nil {
-		return nil, "", fmt.Errorf("outbox: %w", err)
+		return nil, fmt.Errorf("outbox: %w", err)
 	}
+	msg.Metadata.Set(MetaRoutingKey, key)
 	msg.SetContext(ctx)
-	return msg, key, nil
+	return msg, nil
 }

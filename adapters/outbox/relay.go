@@ -67,16 +67,9 @@ type position struct {
 
 type outboxRow struct {
 	position
-	payload []byte
-}
-
-// envelope is the forwarder's row format: the message, with the topic it
-// is for.
-type envelope struct {
-	DestinationTopic string            `json:"destination_topic"`
-	UUID             string            `json:"uuid"`
-	Payload          []byte            `json:"payload"`
-	Metadata         map[string]string `json:"metadata"`
+	uuid     string
+	payload  []byte
+	metadata []byte
 }
 
 // Run relays until ctx ends. Failures (the broker or the database away) are
@@ -171,7 +164,7 @@ func (r *Relay) relayBatch(ctx context.Context, pos position) (int, position, er
 	// The range on the primary key (transaction_id, offset) from the
 	// position makes a read cost the same however long the backlog.
 	rows, err := r.pool.Query(ctx, `
-		SELECT transaction_id::text::bigint AS tx_id, "offset", payload FROM watermill_outbox
+		SELECT transaction_id::text::bigint AS tx_id, "offset", uuid, payload, metadata FROM watermill_outbox
 		WHERE (transaction_id, "offset") > ($1::text::xid8, $2)
 		  AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
 		ORDER BY transaction_id, "offset"
@@ -181,7 +174,7 @@ func (r *Relay) relayBatch(ctx context.Context, pos position) (int, position, er
 	}
 	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
 		var rw outboxRow
-		err := row.Scan(&rw.txID, &rw.offset, &rw.payload)
+		err := row.Scan(&rw.txID, &rw.offset, &rw.uuid, &rw.payload, &rw.metadata)
 		return rw, err
 	})
 	if err != nil {
@@ -193,19 +186,19 @@ func (r *Relay) relayBatch(ctx context.Context, pos position) (int, position, er
 	keys := make([]string, 0, len(batch))
 	msgs := make([]*message.Message, 0, len(batch))
 	for _, rw := range batch {
-		var env envelope
-		if err := json.Unmarshal(rw.payload, &env); err != nil || env.DestinationTopic == "" {
-			r.logger.Error("outbox row skipped: not a forwarder envelope; it stays in watermill_outbox", "offset", rw.offset, "error", err)
+		msg := message.NewMessage(rw.uuid, rw.payload)
+		if err := json.Unmarshal(rw.metadata, &msg.Metadata); err != nil || msg.Metadata.Get(MetaRoutingKey) == "" {
+			r.logger.Error("outbox row skipped: its metadata has no routing key; it stays in watermill_outbox", "offset", rw.offset, "event_id", rw.uuid, "error", err)
 			continue
 		}
-		if err := r.routable(env.DestinationTopic); err != nil {
+		key := msg.Metadata.Get(MetaRoutingKey)
+		if err := r.routable(key); err != nil {
 			r.logger.Error("outbox row skipped: no exchange carries its routing key; it stays in watermill_outbox",
-				"offset", rw.offset, "event_id", env.UUID, "error", err)
+				"offset", rw.offset, "event_id", rw.uuid, "error", err)
 			continue
 		}
-		msg := message.NewMessage(env.UUID, env.Payload)
-		msg.Metadata = env.Metadata
-		keys = append(keys, env.DestinationTopic)
+		delete(msg.Metadata, MetaRoutingKey) // the broker carries it as the routing key
+		keys = append(keys, key)
 		msgs = append(msgs, msg)
 	}
 	if len(msgs) > 0 {

@@ -438,13 +438,32 @@ func until(ctx context.Context, timeout time.Duration, cond func() (bool, error)
 
 // stockForwarder drains a backlog with Watermill's components/forwarder
 // over watermill-amqp with confirms, from the relay's own position (the
-// two share the offsets table): the figure the relay replaces.
+// two share the offsets table): the figure the relay replaces. The rows are
+// written in the forwarder's own format (its envelope around the event).
 func stockForwarder(ctx context.Context, e *env, r *Result) error {
 	n := e.sz.backlog / 5
 	if err := e.relayCatchUp(ctx); err != nil {
 		return err
 	}
-	if err := e.fill(ctx, n); err != nil {
+	err := e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		sqlPub, err := wsql.NewPublisher(wsql.TxFromPgx(tx.Postgres()), wsql.PublisherConfig{SchemaAdapter: outbox.Schema()}, e.wlog)
+		if err != nil {
+			return err
+		}
+		pub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: outbox.Topic})
+		for range n {
+			ev := benchEvent()
+			msg, err := event.ToMessage(ev)
+			if err != nil {
+				return err
+			}
+			if err := pub.Publish(ev.RoutingKey(), msg); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
