@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/moenda/moenda/app/bench"
 )
@@ -53,7 +54,7 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Config, stdout,
 			if err != nil {
 				return err
 			}
-			if err := res.WriteMarkdown(f, "go run . bench --markdown "+*markdown); err != nil {
+			if err := res.WriteMarkdown(f, "go run . bench --markdown "+filepath.Base(*markdown)); err != nil {
 				_ = f.Close()
 				return err
 			}
