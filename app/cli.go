@@ -24,7 +24,7 @@ import (
 const usage = `usage: moenda [--env ENV] [--config-dir DIR] COMMAND
 
 Commands:
-  serve            run the HTTP API, the consumers and the outbox forwarder
+  serve            run the HTTP API, the consumers and the outbox relay
   migrate up       apply pending database migrations
   topology print   print the exchanges, queues and bindings serve declares
   config print     print the resolved configuration

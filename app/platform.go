@@ -26,7 +26,7 @@ import (
 )
 
 // Platform is moenda assembled from a Config: the HTTP server, the router
-// running plugin handlers and the outbox forwarder, and the connections
+// running plugin handlers, the outbox relay, and the connections
 // they share.
 type Platform struct {
 	cfg      *Config

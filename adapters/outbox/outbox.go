@@ -31,8 +31,8 @@ type Config struct {
 	// ConsumerGroup names the relay's position in the outbox.
 	ConsumerGroup string `koanf:"consumer_group"`
 	// PollInterval is how often an idle relay looks at the outbox when no
-	// notification wakes it (and how often a standby replica asks for the
-	// relay lock).
+	// commit of its process wakes it (and how often a standby replica asks
+	// for the relay lock).
 	PollInterval time.Duration `koanf:"poll_interval"`
 	// RetryInterval is how long it waits before trying again after the
 	// broker or the database failed.
@@ -93,7 +93,7 @@ type Outbox struct {
 
 // New returns an Outbox that refuses events whose routing key routable
 // rejects, so an event nothing can deliver fails its request instead of
-// stalling the forwarder.
+// stalling the relay.
 func New(routable func(routingKey string) error, logger watermill.LoggerAdapter) *Outbox {
 	return &Outbox{routable: routable, logger: logger}
 }

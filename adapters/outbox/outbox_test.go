@@ -20,7 +20,7 @@ import (
 	"github.com/moenda/moenda/handlers/event"
 )
 
-// testConfig is the forwarder's configuration in configs/test.yaml.
+// testConfig is the relay configuration of configs/test.yaml, with small batches.
 var testConfig = outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: 200 * time.Millisecond, RetryInterval: 50 * time.Millisecond, BatchSize: 100, ConfirmWindow: 64}
 
 // stack is the outbox path against the real services: a migrated
@@ -190,7 +190,7 @@ func TestRollbackPublishesNothingCommitDeliversToEveryBoundQueue(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "the committed event on both queues", func() bool {
 		return len(notified()) >= 1 && len(audited()) >= 1
 	})
-	time.Sleep(200 * time.Millisecond) // anything else the forwarder sends arrives by now
+	time.Sleep(200 * time.Millisecond) // anything else the relay sends arrives by now
 	for queue, got := range map[string][]amqp091.Delivery{"notificacoes.tarefas-concluidas": notified(), "auditoria.tarefas": audited()} {
 		if len(got) != 1 {
 			t.Fatalf("%s received %d messages, want only the committed event", queue, len(got))

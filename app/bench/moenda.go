@@ -267,23 +267,15 @@ func routerConsume(ctx context.Context, e *env, r *Result) error {
 	if err := e.publishEvents(ctx, n); err != nil {
 		return err
 	}
-	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	rt, err := router.New(e.set.Router, e.wlog)
-	if err != nil {
-		return err
-	}
 	var handled atomic.Int64
-	route := router.Route{Queue: e.sink, Consumers: e.set.AMQP.ConsumersPerQueue, Handle: func(context.Context, event.Event) error {
+	rt, closeBroker, err := e.router(func(context.Context, event.Event) error {
 		handled.Add(1)
 		return nil
-	}}
-	if err := router.AddRoutes(rt, b.Subscriber, b.DeadLetter, e.set.Router, e.logger, []router.Route{route}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
+	defer closeBroker()
 	began := time.Now()
 	go func() { _ = rt.Run(context.WithoutCancel(ctx)) }()
 	defer rt.Close()
@@ -293,6 +285,26 @@ func routerConsume(ctx context.Context, e *env, r *Result) error {
 	r.add(Row{Name: fmt.Sprintf("moenda: consume through the router and middleware, %d consumers", e.set.AMQP.ConsumersPerQueue),
 		Value: float64(n) / time.Since(began).Seconds(), Unit: "msg/s", Ceiling: r.value(rowConsume), Target: "ratio >= 0.50"}, 0.50, 0)
 	return nil
+}
+
+// router returns a router running handle on the sink queue through the
+// whole middleware chain, with the configured consumers per queue, and a
+// function that closes its broker connections.
+func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), error) {
+	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
+	if err != nil {
+		return nil, nil, err
+	}
+	rt, err := router.New(e.set.Router, e.wlog)
+	if err == nil {
+		route := router.Route{Queue: e.sink, Consumers: e.set.AMQP.ConsumersPerQueue, Handle: handle}
+		err = router.AddRoutes(rt, b.Subscriber, b.DeadLetter, e.set.Router, e.logger, []router.Route{route})
+	}
+	if err != nil {
+		_ = b.Close()
+		return nil, nil, err
+	}
+	return rt, func() { _ = b.Close() }, nil
 }
 
 // publishEvents puts n envelopes on the sink queue with the raw client.
@@ -330,28 +342,20 @@ func latency(ctx context.Context, e *env, r *Result) error {
 	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
 	// As in serve, each commit wakes the relay of its process.
 	txr := postgres.NewTransactor(e.pool, outbox.New(e.routable, e.wlog), relay.Wake)
-	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	rt, err := router.New(e.set.Router, e.wlog)
-	if err != nil {
-		return err
-	}
 	// The clock starts when the use case asks to commit (its function
 	// returns) and stops when the handler runs.
 	var committing, handled sync.Map // event id -> time
 	var count atomic.Int64
-	route := router.Route{Queue: e.sink, Consumers: e.set.AMQP.ConsumersPerQueue, Handle: func(_ context.Context, ev event.Event) error {
+	rt, closeBroker, err := e.router(func(_ context.Context, ev event.Event) error {
 		if _, dup := handled.LoadOrStore(ev.ID, time.Now()); !dup {
 			count.Add(1)
 		}
 		return nil
-	}}
-	if err := router.AddRoutes(rt, b.Subscriber, b.DeadLetter, e.set.Router, e.logger, []router.Route{route}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
+	defer closeBroker()
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	relayDone := make(chan error, 1)
