@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -85,6 +86,9 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 		var cfg *Config
 		cfg, err = Load(Source{Env: *envName, Files: files, Environ: environ}, reg)
 		if err == nil {
+			if lookup(environ, "GOGC") == "" {
+				debug.SetGCPercent(cfg.Runtime.GCPercent)
+			}
 			err = run(ctx, cfg, stdout, stderr)
 		}
 	}
