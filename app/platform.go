@@ -44,7 +44,6 @@ type Platform struct {
 
 // broker is what the platform needs of a transport.
 type broker struct {
-	publisher  message.Publisher // topic = routing key
 	deadLetter message.Publisher // topic = queue name
 	subscriber message.Subscriber
 	ready      func() error
@@ -115,14 +114,14 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		if err != nil {
 			return nil, err
 		}
-		p.broker = broker{publisher: b.Publisher, deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: b.Ready, close: b.Close}
+		p.broker = broker{deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: b.Ready, close: b.Close}
 		dest := amqp.NewBatchPublisher(cfg.AMQP.URL, cfg.Outbox.ConfirmWindow, p.top)
 		p.closers = append(p.closers, dest.Close)
 		p.relay = outbox.NewRelay(p.pool, dest, routable, cfg.Outbox, logger)
 		p.tx = postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.relay.Wake)
 	case BrokerMemory:
 		b := memory.NewBroker(p.top, wlog)
-		p.broker = broker{publisher: b.Publisher, deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: func() error { return nil }, close: b.Close}
+		p.broker = broker{deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: func() error { return nil }, close: b.Close}
 		p.tx = memory.NewTransactor(b.Publisher, routable)
 	default:
 		return nil, fmt.Errorf("broker.kind %q is not supported", cfg.Broker.Kind)

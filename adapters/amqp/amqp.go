@@ -59,9 +59,6 @@ func (c Config) Validate() error {
 type Broker struct {
 	pubConn, subConn *wamqp.ConnectionWrapper
 	probe            *probe
-	// Publisher publishes with topic = routing key to the exchange the
-	// topology assigns, with publisher confirms.
-	Publisher message.Publisher
 	// DeadLetter publishes with topic = queue name to the dead-letter
 	// exchange, whose binding routes it to that queue's DLQ.
 	DeadLetter message.Publisher
@@ -69,7 +66,7 @@ type Broker struct {
 	Subscriber message.Subscriber
 }
 
-// Connect opens the publishing and consuming connections. watermill-amqp
+// Connect opens the dead-letter publishing and the consuming connections. watermill-amqp
 // reconnects them with backoff when the broker goes away.
 func Connect(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter) (*Broker, error) {
 	base := watermillConfig(cfg)
@@ -83,17 +80,6 @@ func Connect(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter)
 		return nil, fmt.Errorf("amqp: connect to %s: %w", redact.URL(cfg.URL), err)
 	}
 	b := &Broker{pubConn: pubConn, subConn: subConn, probe: &probe{url: cfg.URL}}
-
-	eventsCfg := base
-	eventsCfg.Exchange.GenerateName = func(topic string) string {
-		x, _ := top.ExchangeFor(topic) // checked by routed.Publish first
-		return x
-	}
-	events, err := wamqp.NewPublisherWithConnection(eventsCfg, logger, pubConn)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("amqp: publisher: %w", err), b.Close())
-	}
-	b.Publisher = routed{Publisher: events, top: top}
 
 	dlCfg := base
 	dlCfg.Exchange.GenerateName = wamqp.GenerateExchangeNameConstant(top.DeadLetterExchange())
@@ -152,13 +138,32 @@ func (p *probe) close() error {
 // Close closes the subscriber, the publishers and both connections.
 func (b *Broker) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{b.Subscriber, b.Publisher, b.DeadLetter} {
+	for _, c := range []interface{ Close() error }{b.Subscriber, b.DeadLetter} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}
 	}
 	errs = append(errs, b.subConn.Close(), b.pubConn.Close(), b.probe.close())
 	return errors.Join(errs...)
+}
+
+// NewPublisher returns watermill-amqp's own publisher, on a connection of
+// its own, publishing with topic = routing key to the exchange the topology
+// assigns. It awaits each confirm in turn; moenda's relay uses
+// BatchPublisher instead, and this one serves code that needs a Watermill
+// publisher, such as Watermill's forwarder.
+func NewPublisher(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter) (message.Publisher, error) {
+	c := watermillConfig(cfg)
+	c.Connection = connection(cfg, "moenda events publisher")
+	c.Exchange.GenerateName = func(topic string) string {
+		x, _ := top.ExchangeFor(topic) // checked by routed.Publish first
+		return x
+	}
+	pub, err := wamqp.NewPublisher(c, logger)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: publisher: %w", err)
+	}
+	return routed{Publisher: pub, top: top}, nil
 }
 
 // routed refuses to publish a routing key no exchange carries, instead of

@@ -470,11 +470,11 @@ func stockForwarder(ctx context.Context, e *env, r *Result) error {
 	if err != nil {
 		return err
 	}
-	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
+	pub, err := amqp.NewPublisher(e.set.AMQP, e.top, e.wlog)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer pub.Close()
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(e.pool), e.set.Outbox.SubscriberConfig(), e.wlog)
 	if err != nil {
 		return err
@@ -483,7 +483,7 @@ func stockForwarder(ctx context.Context, e *env, r *Result) error {
 	if err != nil {
 		return err
 	}
-	if _, err := forwarder.NewForwarder(sub, b.Publisher, e.wlog, forwarder.Config{ForwarderTopic: outbox.Topic, Router: rt, AckWhenCannotUnwrap: true}); err != nil {
+	if _, err := forwarder.NewForwarder(sub, pub, e.wlog, forwarder.Config{ForwarderTopic: outbox.Topic, Router: rt, AckWhenCannotUnwrap: true}); err != nil {
 		return err
 	}
 	go func() { _ = rt.Run(context.WithoutCancel(ctx)) }()
