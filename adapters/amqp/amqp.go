@@ -83,6 +83,10 @@ func Connect(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter)
 
 	dlCfg := base
 	dlCfg.Exchange.GenerateName = wamqp.GenerateExchangeNameConstant(top.DeadLetterExchange())
+	// Dead letters are rare: a channel per publish, no pool. A pool whose
+	// channel failed to reopen while the broker was away panics on Close in
+	// watermill-amqp v3.1.0 (it closes a nil channel).
+	dlCfg.Publish.ChannelPoolSize = 0
 	dl, err := wamqp.NewPublisherWithConnection(dlCfg, logger, pubConn)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("amqp: dead-letter publisher: %w", err), b.Close())
