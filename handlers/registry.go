@@ -24,9 +24,19 @@ import (
 
 // Transactor runs units of work. Events published through the Tx leave
 // only if fn returns nil and the transaction commits.
+//
+// A handler runs inside the unit of work that records its event in the
+// inbox: InTx called with the handler's context joins that unit instead of
+// opening another, so the handler's writes, the events it publishes and the
+// inbox claim commit together.
 type Transactor interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 }
+
+// ErrUnavailable wraps a failure to reach a service the unit of work needs
+// (the database restarting, a connection cut): retrying later may succeed.
+// HTTP routes answer it with 503 and Retry-After.
+var ErrUnavailable = errors.New("service unavailable")
 
 // Tx is one open unit of work.
 type Tx interface {
@@ -69,6 +79,13 @@ type Subscription struct {
 	Name string
 	// Events are routing-key patterns (* one word, # any words).
 	Events []string
+	// Handles lists the versioned event names the handler understands, such
+	// as "tarefa.concluida.v1". An event of another type that reaches the
+	// queue is acknowledged and counted as ignored (subscribers ignore
+	// unknown types); an event of a listed type in a version not listed is a
+	// permanent failure (unknown_version). Empty: every event the bindings
+	// deliver is handled, whatever its version.
+	Handles []string
 }
 
 // Spec is the static part of a plugin, known without building it: it drives
@@ -173,6 +190,11 @@ func NewRegistry(defs ...Definition) (*Registry, error) {
 			subs[s.Name] = true
 			if len(s.Events) == 0 {
 				errs = append(errs, fmt.Errorf("plugin %q: subscription %q lists no events", d.Name, s.Name))
+			}
+			for _, h := range s.Handles {
+				if _, err := event.ParseName(h); err != nil {
+					errs = append(errs, fmt.Errorf("plugin %q: subscription %q handles: %w", d.Name, s.Name, err))
+				}
 			}
 		}
 	}

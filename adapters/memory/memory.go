@@ -112,15 +112,27 @@ type tx struct {
 	hooks    []func()
 }
 
+// txKey marks a context that runs inside one of t's units of work.
+type txKey struct{ t *Transactor }
+
 // InTx runs fn; if it returns nil, the events are published and then the
 // staged writes applied (OnCommit hooks). A failed publish (the broker is
 // closed) applies nothing. Handlers woken by the events wait for the lock,
-// so they see the writes.
+// so they see the writes. Called inside a unit of work of t (a handler's),
+// it joins it.
 func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
+	if x, ok := ctx.Value(txKey{t}).(*tx); ok {
+		return fn(ctx, x)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.run(ctx, fn)
+}
+
+// run is InTx with t.mu held.
+func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
 	x := &tx{routable: t.routable}
-	if err := fn(ctx, x); err != nil {
+	if err := fn(context.WithValue(ctx, txKey{t}, x), x); err != nil {
 		return err
 	}
 	for _, p := range x.events {

@@ -6,11 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/moenda/moenda/adapters/outbox"
@@ -105,15 +109,30 @@ func NewTransactor(pool *pgxpool.Pool, out *outbox.Outbox, published func()) *Tr
 	return &Transactor{pool: pool, outbox: out, published: published}
 }
 
-// InTx runs fn in one transaction and commits if fn returns nil.
+// txKey marks a context that runs inside one of t's units of work.
+type txKey struct{ t *Transactor }
+
+// InTx runs fn in one transaction and commits if fn returns nil. Called
+// inside a unit of work of t (a handler's), it joins it: fn's writes commit
+// with the rest of that unit or not at all.
 func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
+	if x, ok := ctx.Value(txKey{t}).(*tx); ok {
+		return fn(ctx, x)
+	}
+	return t.run(ctx, fn)
+}
+
+// run opens a unit of work, runs fn in it and commits if fn returns nil;
+// then it runs the commit hooks and wakes the relay. A database that
+// cannot be reached fails with handlers.ErrUnavailable.
+func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
 	x := &tx{outbox: t.outbox}
 	err := pgx.BeginFunc(ctx, t.pool, func(ptx pgx.Tx) error {
 		x.tx = ptx
-		return fn(ctx, x)
+		return fn(context.WithValue(ctx, txKey{t}, x), x)
 	})
 	if err != nil {
-		return err
+		return unavailable(err)
 	}
 	for _, h := range x.hooks {
 		h()
@@ -122,6 +141,32 @@ func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx h
 		t.published()
 	}
 	return nil
+}
+
+// unavailable marks err with handlers.ErrUnavailable when it says the
+// database could not be reached or went away (a restart, a cut
+// connection), rather than that it refused the work.
+func unavailable(err error) error {
+	if errors.Is(err, handlers.ErrUnavailable) {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			strings.HasPrefix(pgErr.Code, "57P"), // admin shutdown, crash shutdown, cannot connect now
+			pgErr.Code == "53300":                // too many connections
+			return fmt.Errorf("%w: %w", handlers.ErrUnavailable, err)
+		}
+		return err
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		return fmt.Errorf("%w: %w", handlers.ErrUnavailable, err)
+	}
+	return err
 }
 
 type tx struct {

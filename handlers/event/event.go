@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -95,14 +96,21 @@ func (e Event) Validate() error {
 
 // Decode parses an envelope received from a broker. Unknown fields are
 // ignored so producers can add fields; an envelope that cannot be decoded or
-// lacks its identity is a permanent error: retrying cannot fix it.
+// lacks its identity is a permanent error, classed by its reason: retrying
+// cannot fix it.
 func Decode(body []byte) (Event, error) {
+	if !utf8.Valid(body) {
+		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
+	}
 	var e Event
 	if err := json.Unmarshal(body, &e); err != nil {
-		return Event{}, Permanent(fmt.Errorf("decode envelope: %w", err))
+		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode envelope: %w", err))
+	}
+	if e.ID == "" {
+		return Event{}, Reject(ReasonMissingEventID, errors.New("invalid envelope: event_id is missing"))
 	}
 	if err := e.Validate(); err != nil {
-		return Event{}, Permanent(fmt.Errorf("invalid envelope: %w", err))
+		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid envelope: %w", err))
 	}
 	return e, nil
 }
@@ -129,23 +137,64 @@ func ParseName(name string) (Name, error) {
 	return Name{Base: strings.TrimSuffix(name, ".v"+m[2]), Version: v}, nil
 }
 
+// Reason classes say why a message was dead-lettered. They travel in the
+// moenda-reason header of every dead letter and are a stable contract:
+// operators and tools group failures by them.
+const (
+	// ReasonDecode: the body is not a JSON envelope.
+	ReasonDecode = "decode_error"
+	// ReasonInvalidEncoding: the body is not valid UTF-8.
+	ReasonInvalidEncoding = "invalid_encoding"
+	// ReasonMissingEventID: the envelope has no event_id, so it cannot be
+	// deduplicated.
+	ReasonMissingEventID = "missing_event_id"
+	// ReasonInvalidEnvelope: a field of the envelope is missing or malformed.
+	ReasonInvalidEnvelope = "invalid_envelope"
+	// ReasonUnknownVersion: the subscription handles the event's type, but
+	// not this version of it.
+	ReasonUnknownVersion = "unknown_version"
+	// ReasonInvalidData: the database refused the event's data (a NUL
+	// character, say); no retry can store it.
+	ReasonInvalidData = "invalid_data"
+	// ReasonPermanent: the handler marked its error Permanent.
+	ReasonPermanent = "permanent"
+	// ReasonRetriesExhausted: every attempt of the retry schedule failed.
+	ReasonRetriesExhausted = "retries_exhausted"
+)
+
 // permanentError marks an error that no retry can fix.
-type permanentError struct{ err error }
+type permanentError struct {
+	reason string
+	err    error
+}
 
 func (p permanentError) Error() string { return p.err.Error() }
 func (p permanentError) Unwrap() error { return p.err }
 
 // Permanent marks err as one that no retry can fix: the router sends the
 // message to its dead-letter queue at once, with err as the reason.
-func Permanent(err error) error {
+func Permanent(err error) error { return Reject(ReasonPermanent, err) }
+
+// Reject is Permanent with a reason class other than "permanent".
+func Reject(reason string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return permanentError{err}
+	return permanentError{reason: reason, err: err}
 }
 
 // IsPermanent reports whether err, or an error it wraps, was marked Permanent.
 func IsPermanent(err error) bool {
 	var p permanentError
 	return errors.As(err, &p)
+}
+
+// ReasonOf returns the reason class of a permanent error, or "" for an
+// error that may succeed when retried.
+func ReasonOf(err error) string {
+	var p permanentError
+	if errors.As(err, &p) {
+		return p.reason
+	}
+	return ""
 }
