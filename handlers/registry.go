@@ -49,6 +49,24 @@ type Tx interface {
 	// OnCommit registers fn to run after a successful commit; in-memory
 	// stores use it to apply staged writes.
 	OnCommit(fn func())
+	// Remember records r in this unit of work, so that a client that
+	// repeats a request (after a cut connection, say) gets the first answer
+	// and causes nothing twice. If r.Consumer already recorded r.Key, it
+	// records nothing and returns the earlier receipt.
+	Remember(ctx context.Context, r Receipt) (earlier *Receipt, err error)
+}
+
+// Receipt is what a consumer answered under one idempotency key.
+type Receipt struct {
+	// Consumer names who answered: a route or a queue.
+	Consumer string
+	// Key is the event id or the client's idempotency key (at most 200 bytes).
+	Key string
+	// Fingerprint identifies the request, to tell a repeat from a different
+	// request under the same key.
+	Fingerprint []byte
+	// Answer is the JSON answer to repeat.
+	Answer []byte
 }
 
 // HandlerFunc handles one event. Return an error marked event.Permanent

@@ -94,11 +94,12 @@ type Transactor struct {
 	mu       sync.Mutex
 	pub      message.Publisher
 	routable func(string) error
+	inbox    map[inboxKey]inboxRow // guarded by mu
 }
 
 // NewTransactor returns a Transactor publishing committed events to pub.
 func NewTransactor(pub message.Publisher, routable func(string) error) *Transactor {
-	return &Transactor{pub: pub, routable: routable}
+	return &Transactor{pub: pub, routable: routable, inbox: map[inboxKey]inboxRow{}}
 }
 
 type pending struct {
@@ -107,6 +108,7 @@ type pending struct {
 }
 
 type tx struct {
+	t        *Transactor
 	routable func(string) error
 	events   []pending
 	hooks    []func()
@@ -131,7 +133,7 @@ func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx h
 
 // run is InTx with t.mu held.
 func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
-	x := &tx{routable: t.routable}
+	x := &tx{t: t, routable: t.routable}
 	if err := fn(context.WithValue(ctx, txKey{t}, x), x); err != nil {
 		return err
 	}

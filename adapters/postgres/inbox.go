@@ -1,0 +1,124 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// errSeen ends a unit of work whose event the consumer has processed before.
+var errSeen = errors.New("event already processed")
+
+// Once runs fn in one unit of work unless consumer has already processed
+// the event key, and reports whether fn ran and committed. The unit claims
+// the key in moenda_inbox with fn's writes and events, so a redelivery
+// after a commit is skipped and one after a rollback runs again.
+//
+// Two deliveries of one event wait for each other on a transaction-scoped
+// advisory lock, then the second sees the first's claim. The claim row is
+// written last: an advisory lock takes no transaction id, and a
+// transaction that holds one would hold back every outbox reader of the
+// cluster for as long as fn runs (a webhook, say).
+//
+// A data error from PostgreSQL (class 22: a NUL character, a malformed
+// value) is permanent: no retry of the same event can store it.
+func (t *Transactor) Once(ctx context.Context, consumer, key string, fn func(ctx context.Context) error) (bool, error) {
+	err := t.run(ctx, func(ctx context.Context, x handlers.Tx) error {
+		ptx := x.Postgres()
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1 || '|' || $2, 0))`, consumer, key)
+		// A statement of its own, so its snapshot is taken after the lock.
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM moenda_inbox WHERE consumer = $1 AND event_id = $2)`, consumer, key)
+		var seen bool
+		br := ptx.SendBatch(ctx, b)
+		_, err := br.Exec()
+		if err == nil {
+			err = br.QueryRow().Scan(&seen)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("inbox: claim %s for %s: %w", key, consumer, err)
+		}
+		if seen {
+			return errSeen
+		}
+		if err := fn(ctx); err != nil {
+			return err
+		}
+		tag, err := ptx.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, consumer, key)
+		if err != nil {
+			return fmt.Errorf("inbox: claim %s for %s: %w", key, consumer, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return errSeen
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errSeen):
+		return false, nil
+	case err != nil:
+		return false, dataError(err)
+	}
+	return true, nil
+}
+
+// dataError marks a PostgreSQL data exception as permanent.
+func dataError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") && !event.IsPermanent(err) {
+		return event.Reject(event.ReasonInvalidData, err)
+	}
+	return err
+}
+
+// Remember implements handlers.Tx. A concurrent unit of work remembering
+// the same key waits for this one to end, then returns its receipt.
+func (t *tx) Remember(ctx context.Context, r handlers.Receipt) (*handlers.Receipt, error) {
+	tag, err := t.tx.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id, fingerprint, answer) VALUES ($1, $2, $3, $4)
+		ON CONFLICT DO NOTHING`, r.Consumer, r.Key, r.Fingerprint, string(r.Answer))
+	if err != nil {
+		return nil, fmt.Errorf("inbox: remember %s for %s: %w", r.Key, r.Consumer, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil, nil
+	}
+	earlier := handlers.Receipt{Consumer: r.Consumer, Key: r.Key}
+	var answer *string
+	if err := t.tx.QueryRow(ctx, `SELECT fingerprint, answer::text FROM moenda_inbox WHERE consumer = $1 AND event_id = $2`,
+		r.Consumer, r.Key).Scan(&earlier.Fingerprint, &answer); err != nil {
+		return nil, fmt.Errorf("inbox: read receipt %s for %s: %w", r.Key, r.Consumer, err)
+	}
+	if answer != nil {
+		earlier.Answer = []byte(*answer)
+	}
+	return &earlier, nil
+}
+
+// PruneInbox deletes inbox rows processed before cutoff, batch rows per
+// transaction so that no statement holds locks or a snapshot for long, and
+// returns how many it deleted.
+func (t *Transactor) PruneInbox(ctx context.Context, cutoff time.Time, batch int) (int, error) {
+	total := 0
+	for {
+		tag, err := t.pool.Exec(ctx, `DELETE FROM moenda_inbox WHERE ctid IN (
+			SELECT ctid FROM moenda_inbox WHERE processed_at < $1 ORDER BY processed_at LIMIT $2)`, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("inbox: prune: %w", unavailable(err))
+		}
+		total += int(tag.RowsAffected())
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
