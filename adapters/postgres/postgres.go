@@ -150,6 +150,10 @@ func unavailable(err error) error {
 	if errors.Is(err, handlers.ErrUnavailable) {
 		return err
 	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) { // whatever the server said, it would not take the connection
+		return fmt.Errorf("%w: %w", handlers.ErrUnavailable, err)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
@@ -160,9 +164,8 @@ func unavailable(err error) error {
 		}
 		return err
 	}
-	var connectErr *pgconn.ConnectError
 	var netErr net.Error
-	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+	if errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 		return fmt.Errorf("%w: %w", handlers.ErrUnavailable, err)
 	}
