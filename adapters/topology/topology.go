@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -20,24 +21,22 @@ type Config struct {
 	// Exchanges are durable topic exchanges; an event is published to the
 	// first one whose events patterns match its routing key.
 	Exchanges []ExchangeConfig `koanf:"exchanges"`
-	// DeadLetter names where messages that failed for good are kept.
-	DeadLetter DeadLetterConfig `koanf:"dead_letter"`
+	// Failure is the platform's failure handling: retries, delays and dead
+	// letters, for every queue that no exchange or subscription overrides.
+	Failure FailureConfig `koanf:"failure"`
+	// Subscriptions override the failure handling of single queues.
+	Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
 	// Unrouted names the alternate exchange and queue that keep messages no
 	// binding matched ("{exchange}" is replaced); empty turns it off.
 	Unrouted string `koanf:"unrouted"`
 }
 
-// ExchangeConfig is one topic exchange and the events published to it.
+// ExchangeConfig is one topic exchange, the events published to it, and
+// the failure handling of the queues bound on it.
 type ExchangeConfig struct {
-	Name   string   `koanf:"name"`
-	Events []string `koanf:"events"`
-}
-
-// DeadLetterConfig names the dead-letter exchange (direct) and the per-queue
-// dead-letter queue, where "{queue}" is replaced by the queue's name.
-type DeadLetterConfig struct {
-	Exchange string `koanf:"exchange"`
-	Queue    string `koanf:"queue"`
+	Name    string        `koanf:"name"`
+	Events  []string      `koanf:"events"`
+	Failure FailureConfig `koanf:"failure"`
 }
 
 // Validate reports every problem at once, each with its config path.
@@ -63,12 +62,19 @@ func (c Config) Validate() error {
 				errs = append(errs, fmt.Errorf("%s.events[%d]: %w", path, j, err))
 			}
 		}
+		errs = append(errs, x.Failure.validate(path+".failure", false))
 	}
-	if c.DeadLetter.Exchange == "" {
-		errs = append(errs, errors.New("topology.dead_letter.exchange is empty"))
-	}
-	if !strings.Contains(c.DeadLetter.Queue, "{queue}") {
-		errs = append(errs, fmt.Errorf("topology.dead_letter.queue %q must contain {queue}, e.g. {queue}.dlq", c.DeadLetter.Queue))
+	errs = append(errs, c.Failure.validate("topology.failure", true))
+	queues := map[string]bool{}
+	for i, s := range c.Subscriptions {
+		path := fmt.Sprintf("topology.subscriptions[%d]", i)
+		if s.Queue == "" {
+			errs = append(errs, fmt.Errorf("%s.queue is empty", path))
+		} else if queues[s.Queue] {
+			errs = append(errs, fmt.Errorf("%s.queue: %q is listed twice", path, s.Queue))
+		}
+		queues[s.Queue] = true
+		errs = append(errs, s.Failure.validate(path+".failure", false))
 	}
 	if c.Unrouted != "" && !strings.Contains(c.Unrouted, "{exchange}") {
 		errs = append(errs, fmt.Errorf("topology.unrouted %q must contain {exchange}, e.g. {exchange}.unrouted", c.Unrouted))
@@ -97,19 +103,21 @@ const (
 	ArgAlternateExchange    = "alternate-exchange"
 	ArgDeadLetterExchange   = "x-dead-letter-exchange"
 	ArgDeadLetterRoutingKey = "x-dead-letter-routing-key"
+	ArgMessageTTL           = "x-message-ttl"
 )
 
 // Exchange is a durable exchange to declare.
 type Exchange struct {
 	Name string
 	Kind string
-	Args map[string]string
+	Args map[string]any
 }
 
-// Queue is a durable, non-exclusive named queue to declare.
+// Queue is a durable, non-exclusive named queue to declare. Argument
+// values are strings or int64.
 type Queue struct {
 	Name string
-	Args map[string]string
+	Args map[string]any
 }
 
 // Binding routes messages from Exchange whose key matches Key to Queue.
@@ -125,33 +133,36 @@ type Topology struct {
 	Queues    []Queue
 	Bindings  []Binding
 
-	routes     []ExchangeConfig
-	deadLetter DeadLetterConfig
+	routes   []ExchangeConfig
+	policies map[string]Policy // by consuming queue
 }
 
 // Build derives the layout from cfg and the subscriptions. Every
 // subscription pattern is bound on each exchange that can carry a matching
 // event; a pattern no exchange can carry is an error, since it would never
-// receive anything.
+// receive anything. Each queue gets its failure policy, its retry queues
+// and its dead-letter queue.
 func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Topology{routes: cfg.Exchanges, deadLetter: cfg.DeadLetter}
+	t := &Topology{routes: cfg.Exchanges, policies: map[string]Policy{}}
+	d := declarations{}
 	var errs []error
 	for _, x := range cfg.Exchanges {
 		ex := Exchange{Name: x.Name, Kind: Topic}
 		if cfg.Unrouted != "" {
 			alt := strings.ReplaceAll(cfg.Unrouted, "{exchange}", x.Name)
-			ex.Args = map[string]string{ArgAlternateExchange: alt}
-			t.Exchanges = append(t.Exchanges, Exchange{Name: alt, Kind: Fanout})
-			t.Queues = append(t.Queues, Queue{Name: alt})
-			t.Bindings = append(t.Bindings, Binding{Exchange: alt, Queue: alt})
+			ex.Args = map[string]any{ArgAlternateExchange: alt}
+			errs = append(errs, d.exchange(Exchange{Name: alt, Kind: Fanout}))
+			d.queue(Queue{Name: alt})
+			d.bind(Binding{Exchange: alt, Queue: alt})
 		}
-		t.Exchanges = append(t.Exchanges, ex)
+		errs = append(errs, d.exchange(ex))
 	}
-	if len(subs) > 0 {
-		t.Exchanges = append(t.Exchanges, Exchange{Name: cfg.DeadLetter.Exchange, Kind: Direct})
+	overrides := map[string]FailureConfig{}
+	for _, o := range cfg.Subscriptions {
+		overrides[o.Queue] = o.Failure
 	}
 	queues := map[string]bool{}
 	for _, s := range subs {
@@ -160,42 +171,145 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 			continue
 		}
 		queues[s.Queue] = true
-		dlq := t.DeadLetterQueue(s.Queue)
-		t.Queues = append(t.Queues,
-			Queue{Name: s.Queue, Args: map[string]string{
-				ArgDeadLetterExchange:   cfg.DeadLetter.Exchange,
-				ArgDeadLetterRoutingKey: s.Queue,
-			}},
-			Queue{Name: dlq},
-		)
-		t.Bindings = append(t.Bindings, Binding{Exchange: cfg.DeadLetter.Exchange, Queue: dlq, Key: s.Queue})
+		var bound []ExchangeConfig
 		for _, p := range s.Patterns {
 			if err := ValidatePattern(p); err != nil {
 				errs = append(errs, fmt.Errorf("queue %q: %w", s.Queue, err))
 				continue
 			}
-			bound := false
+			n := len(bound)
 			for _, x := range cfg.Exchanges {
 				if slices.ContainsFunc(x.Events, func(e string) bool { return Overlap(e, p) }) {
-					t.Bindings = append(t.Bindings, Binding{Exchange: x.Name, Queue: s.Queue, Key: p})
-					bound = true
+					d.bind(Binding{Exchange: x.Name, Queue: s.Queue, Key: p})
+					if !slices.ContainsFunc(bound, func(b ExchangeConfig) bool { return b.Name == x.Name }) {
+						bound = append(bound, x)
+					}
+					n = -1
 				}
 			}
-			if !bound {
+			if n >= 0 {
 				errs = append(errs, fmt.Errorf("queue %q binds %q, but no exchange in topology.exchanges carries such events; add the pattern to an exchange's events", s.Queue, p))
 			}
+		}
+		pol, err := resolve(cfg.Failure, bound, overrides[s.Queue], s.Queue)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.policies[s.Queue] = pol
+		errs = append(errs, t.declareFailure(&d, s.Queue, pol))
+	}
+	for i, o := range cfg.Subscriptions {
+		if !queues[o.Queue] {
+			errs = append(errs, fmt.Errorf("topology.subscriptions[%d].queue: no enabled plugin consumes %q", i, o.Queue))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	sort.Slice(t.Exchanges, func(i, j int) bool { return t.Exchanges[i].Name < t.Exchanges[j].Name })
-	sort.Slice(t.Queues, func(i, j int) bool { return t.Queues[i].Name < t.Queues[j].Name })
-	sort.Slice(t.Bindings, func(i, j int) bool {
-		a, b := t.Bindings[i], t.Bindings[j]
-		return a.Exchange+"\x00"+a.Queue+"\x00"+a.Key < b.Exchange+"\x00"+b.Queue+"\x00"+b.Key
-	})
+	t.Exchanges, t.Queues, t.Bindings = d.sorted()
 	return t, nil
+}
+
+// resolve merges the platform default, the groups of the exchanges queue
+// is bound on, and its own override. Groups that disagree need an
+// override that settles it.
+func resolve(def FailureConfig, bound []ExchangeConfig, own FailureConfig, queue string) (Policy, error) {
+	if len(bound) == 0 {
+		return def.over(own).policy(queue), nil
+	}
+	pol := def.over(bound[0].Failure).over(own).policy(queue)
+	for _, x := range bound[1:] {
+		if other := def.over(x.Failure).over(own).policy(queue); !equalPolicy(pol, other) {
+			return Policy{}, fmt.Errorf("queue %q is bound on exchanges %q and %q, whose failure settings differ; give the queue its own in topology.subscriptions", queue, bound[0].Name, x.Name)
+		}
+	}
+	return pol, nil
+}
+
+func equalPolicy(a, b Policy) bool {
+	return a.ImmediateRetries == b.ImmediateRetries && a.ImmediateInterval == b.ImmediateInterval &&
+		slices.Equal(a.Delays, b.Delays) && a.DeadLetterExchange == b.DeadLetterExchange && a.DeadLetterQueue == b.DeadLetterQueue
+}
+
+// declareFailure adds queue itself, its retry queues and its dead-letter
+// exchange and queue. A retry queue holds messages for its delay, then
+// dead-letters them through the default exchange back to queue.
+func (t *Topology) declareFailure(d *declarations, queue string, pol Policy) error {
+	d.queue(Queue{Name: queue, Args: map[string]any{
+		ArgDeadLetterExchange:   pol.DeadLetterExchange,
+		ArgDeadLetterRoutingKey: queue,
+	}})
+	for _, delay := range pol.Delays {
+		d.queue(Queue{Name: RetryQueue(queue, delay), Args: map[string]any{
+			ArgMessageTTL:           delay.Milliseconds(),
+			ArgDeadLetterExchange:   "",
+			ArgDeadLetterRoutingKey: queue,
+		}})
+	}
+	kind, key := Direct, queue
+	if pol.Central {
+		kind, key = Topic, "#"
+	}
+	if err := d.exchange(Exchange{Name: pol.DeadLetterExchange, Kind: kind}); err != nil {
+		return fmt.Errorf("queue %q: %w (one dead-letter exchange cannot serve both per-queue and central dead-letter queues)", queue, err)
+	}
+	d.queue(Queue{Name: pol.DeadLetterQueue})
+	d.bind(Binding{Exchange: pol.DeadLetterExchange, Queue: pol.DeadLetterQueue, Key: key})
+	return nil
+}
+
+// declarations collects the layout, each name once.
+type declarations struct {
+	exchanges map[string]Exchange
+	queues    map[string]Queue
+	bindings  map[Binding]bool
+}
+
+// exchange adds x, or fails if an exchange of that name but another kind
+// was added.
+func (d *declarations) exchange(x Exchange) error {
+	if d.exchanges == nil {
+		d.exchanges = map[string]Exchange{}
+	}
+	if had, ok := d.exchanges[x.Name]; ok && had.Kind != x.Kind {
+		return fmt.Errorf("exchange %q is declared both %s and %s", x.Name, had.Kind, x.Kind)
+	}
+	d.exchanges[x.Name] = x
+	return nil
+}
+
+func (d *declarations) queue(q Queue) {
+	if d.queues == nil {
+		d.queues = map[string]Queue{}
+	}
+	if _, ok := d.queues[q.Name]; !ok || len(q.Args) > 0 {
+		d.queues[q.Name] = q
+	}
+}
+
+func (d *declarations) bind(b Binding) {
+	if d.bindings == nil {
+		d.bindings = map[Binding]bool{}
+	}
+	d.bindings[b] = true
+}
+
+// sorted returns the declarations in a stable order.
+func (d *declarations) sorted() ([]Exchange, []Queue, []Binding) {
+	xs := slices.SortedFunc(maps.Values(d.exchanges), func(a, b Exchange) int { return strings.Compare(a.Name, b.Name) })
+	qs := slices.SortedFunc(maps.Values(d.queues), func(a, b Queue) int { return strings.Compare(a.Name, b.Name) })
+	bs := slices.SortedFunc(maps.Keys(d.bindings), func(a, b Binding) int {
+		return strings.Compare(a.Exchange+"\x00"+a.Queue+"\x00"+a.Key, b.Exchange+"\x00"+b.Queue+"\x00"+b.Key)
+	})
+	return xs, qs, bs
+}
+
+// Policy returns the failure policy of a consuming queue, and false for a
+// queue no subscription consumes.
+func (t *Topology) Policy(queue string) (Policy, bool) {
+	p, ok := t.policies[queue]
+	return p, ok
 }
 
 // ExchangeFor returns the exchange an event with this routing key is
@@ -209,15 +323,6 @@ func (t *Topology) ExchangeFor(routingKey string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: no exchange carries events with routing key %q; add a matching pattern to topology.exchanges[].events", ErrUnroutable, routingKey)
-}
-
-// DeadLetterExchange is the direct exchange failed messages are sent to,
-// with their queue's name as the routing key.
-func (t *Topology) DeadLetterExchange() string { return t.deadLetter.Exchange }
-
-// DeadLetterQueue is the name of queue's dead-letter queue.
-func (t *Topology) DeadLetterQueue(queue string) string {
-	return strings.ReplaceAll(t.deadLetter.Queue, "{queue}", queue)
 }
 
 // QueuesFor returns the queues a message published to exchange with key
@@ -236,7 +341,8 @@ func (t *Topology) QueuesFor(exchange, key string) []string {
 func (t *Topology) AlternateOf(exchange string) string {
 	for _, x := range t.Exchanges {
 		if x.Name == exchange {
-			return x.Args[ArgAlternateExchange]
+			alt, _ := x.Args[ArgAlternateExchange].(string)
+			return alt
 		}
 	}
 	return ""
@@ -267,7 +373,7 @@ func (t *Topology) Print(w io.Writer) error {
 	return err
 }
 
-func args(m map[string]string) string {
+func args(m map[string]any) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -275,7 +381,7 @@ func args(m map[string]string) string {
 	sort.Strings(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		fmt.Fprintf(&b, " %s=%s", k, m[k])
+		fmt.Fprintf(&b, " %s=%v", k, m[k])
 	}
 	return b.String()
 }

@@ -4,14 +4,26 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
+
+func ptr[T any](v T) *T { return &v }
+
+// defaultFailure is the platform default of configs/base.yaml.
+var defaultFailure = FailureConfig{
+	ImmediateRetries:  ptr(2),
+	ImmediateInterval: 100 * time.Millisecond,
+	Delays:            []time.Duration{time.Second, 5 * time.Second, 25 * time.Second},
+	DeadLetter:        DeadLetterConfig{Exchange: "moenda.dlx", Queue: "{queue}.dlq"},
+}
 
 // seed000 is the CAR topology from seed 000: one topic exchange, six
 // subscribing queues, dead letters in car.dlx / car.dlq.{queue}.
 func seed000() (Config, []Subscription) {
 	cfg := Config{
-		Exchanges:  []ExchangeConfig{{Name: "car.events", Events: []string{"#"}}},
-		DeadLetter: DeadLetterConfig{Exchange: "car.dlx", Queue: "car.dlq.{queue}"},
+		Exchanges: []ExchangeConfig{{Name: "car.events", Events: []string{"#"},
+			Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "car.dlx", Queue: "car.dlq.{queue}"}}}},
+		Failure: defaultFailure,
 	}
 	subs := []Subscription{
 		{Queue: "processos.analista", Patterns: []string{"processo.*"}},
@@ -50,8 +62,8 @@ func TestBuildSeed000(t *testing.T) {
 			t.Errorf("QueuesFor(%q) = %v, want %v", tt.key, got, tt.want)
 		}
 	}
-	if got := top.DeadLetterQueue("documentos.ocr"); got != "car.dlq.documentos.ocr" {
-		t.Errorf("DeadLetterQueue = %q", got)
+	if pol, _ := top.Policy("documentos.ocr"); pol.DeadLetterQueue != "car.dlq.documentos.ocr" {
+		t.Errorf("dead-letter queue = %q", pol.DeadLetterQueue)
 	}
 	if got := top.QueuesFor("car.dlx", "documentos.ocr"); !slices.Equal(got, []string{"car.dlq.documentos.ocr"}) {
 		t.Errorf("dead letters of documentos.ocr reach %v", got)
@@ -60,9 +72,10 @@ func TestBuildSeed000(t *testing.T) {
 
 func TestBuildTarefasPrint(t *testing.T) {
 	cfg := Config{
-		Exchanges:  []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
-		DeadLetter: DeadLetterConfig{Exchange: "notificacoes.dlx", Queue: "{queue}.dlq"},
-		Unrouted:   "{exchange}.unrouted",
+		Exchanges: []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"},
+			Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "notificacoes.dlx"}}}},
+		Failure:  defaultFailure,
+		Unrouted: "{exchange}.unrouted",
 	}
 	top, err := Build(cfg, []Subscription{{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}}})
 	if err != nil {
@@ -78,6 +91,9 @@ exchange notificacoes.dlx type=direct durable
 queue eventos.dominio.unrouted durable
 queue notificacoes.tarefas-concluidas durable x-dead-letter-exchange=notificacoes.dlx x-dead-letter-routing-key=notificacoes.tarefas-concluidas
 queue notificacoes.tarefas-concluidas.dlq durable
+queue notificacoes.tarefas-concluidas.retry.1s durable x-dead-letter-exchange= x-dead-letter-routing-key=notificacoes.tarefas-concluidas x-message-ttl=1000
+queue notificacoes.tarefas-concluidas.retry.25s durable x-dead-letter-exchange= x-dead-letter-routing-key=notificacoes.tarefas-concluidas x-message-ttl=25000
+queue notificacoes.tarefas-concluidas.retry.5s durable x-dead-letter-exchange= x-dead-letter-routing-key=notificacoes.tarefas-concluidas x-message-ttl=5000
 binding eventos.dominio -> notificacoes.tarefas-concluidas key="tarefa.concluida"
 binding eventos.dominio.unrouted -> eventos.dominio.unrouted key=""
 binding notificacoes.dlx -> notificacoes.tarefas-concluidas.dlq key="notificacoes.tarefas-concluidas"
@@ -92,24 +108,138 @@ binding notificacoes.dlx -> notificacoes.tarefas-concluidas.dlq key="notificacoe
 
 func TestBuildErrors(t *testing.T) {
 	cfg := Config{
-		Exchanges:  []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}, {Name: "", Events: nil}},
-		DeadLetter: DeadLetterConfig{Exchange: "", Queue: "dlq"},
+		Exchanges: []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}, {Name: "", Events: nil}},
+		Failure:   FailureConfig{Delays: []time.Duration{-time.Second}, DeadLetter: DeadLetterConfig{Queue: "{queue}.{queue}"}},
 	}
 	_, err := Build(cfg, nil)
 	if err == nil {
 		t.Fatal("Build accepted a bad config")
 	}
-	for _, want := range []string{"topology.exchanges[1].name is empty", "topology.exchanges[1].events", "topology.dead_letter.exchange is empty", "must contain {queue}"} {
+	for _, want := range []string{"topology.exchanges[1].name is empty", "topology.exchanges[1].events",
+		"topology.failure.dead_letter.exchange is empty", "topology.failure.immediate_retries is not set",
+		"topology.failure.delays[0] must be between", "may contain {queue} once"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
 	cfg = Config{
-		Exchanges:  []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
-		DeadLetter: DeadLetterConfig{Exchange: "dlx", Queue: "{queue}.dlq"},
+		Exchanges:     []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
+		Failure:       defaultFailure,
+		Subscriptions: []SubscriptionConfig{{Queue: "typo"}},
 	}
 	_, err = Build(cfg, []Subscription{{Queue: "q", Patterns: []string{"pedido.criado"}}})
 	if err == nil || !strings.Contains(err.Error(), `queue "q" binds "pedido.criado", but no exchange`) {
 		t.Fatalf("unroutable subscription: %v", err)
+	}
+	if !strings.Contains(err.Error(), `topology.subscriptions[0].queue: no enabled plugin consumes "typo"`) {
+		t.Fatalf("override of an unknown queue: %v", err)
+	}
+}
+
+// The three dead-letter layouts of the seeds hold in one configuration:
+// per queue under its own exchange (002), per queue with a template (000),
+// and one central queue bound with # (004), each group with its schedule.
+func TestFailureLayoutsOfEverySeedAtOnce(t *testing.T) {
+	cfg := Config{
+		Exchanges: []ExchangeConfig{
+			{Name: "eventos.dominio", Events: []string{"tarefa.#"},
+				Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "notificacoes.dlx"}}},
+			{Name: "car.events", Events: []string{"processo.*", "documento.*"},
+				Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "car.dlx", Queue: "car.dlq.{queue}"}}},
+			{Name: "rental.exchange", Events: []string{"rental.*", "analysis.*"},
+				Failure: FailureConfig{ImmediateRetries: ptr(0), Delays: []time.Duration{time.Second, 2 * time.Second},
+					DeadLetter: DeadLetterConfig{Exchange: "rental.dlx", Queue: "rental.dlq"}}},
+		},
+		Failure: defaultFailure,
+		Subscriptions: []SubscriptionConfig{{Queue: "documentos.ocr",
+			Failure: FailureConfig{Delays: []time.Duration{200 * time.Millisecond}}}},
+	}
+	top, err := Build(cfg, []Subscription{
+		{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}},
+		{Queue: "processos.analista", Patterns: []string{"processo.*"}},
+		{Queue: "documentos.ocr", Patterns: []string{"documento.*"}},
+		{Queue: "notification.confirmed.queue", Patterns: []string{"rental.confirmed"}},
+		{Queue: "notification.failed.queue", Patterns: []string{"rental.failed"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		queue    string
+		dlx, dlq string
+		delays   []time.Duration
+		retries  int
+	}{
+		{"notificacoes.tarefas-concluidas", "notificacoes.dlx", "notificacoes.tarefas-concluidas.dlq", defaultFailure.Delays, 2},
+		{"processos.analista", "car.dlx", "car.dlq.processos.analista", defaultFailure.Delays, 2},
+		{"documentos.ocr", "car.dlx", "car.dlq.documentos.ocr", []time.Duration{200 * time.Millisecond}, 2},
+		{"notification.confirmed.queue", "rental.dlx", "rental.dlq", []time.Duration{time.Second, 2 * time.Second}, 0},
+		{"notification.failed.queue", "rental.dlx", "rental.dlq", []time.Duration{time.Second, 2 * time.Second}, 0},
+	}
+	for _, tt := range tests {
+		pol, ok := top.Policy(tt.queue)
+		if !ok || pol.DeadLetterExchange != tt.dlx || pol.DeadLetterQueue != tt.dlq || !slices.Equal(pol.Delays, tt.delays) || pol.ImmediateRetries != tt.retries {
+			t.Errorf("%s: policy %+v", tt.queue, pol)
+		}
+		if got := top.QueuesFor(tt.dlx, tt.queue); !slices.Equal(got, []string{tt.dlq}) {
+			t.Errorf("%s: dead letters reach %v, want %s", tt.queue, got, tt.dlq)
+		}
+		for _, d := range tt.delays {
+			if !slices.ContainsFunc(top.Queues, func(q Queue) bool {
+				return q.Name == RetryQueue(tt.queue, d) && q.Args[ArgMessageTTL] == d.Milliseconds() && q.Args[ArgDeadLetterRoutingKey] == tt.queue
+			}) {
+				t.Errorf("%s: no retry queue for %s", tt.queue, d)
+			}
+		}
+	}
+	kinds := map[string]string{}
+	for _, x := range top.Exchanges {
+		kinds[x.Name] = x.Kind
+	}
+	if kinds["notificacoes.dlx"] != Direct || kinds["car.dlx"] != Direct || kinds["rental.dlx"] != Topic {
+		t.Errorf("dead-letter exchange kinds: %v", kinds)
+	}
+	if !slices.Contains(top.Bindings, Binding{Exchange: "rental.dlx", Queue: "rental.dlq", Key: "#"}) {
+		t.Error("rental.dlq is not bound with #")
+	}
+}
+
+func TestConflictingGroupsNeedAnOverride(t *testing.T) {
+	cfg := Config{
+		Exchanges: []ExchangeConfig{
+			{Name: "a", Events: []string{"a.*"}, Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "a.dlx"}}},
+			{Name: "b", Events: []string{"b.*"}, Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "b.dlx"}}},
+		},
+		Failure: defaultFailure,
+	}
+	subs := []Subscription{{Queue: "q", Patterns: []string{"#"}}}
+	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), "give the queue its own in topology.subscriptions") {
+		t.Fatalf("Build = %v", err)
+	}
+	cfg.Subscriptions = []SubscriptionConfig{{Queue: "q", Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "q.dlx"}}}}
+	top, err := Build(cfg, subs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pol, _ := top.Policy("q"); pol.DeadLetterExchange != "q.dlx" {
+		t.Fatalf("policy = %+v", pol)
+	}
+	// One exchange cannot be both a per-queue (direct) and a central (topic) dead-letter exchange.
+	cfg.Subscriptions = []SubscriptionConfig{{Queue: "q", Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "x.dlx", Queue: "all.dlq"}}}}
+	cfg.Exchanges[0].Failure.DeadLetter.Exchange = "x.dlx"
+	subs = append(subs, Subscription{Queue: "p", Patterns: []string{"a.*"}})
+	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), "both") {
+		t.Fatalf("Build = %v", err)
+	}
+}
+
+func TestRetryQueueNames(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		200 * time.Millisecond: "q.retry.200ms", 1500 * time.Millisecond: "q.retry.1500ms",
+		5 * time.Second: "q.retry.5s", 2 * time.Minute: "q.retry.2m", time.Hour: "q.retry.1h",
+	} {
+		if got := RetryQueue("q", d); got != want {
+			t.Errorf("RetryQueue(q, %s) = %q, want %q", d, got, want)
+		}
 	}
 }
