@@ -1,0 +1,600 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/testenv"
+)
+
+// TestSubscriberUniversalPubSub runs Watermill's pub/sub test suite against
+// Subscriber, with watermill-amqp's publisher publishing through the
+// default exchange. Messages are handled concurrently, so order is not
+// guaranteed and the suite's ordering tests (TestNoAck among them) are
+// skipped. The suite makes up topics: declaringSubscriber declares each
+// topic's queue, as Declare does for serve.
+func TestSubscriberUniversalPubSub(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	logger := testenv.Logger()
+	newPubSub := func(t *testing.T) (message.Publisher, message.Subscriber) {
+		pub := newTestPublisher(t, vhost.URL)
+		sub, err := NewSubscriber(vhost.URL, 50, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pub, declaringSubscriber{Subscriber: sub, url: vhost.URL}
+	}
+	tests.TestPubSub(t, tests.Features{
+		ConsumerGroups:                      false,
+		ExactlyOnceDelivery:                 false,
+		GuaranteedOrder:                     false,
+		GuaranteedOrderWithSingleSubscriber: false,
+		Persistent:                          true,
+	}, newPubSub, nil)
+}
+
+// declaringSubscriber declares a topic's durable queue when the suite asks
+// (message.SubscribeInitializer); Subscriber itself declares nothing.
+type declaringSubscriber struct {
+	*Subscriber
+	url string
+}
+
+func (s declaringSubscriber) SubscribeInitialize(topic string) error {
+	conn, err := amqp091.Dial(s.url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	_, err = ch.QueueDeclare(topic, true, false, false, false, nil)
+	return err
+}
+
+// newTestPublisher is watermill-amqp's publisher with moenda's marshaler
+// and confirms, publishing with routing key = topic to the default
+// exchange, which routes to the queue of that name.
+func newTestPublisher(t *testing.T, url string) message.Publisher {
+	t.Helper()
+	pub, err := wamqp.NewPublisher(wamqp.Config{
+		Connection: wamqp.ConnectionConfig{
+			AmqpURI:    url,
+			AmqpConfig: &amqp091.Config{Properties: amqp091.Table{"connection_name": "moenda test publisher"}},
+			Reconnect:  wamqp.DefaultReconnectConfig(),
+		},
+		Marshaler: Marshaler{},
+		Exchange:  wamqp.ExchangeConfig{GenerateName: func(string) string { return "" }},
+		Publish: wamqp.PublishConfig{
+			GenerateRoutingKey: func(topic string) string { return topic },
+			ConfirmDelivery:    true,
+			ChannelPoolSize:    4,
+		},
+		TopologyBuilder: &wamqp.DefaultTopologyBuilder{},
+	}, watermill.NewSlogLogger(testenv.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+func TestNewSubscriberValidates(t *testing.T) {
+	for _, c := range []struct {
+		url      string
+		prefetch int
+		want     string
+	}{
+		{"", 10, "url is empty"},
+		{"http://127.0.0.1:5672/", 10, "url"},
+		{"amqp://guest:guest@127.0.0.1:5672/", 0, "prefetch must be at least 1, got 0"},
+	} {
+		_, err := NewSubscriber(c.url, c.prefetch, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewSubscriber(%q, %d) = %v, want an error containing %q", c.url, c.prefetch, err, c.want)
+		}
+	}
+}
+
+func TestSubscriberSubscribeFailsClearly(t *testing.T) {
+	t.Run("broker down", func(t *testing.T) {
+		// Nothing listens on port 1.
+		sub, err := NewSubscriber("amqp://guest:secret@127.0.0.1:1/", 1, testenv.Logger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		_, err = sub.Subscribe(context.Background(), "orders")
+		if err == nil || !strings.Contains(err.Error(), "connect to amqp://guest:xxxxx@127.0.0.1:1/") || strings.Contains(err.Error(), "secret") {
+			t.Fatalf("Subscribe = %v, want a connection error naming the redacted URL", err)
+		}
+	})
+	t.Run("queue missing", func(t *testing.T) {
+		vhost := testenv.RabbitMQ(t)
+		sub := newTestSubscriber(t, vhost.URL, 1)
+		_, err := sub.Subscribe(context.Background(), "missing")
+		var aerr *amqp091.Error
+		if !errors.As(err, &aerr) || aerr.Code != amqp091.NotFound || !strings.Contains(err.Error(), `queue "missing"`) {
+			t.Fatalf("Subscribe = %v, want NOT_FOUND naming the queue", err)
+		}
+		// The failure closed only that channel: the connection still serves.
+		q := declareTestQueue(t, vhost.URL)
+		if _, err := sub.Subscribe(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		sub, err := NewSubscriber("amqp://guest:guest@127.0.0.1:5672/", 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sub.Subscribe(context.Background(), "orders"); !errors.Is(err, ErrSubscriberClosed) {
+			t.Fatalf("Subscribe after Close = %v, want ErrSubscriberClosed", err)
+		}
+		if err := sub.Close(); err != nil {
+			t.Fatalf("second Close = %v", err)
+		}
+	})
+}
+
+// TestSubscriberDispatchesConcurrently: with prefetch 10, ten messages are
+// in the router's hands at once; with prefetch 2, never more than two.
+func TestSubscriberDispatchesConcurrently(t *testing.T) {
+	t.Run("prefetch 10", func(t *testing.T) {
+		vhost := testenv.RabbitMQ(t)
+		q := declareTestQueue(t, vhost.URL)
+		publishMessages(t, vhost.URL, q, 10)
+		allIn := make(chan struct{})
+		var inHand atomic.Int32
+		handled := make(chan string, 10)
+		runRouter(t, newTestSubscriber(t, vhost.URL, 10), q, func(msg *message.Message) error {
+			if inHand.Add(1) == 10 {
+				close(allIn)
+			}
+			select {
+			case <-allIn:
+			case <-time.After(15 * time.Second):
+				return errors.New("not all ten messages in hand at once")
+			}
+			handled <- msg.UUID
+			return nil
+		})
+		select {
+		case <-allIn:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of 10 messages were in hand at once", inHand.Load())
+		}
+		receiveIDs(t, handled, 10)
+	})
+	t.Run("prefetch 2", func(t *testing.T) {
+		vhost := testenv.RabbitMQ(t)
+		q := declareTestQueue(t, vhost.URL)
+		publishMessages(t, vhost.URL, q, 10)
+		var inHand, most atomic.Int32
+		handled := make(chan string, 10)
+		runRouter(t, newTestSubscriber(t, vhost.URL, 2), q, func(msg *message.Message) error {
+			n := inHand.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(100 * time.Millisecond)
+			inHand.Add(-1)
+			handled <- msg.UUID
+			return nil
+		})
+		receiveIDs(t, handled, 10)
+		if got := most.Load(); got != 2 {
+			t.Fatalf("at most %d messages were in hand at once, want 2 (the prefetch)", got)
+		}
+	})
+}
+
+// TestSubscriberReconnects closes the subscriber's connection from the
+// broker's side: every message published before and after arrives, the
+// one in hand during the loss comes again (its ack cannot reach the
+// closed channel), and the loss is logged once as a warning and the
+// recovery once.
+func TestSubscriberReconnects(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	logs := &levelCounter{Handler: testenv.Logger().Handler(), counts: map[slog.Level]int{}}
+	sub, err := NewSubscriber(vhost.URL, 10, slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	out, err := sub.Subscribe(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	before := publishMessages(t, vhost.URL, q, 20)
+	seen := map[string]int{}
+	var held *message.Message
+	for len(seen) < len(before) {
+		msg := nextMessage(t, out)
+		seen[msg.UUID]++
+		if held == nil {
+			held = msg // acked only after the connection is lost
+			continue
+		}
+		msg.Ack()
+	}
+
+	testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", vhost.Name, "test")
+	// Once the loss is seen, the ack below can only fail.
+	testenv.Eventually(t, 10*time.Second, "the loss to be logged", func() bool { return logs.count(slog.LevelWarn) > 0 })
+	select {
+	case <-held.Context().Done():
+		t.Fatal("the message context ended on connection loss; it should last as long as the subscription")
+	default:
+	}
+	held.Ack()
+	after := publishMessages(t, vhost.URL, q, 20)
+
+	heldAgain := false
+	for !heldAgain || !allSeen(seen, after) {
+		msg := nextMessage(t, out)
+		if msg.UUID == held.UUID {
+			heldAgain = true
+		}
+		seen[msg.UUID]++
+		msg.Ack()
+	}
+	if !allSeen(seen, before) {
+		t.Fatal("a message published before the loss never arrived")
+	}
+	if w, i := logs.count(slog.LevelWarn), logs.count(slog.LevelInfo); w != 1 || i != 1 {
+		t.Fatalf("logged %d warnings and %d infos, want one of each", w, i)
+	}
+}
+
+// TestSubscriberRetriesUntilBrokerAccepts: while the broker refuses the
+// connection, the subscriber keeps redialing with backoff, logging the
+// loss once, and consumes again once it is let in.
+func TestSubscriberRetriesUntilBrokerAccepts(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	logs := &levelCounter{Handler: testenv.Logger().Handler(), counts: map[slog.Level]int{}}
+	sub, err := NewSubscriber(vhost.URL, 10, slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	out, err := sub.Subscribe(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	testenv.Rabbitmqctl(t, "clear_permissions", "-p", vhost.Name, "guest")
+	testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", vhost.Name, "test")
+	testenv.Eventually(t, 10*time.Second, "the loss to be logged", func() bool { return logs.count(slog.LevelWarn) > 0 })
+	time.Sleep(time.Second) // several refused attempts: 100, 200, 400 ms apart
+	testenv.Rabbitmqctl(t, "set_permissions", "-p", vhost.Name, "guest", ".*", ".*", ".*")
+
+	ids := publishMessages(t, vhost.URL, q, 5)
+	seen := map[string]int{}
+	for !allSeen(seen, ids) {
+		msg := nextMessage(t, out)
+		seen[msg.UUID]++
+		msg.Ack()
+	}
+	if w, i := logs.count(slog.LevelWarn), logs.count(slog.LevelInfo); w != 1 || i != 1 {
+		t.Fatalf("logged %d warnings and %d infos, want one of each", w, i)
+	}
+}
+
+// TestSubscriberConsumesAgainAfterCancel: when the broker cancels the
+// consumer (its queue was deleted) on a channel that stays open, the
+// subscriber retries until the queue is back.
+func TestSubscriberConsumesAgainAfterCancel(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	sub := newTestSubscriber(t, vhost.URL, 10)
+	out, err := sub.Subscribe(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := testenv.Channel(t, vhost.URL)
+	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a few attempts fail with NOT_FOUND
+	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ids := publishMessages(t, vhost.URL, q, 3)
+	seen := map[string]int{}
+	for !allSeen(seen, ids) {
+		msg := nextMessage(t, out)
+		seen[msg.UUID]++
+		msg.Ack()
+	}
+}
+
+// TestSubscriberCloseWhileAcking closes a subscriber while its handlers
+// ack concurrently: Close returns, the output channel closes, and a second
+// subscriber receives whatever the first left unacked.
+func TestSubscriberCloseWhileAcking(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	ids := publishMessages(t, vhost.URL, q, 300)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	// consume hands each message to a handler goroutine that acks after a
+	// short, varying delay, and closes the subscriber once done says so.
+	consume := func(done func(received int) bool) {
+		sub, err := NewSubscriber(vhost.URL, 50, testenv.Logger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := sub.Subscribe(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var handlers sync.WaitGroup
+		closed := make(chan error, 1)
+		received := 0
+		for msg := range out {
+			mu.Lock()
+			seen[msg.UUID]++
+			mu.Unlock()
+			delay := time.Duration(received%7) * time.Millisecond
+			handlers.Add(1)
+			go func() {
+				defer handlers.Done()
+				time.Sleep(delay)
+				msg.Ack()
+			}()
+			if received++; done(received) {
+				go func() { closed <- sub.Close() }()
+				done = func(int) bool { return false }
+			}
+		}
+		handlers.Wait()
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+	}
+	consume(func(received int) bool { return received == 100 })
+	consume(func(int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return allSeen(seen, ids)
+	})
+}
+
+// TestSubscriberNackRequeues: a nacked message comes back, and an ack
+// given just before Close still reaches the broker.
+func TestSubscriberNackRequeues(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	sub := newTestSubscriber(t, vhost.URL, 5)
+	out, err := sub.Subscribe(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := publishMessages(t, vhost.URL, q, 1)[0]
+
+	first := nextMessage(t, out)
+	first.Nack()
+	select {
+	case <-first.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("message context did not end after Nack")
+	}
+	again := nextMessage(t, out)
+	if first.UUID != id || again.UUID != id {
+		t.Fatalf("got %s then %s, want %s twice", first.UUID, again.UUID, id)
+	}
+	again.Ack()
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, open := <-out; open {
+		t.Fatal("output channel still open after Close")
+	}
+	ch := testenv.Channel(t, vhost.URL)
+	state, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Messages != 0 {
+		t.Fatalf("%d messages left in the queue after the ack and Close, want 0", state.Messages)
+	}
+}
+
+// TestSubscriberEndsWithContext: cancelling Subscribe's context closes the
+// output channel and ends the contexts of messages in hand, whose
+// deliveries the broker then requeues.
+func TestSubscriberEndsWithContext(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	sub := newTestSubscriber(t, vhost.URL, 5)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := sub.Subscribe(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := publishMessages(t, vhost.URL, q, 1)[0]
+	msg := nextMessage(t, out)
+	cancel()
+	select {
+	case <-msg.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("message context did not end with the subscription")
+	}
+	select {
+	case _, open := <-out:
+		if open {
+			t.Fatal("a message arrived after the subscription ended")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("output channel not closed after the context ended")
+	}
+	msg.Ack() // too late: the channel is closed
+
+	out, err = sub.Subscribe(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := nextMessage(t, out); again.UUID != id {
+		t.Fatalf("got %s, want the unacked %s again", again.UUID, id)
+	}
+}
+
+func newTestSubscriber(t *testing.T, url string, prefetch int) *Subscriber {
+	t.Helper()
+	sub, err := NewSubscriber(url, prefetch, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sub.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return sub
+}
+
+func declareTestQueue(t *testing.T, url string) string {
+	t.Helper()
+	name := testenv.Name("orders")
+	if _, err := testenv.Channel(t, url).QueueDeclare(name, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// publish publishes n messages to queue through the default exchange on a
+// connection of its own, waits for the broker's confirms, and returns
+// their ids.
+func publishMessages(t *testing.T, url, queue string, n int) []string {
+	t.Helper()
+	ch := testenv.Channel(t, url)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, n)
+	confirms := make([]*amqp091.DeferredConfirmation, n)
+	for i := range n {
+		ids[i] = watermill.NewUUID()
+		pub, err := Marshaler{}.Marshal(message.NewMessage(ids[i], fmt.Appendf(nil, `{"n":%d}`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if confirms[i], err = ch.PublishWithDeferredConfirm("", queue, false, false, pub); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range confirms {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ok, err := c.WaitContext(ctx)
+		cancel()
+		if err != nil || !ok {
+			t.Fatalf("publish not confirmed: ok=%v err=%v", ok, err)
+		}
+	}
+	return ids
+}
+
+func nextMessage(t *testing.T, out <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-out:
+		if !ok {
+			t.Fatal("output channel closed")
+		}
+		return msg
+	case <-time.After(15 * time.Second):
+		t.Fatal("no message within 15s")
+	}
+	return nil
+}
+
+func receiveIDs(t *testing.T, ids <-chan string, n int) {
+	t.Helper()
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case id := <-ids:
+			seen[id] = true
+		case <-time.After(20 * time.Second):
+			t.Fatalf("handled %d of %d messages", len(seen), n)
+		}
+	}
+}
+
+func allSeen(seen map[string]int, ids []string) bool {
+	for _, id := range ids {
+		if seen[id] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// runRouter runs a Watermill router with one handler consuming queue, as
+// serve does, until the test ends.
+func runRouter(t *testing.T, sub message.Subscriber, queue string, handle message.NoPublishHandlerFunc) {
+	t.Helper()
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NewSlogLogger(testenv.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddConsumerHandler("test", queue, sub, handle)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case <-r.Running():
+	case <-time.After(10 * time.Second):
+		t.Fatal("router did not start")
+	}
+}
+
+// levelCounter counts records per level and passes them on. Records of
+// loggers made with With or WithGroup are not counted; Subscriber makes
+// none.
+type levelCounter struct {
+	slog.Handler
+	mu     sync.Mutex
+	counts map[slog.Level]int
+}
+
+func (h *levelCounter) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.counts[r.Level]++
+	h.mu.Unlock()
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *levelCounter) count(l slog.Level) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.counts[l]
+}
