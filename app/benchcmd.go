@@ -40,7 +40,7 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Config, stdout,
 			ServeBin:    bin,
 			PostgresURL: cfg.Postgres.URL,
 			AMQPURL:     cfg.AMQP.URL,
-			Settings:    bench.Settings{AMQP: cfg.AMQP, Outbox: cfg.Outbox, Router: cfg.Router},
+			Settings:    bench.Settings{AMQP: cfg.AMQP, Outbox: cfg.Outbox, Router: cfg.Router, Failure: cfg.Topology.Failure},
 			Logger:      cfg.Log.Logger(stderr),
 		})
 		if runErr != nil {

@@ -31,6 +31,8 @@ type CatalogSubscription struct {
 	Handler         string   `json:"handler"`
 	Events          []string `json:"events"`
 	DeadLetterQueue string   `json:"dead_letter_queue"`
+	// RetryDelays are the waits of the redeliveries through the broker.
+	RetryDelays []string `json:"retry_delays"`
 }
 
 // catalog derives the catalog from the enabled plugins and the topology.
@@ -39,7 +41,13 @@ func (c *Config) catalog(top *topology.Topology) Catalog {
 	for _, p := range c.plugins {
 		for _, s := range p.def.Subscriptions {
 			q := p.def.Queue(s)
-			cat.Subscriptions = append(cat.Subscriptions, CatalogSubscription{Queue: q, Plugin: p.def.Name, Handler: s.Name, Events: s.Events, DeadLetterQueue: top.DeadLetterQueue(q)})
+			pol, _ := top.Policy(q)
+			delays := []string{}
+			for _, d := range pol.Delays {
+				delays = append(delays, d.String())
+			}
+			cat.Subscriptions = append(cat.Subscriptions, CatalogSubscription{Queue: q, Plugin: p.def.Name, Handler: s.Name,
+				Events: s.Events, DeadLetterQueue: pol.DeadLetterQueue, RetryDelays: delays})
 		}
 	}
 	byName := map[string]*CatalogEvent{}

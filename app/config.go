@@ -46,6 +46,7 @@ type Config struct {
 	Postgres postgres.Config `koanf:"postgres"`
 	AMQP     amqp.Config     `koanf:"amqp"`
 	Outbox   outbox.Config   `koanf:"outbox"`
+	Inbox    InboxConfig     `koanf:"inbox"`
 	Router   router.Config   `koanf:"router"`
 	Topology topology.Config `koanf:"topology"`
 	Handlers HandlersConfig  `koanf:"handlers"`
@@ -68,6 +69,28 @@ type HTTPConfig struct {
 	Addr            string        `koanf:"addr"`
 	MaxBodyBytes    int64         `koanf:"max_body_bytes"`
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
+}
+
+// InboxConfig sets how long the inbox remembers processed events.
+type InboxConfig struct {
+	// Retention is how long an event's claim is kept. A redelivery that
+	// arrives later runs the handler again, so it must outlast the longest
+	// redelivery path (the retry schedule, plus any time a message may wait
+	// in a queue).
+	Retention time.Duration `koanf:"retention"`
+	// PruneInterval is how often older claims are deleted, in small batches.
+	PruneInterval time.Duration `koanf:"prune_interval"`
+}
+
+func (c InboxConfig) validate() error {
+	var errs []error
+	if c.Retention < time.Minute {
+		errs = append(errs, fmt.Errorf("inbox.retention must be at least 1m, got %s", c.Retention))
+	}
+	if c.PruneInterval < time.Second {
+		errs = append(errs, fmt.Errorf("inbox.prune_interval must be at least 1s, got %s", c.PruneInterval))
+	}
+	return errors.Join(errs...)
 }
 
 // RuntimeConfig tunes the Go runtime.
@@ -230,6 +253,7 @@ func (c *Config) validate(reg *handlers.Registry) error {
 		add(c.AMQP.Validate())
 	}
 	add(c.Outbox.Validate())
+	add(c.Inbox.validate())
 	add(c.Router.Validate())
 	add(c.Topology.Validate())
 	if c.Runtime.GCPercent < 25 {
@@ -334,13 +358,44 @@ func (c *Config) Print(w io.Writer) error {
 		case strings.HasSuffix(key, ".url"):
 			v = redact.URL(fmt.Sprint(v))
 		}
-		if reflect.ValueOf(v).Kind() == reflect.Slice {
-			v = fmt.Sprintf("%v", v)
-		}
-		fmt.Fprintf(&b, "%s = %v\n", key, v)
+		fmt.Fprintf(&b, "%s = %v\n", key, plain(v))
 	}
 	_, err := w.Write([]byte(b.String()))
 	return err
+}
+
+// plain returns v with pointers replaced by what they point at (nil by
+// "inherit", the meaning of an unset override), in maps and slices too,
+// so printing shows values rather than addresses.
+func plain(v any) any {
+	if v == nil {
+		return "inherit"
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer:
+		if rv.IsNil() {
+			return "inherit"
+		}
+		return plain(rv.Elem().Interface())
+	case reflect.Map:
+		out := map[string]any{}
+		for _, k := range rv.MapKeys() {
+			out[fmt.Sprint(k.Interface())] = plain(rv.MapIndex(k).Interface())
+		}
+		return out
+	case reflect.Slice:
+		if rv.IsNil() {
+			return "inherit"
+		}
+		out := make([]any, rv.Len())
+		for i := range out {
+			out[i] = plain(rv.Index(i).Interface())
+		}
+		return out
+	default:
+		return v
+	}
 }
 
 // environments lists the overlays in files.

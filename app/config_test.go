@@ -60,7 +60,7 @@ func TestLoadLayersAndEnvironment(t *testing.T) {
 	cfg, err := Load(Source{Env: "memory", Files: configs.FS, Environ: []string{
 		"MOENDA_ENV=ignored-here",
 		"MOENDA_HTTP__ADDR=0.0.0.0:9090",
-		"MOENDA_ROUTER__RETRY__MAX_RETRIES=7",
+		"MOENDA_TOPOLOGY__FAILURE__IMMEDIATE_RETRIES=7",
 		"MOENDA_HANDLERS__ENABLED=tarefas",
 		"MOENDA_HANDLERS__NOTIFICACOES__CHANNEL=#geral",
 		"OTHER_VAR=1",
@@ -71,8 +71,8 @@ func TestLoadLayersAndEnvironment(t *testing.T) {
 	if cfg.Broker.Kind != BrokerMemory {
 		t.Errorf("the memory overlay did not apply: broker.kind = %q", cfg.Broker.Kind)
 	}
-	if cfg.HTTP.Addr != "0.0.0.0:9090" || cfg.Router.Retry.MaxRetries != 7 {
-		t.Errorf("variables did not override: %+v %+v", cfg.HTTP, cfg.Router.Retry)
+	if cfg.HTTP.Addr != "0.0.0.0:9090" || *cfg.Topology.Failure.ImmediateRetries != 7 {
+		t.Errorf("variables did not override: %+v %+v", cfg.HTTP, cfg.Topology.Failure)
 	}
 	if len(cfg.plugins) != 1 || cfg.plugins[0].def.Name != "tarefas" {
 		t.Errorf("handlers.enabled from a variable: %v", cfg.Handlers.Enabled)

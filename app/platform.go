@@ -35,6 +35,8 @@ type Platform struct {
 	pool     *pgxpool.Pool // nil with the memory broker
 	broker   broker
 	tx       handlers.Transactor
+	inbox    inbox
+	stats    *router.Stats
 	router   *message.Router
 	relay    *outbox.Relay // nil with the memory broker
 	listener net.Listener
@@ -44,10 +46,16 @@ type Platform struct {
 
 // broker is what the platform needs of a transport.
 type broker struct {
-	deadLetter message.Publisher // topic = queue name
-	subscriber message.Subscriber
+	subscriber message.Subscriber // topic = queue name
+	sink       router.Sink
 	ready      func() error
 	close      func() error
+}
+
+// inbox is the record of processed events, in PostgreSQL or in memory.
+type inbox interface {
+	router.Inbox
+	PruneInbox(ctx context.Context, cutoff time.Time, batch int) (int, error)
 }
 
 // Topology derives the broker layout from the configuration and the
@@ -72,10 +80,28 @@ func (c *Config) BuildTopology() (*topology.Topology, error) {
 			}
 		}
 	}
+	for _, p := range c.plugins {
+		for _, s := range p.def.Subscriptions {
+			q := p.def.Queue(s)
+			pol, _ := top.Policy(q)
+			if path := redeliveryPath(pol); c.Inbox.Retention <= path {
+				errs = append(errs, fmt.Errorf("inbox.retention (%s) must be longer than the retry schedule of queue %s (%s), or a late redelivery would run its handler again", c.Inbox.Retention, q, path))
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return top, nil
+}
+
+// redeliveryPath is how long a message may take through its retries.
+func redeliveryPath(pol topology.Policy) time.Duration {
+	var d time.Duration
+	for _, delay := range pol.Delays {
+		d += delay
+	}
+	return d + time.Duration(pol.Attempts())*(pol.ImmediateInterval<<pol.ImmediateRetries)
 }
 
 // New connects everything the configuration asks for: PostgreSQL (with
@@ -110,19 +136,21 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		if err = amqp.Declare(ctx, cfg.AMQP.URL, p.top); err != nil {
 			return nil, err
 		}
-		b, err := amqp.Connect(cfg.AMQP, p.top, wlog)
+		b, err := amqp.Connect(cfg.AMQP, p.top, logger)
 		if err != nil {
 			return nil, err
 		}
-		p.broker = broker{deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: b.Ready, close: b.Close}
-		dest := amqp.NewBatchPublisher(cfg.AMQP.URL, cfg.Outbox.ConfirmWindow, p.top)
+		p.broker = broker{subscriber: b.Subscriber, sink: b.Sink, ready: b.Ready, close: b.Close}
+		dest := amqp.NewBatchPublisher(cfg.AMQP.URL, "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
 		p.closers = append(p.closers, dest.Close)
 		p.relay = outbox.NewRelay(p.pool, dest, routable, cfg.Outbox, logger)
-		p.tx = postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.relay.Wake)
+		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.relay.Wake)
+		p.tx, p.inbox = txr, txr
 	case BrokerMemory:
 		b := memory.NewBroker(p.top, wlog)
-		p.broker = broker{deadLetter: b.DeadLetter, subscriber: b.Subscriber, ready: func() error { return nil }, close: b.Close}
-		p.tx = memory.NewTransactor(b.Publisher, routable)
+		p.broker = broker{subscriber: b.Subscriber, sink: b, ready: func() error { return nil }, close: b.Close}
+		txr := memory.NewTransactor(b.Publisher, routable)
+		p.tx, p.inbox = txr, txr
 	default:
 		return nil, fmt.Errorf("broker.kind %q is not supported", cfg.Broker.Kind)
 	}
@@ -132,10 +160,6 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		return nil, err
 	}
 	deps := handlers.Deps{Logger: logger, Tx: p.tx, DB: p.pool}
-	consumers := 1 // the memory broker gives every subscription every message
-	if cfg.Broker.Kind == BrokerAMQP {
-		consumers = cfg.AMQP.ConsumersPerQueue
-	}
 	var routes []router.Route
 	var plugins []handlers.Plugin
 	for _, ep := range cfg.plugins {
@@ -148,12 +172,13 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 		}
 		plugins = append(plugins, built)
 		for _, s := range ep.def.Subscriptions {
-			routes = append(routes, router.Route{Queue: ep.def.Queue(s), Handle: built.Handlers[s.Name], Consumers: consumers})
+			q := ep.def.Queue(s)
+			pol, _ := p.top.Policy(q)
+			routes = append(routes, router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]})
 		}
 	}
-	if err = router.AddRoutes(p.router, p.broker.subscriber, p.broker.deadLetter, cfg.Router, logger, routes); err != nil {
-		return nil, err
-	}
+	p.stats = router.NewStats()
+	router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger}, routes)
 
 	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
 		return nil, fmt.Errorf("http: listen on %s (http.addr): %w", cfg.HTTP.Addr, err)
@@ -188,6 +213,7 @@ func (p *Platform) Run(ctx context.Context) error {
 	if p.relay != nil {
 		g.Go(func() error { return p.relay.Run(relayCtx) })
 	}
+	g.Go(func() error { p.pruneInbox(gctx); return nil })
 	g.Go(func() error {
 		// The router stops through Close below, not through ctx, which
 		// would cut the handlers' messages off at once.
@@ -218,6 +244,27 @@ func (p *Platform) Run(ctx context.Context) error {
 	p.logger.Info("moenda serving", "env", p.cfg.Env, "addr", p.Addr(), "broker", p.cfg.Broker.Kind)
 	err := g.Wait()
 	return errors.Join(err, p.Close())
+}
+
+// pruneInbox deletes claims older than inbox.retention every
+// inbox.prune_interval, until ctx ends.
+func (p *Platform) pruneInbox(ctx context.Context) {
+	tick := time.NewTicker(p.cfg.Inbox.PruneInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n, err := p.inbox.PruneInbox(ctx, time.Now().Add(-p.cfg.Inbox.Retention), 1000)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.logger.Warn("inbox: prune failed; will try again", "error", err, "retry_in", p.cfg.Inbox.PruneInterval)
+		case n > 0:
+			p.logger.Info("inbox: pruned old claims", "deleted", n, "retention", p.cfg.Inbox.Retention)
+		}
+	}
 }
 
 // Running is closed once the router's handlers are consuming.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers"
 )
 
 // running is a platform serving on a free port for one test.
@@ -26,11 +28,14 @@ type running struct {
 // port, and stops when the test ends.
 func start(t *testing.T, env string, environ ...string) running {
 	t.Helper()
-	reg, err := Plugins()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Load(Source{Env: env, Files: configs.FS, Environ: append(environ, "MOENDA_HTTP__ADDR=127.0.0.1:0")}, reg)
+	return startWith(t, registry(t), configs.FS, env, environ...)
+}
+
+// startWith is start with the plugins of reg and the configuration files
+// of files.
+func startWith(t *testing.T, reg *handlers.Registry, files fs.FS, env string, environ ...string) running {
+	t.Helper()
+	cfg, err := Load(Source{Env: env, Files: files, Environ: append(environ, "MOENDA_HTTP__ADDR=127.0.0.1:0")}, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

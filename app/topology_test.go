@@ -13,7 +13,8 @@ import (
 	"github.com/moenda/moenda/configs"
 )
 
-var argRE = regexp.MustCompile(`\{"([^"]+)","([^"]*)"\}`)
+// argRE reads one argument as rabbitmqctl prints it: {"name","text"} or {"name",123}.
+var argRE = regexp.MustCompile(`\{"([^"]+)",(?:"([^"]*)"|([^}]*))\}`)
 
 // declared reads what RabbitMQ holds in vhost, in topology print's format.
 func declared(t *testing.T, vhost string) []string {
@@ -21,7 +22,11 @@ func declared(t *testing.T, vhost string) []string {
 	args := func(raw string) string {
 		var kv []string
 		for _, m := range argRE.FindAllStringSubmatch(raw, -1) {
-			kv = append(kv, " "+m[1]+"="+m[2])
+			v := m[2] + m[3]
+			if v == "[]" { // an empty binary, printed as an Erlang list
+				v = ""
+			}
+			kv = append(kv, " "+m[1]+"="+v)
 		}
 		sort.Strings(kv)
 		return strings.Join(kv, "")

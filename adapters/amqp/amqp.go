@@ -1,14 +1,17 @@
-// Package amqp connects moenda to RabbitMQ through watermill-amqp. moenda
-// declares the topology itself (see Declare), so the Watermill publisher and
-// subscriber are configured never to declare anything: they publish to the
-// exchange the topology assigns an event's routing key, and consume named
-// durable queues. Publishing and consuming use separate connections, so
-// broker flow control on publishers never stalls consumers' acks.
+// Package amqp connects moenda to RabbitMQ. moenda declares the topology
+// itself (see Declare), so nothing here declares anything: consumers read
+// named durable queues (Subscriber), the outbox relay publishes to the
+// exchange the topology assigns an event's routing key (BatchPublisher),
+// and the copies of failed messages go to retry and dead-letter queues
+// (FailureSink). Each has its own connection, so broker flow control on
+// publishers never stalls consumers' acks.
 package amqp
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"sync"
 	"time"
@@ -27,14 +30,14 @@ type Config struct {
 	// URL is amqp://user:password@host:port/vhost; keep the password in
 	// MOENDA_AMQP__URL rather than in a file.
 	URL string `koanf:"url"`
-	// Prefetch bounds unacknowledged deliveries per consuming queue.
+	// Prefetch bounds the unacknowledged deliveries of each queue, and so
+	// how many of its messages this process handles at once; order across
+	// them is not kept.
 	Prefetch int `koanf:"prefetch"`
-	// PublisherChannels is the number of channels kept open for publishing;
-	// 0 would open and close a channel per message.
+	// PublisherChannels is the number of channels watermill-amqp's own
+	// publisher keeps open (NewPublisher); 0 would open and close a
+	// channel per message.
 	PublisherChannels int `koanf:"publisher_channels"`
-	// ConsumersPerQueue is how many messages of one queue are handled at
-	// once (each on its own channel); order across them is not kept.
-	ConsumersPerQueue int `koanf:"consumers_per_queue"`
 }
 
 // Validate reports every problem at once.
@@ -49,55 +52,56 @@ func (c Config) Validate() error {
 	if c.PublisherChannels < 1 {
 		errs = append(errs, fmt.Errorf("amqp.publisher_channels must be at least 1, got %d", c.PublisherChannels))
 	}
-	if c.ConsumersPerQueue < 1 {
-		errs = append(errs, fmt.Errorf("amqp.consumers_per_queue must be at least 1, got %d", c.ConsumersPerQueue))
-	}
 	return errors.Join(errs...)
 }
 
 // Broker holds the connections to RabbitMQ and what is built on them.
 type Broker struct {
-	pubConn, subConn *wamqp.ConnectionWrapper
-	probe            *probe
-	// DeadLetter publishes with topic = queue name to the dead-letter
-	// exchange, whose binding routes it to that queue's DLQ.
-	DeadLetter message.Publisher
+	probe    *probe
+	failures *BatchPublisher
 	// Subscriber consumes with topic = queue name.
-	Subscriber message.Subscriber
+	Subscriber *Subscriber
+	// Sink publishes the copies of failed messages.
+	Sink FailureSink
 }
 
-// Connect opens the dead-letter publishing and the consuming connections. watermill-amqp
-// reconnects them with backoff when the broker goes away.
-func Connect(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter) (*Broker, error) {
-	base := watermillConfig(cfg)
-	pubConn, err := wamqp.NewConnection(connection(cfg, "moenda publisher"), logger)
+// Connect makes the consumer and the failure publisher; both (re)connect
+// by themselves when the broker goes away.
+func Connect(cfg Config, top *topology.Topology, logger *slog.Logger) (*Broker, error) {
+	sub, err := NewSubscriber(cfg.URL, cfg.Prefetch, logger)
 	if err != nil {
-		return nil, fmt.Errorf("amqp: connect to %s: %w", redact.URL(cfg.URL), err)
+		return nil, err
 	}
-	subConn, err := wamqp.NewConnection(connection(cfg, "moenda consumer"), logger)
-	if err != nil {
-		_ = pubConn.Close()
-		return nil, fmt.Errorf("amqp: connect to %s: %w", redact.URL(cfg.URL), err)
-	}
-	b := &Broker{pubConn: pubConn, subConn: subConn, probe: &probe{url: cfg.URL}}
+	failures := NewBatchPublisher(cfg.URL, "moenda failures", 1, top)
+	return &Broker{
+		probe:      &probe{url: cfg.URL},
+		failures:   failures,
+		Subscriber: sub,
+		Sink:       FailureSink{pub: failures, top: top},
+	}, nil
+}
 
-	dlCfg := base
-	dlCfg.Exchange.GenerateName = wamqp.GenerateExchangeNameConstant(top.DeadLetterExchange())
-	// Dead letters are rare: a channel per publish, no pool. A pool whose
-	// channel failed to reopen while the broker was away panics on Close in
-	// watermill-amqp v3.1.0 (it closes a nil channel).
-	dlCfg.Publish.ChannelPoolSize = 0
-	dl, err := wamqp.NewPublisherWithConnection(dlCfg, logger, pubConn)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("amqp: dead-letter publisher: %w", err), b.Close())
+// FailureSink publishes the copies the router makes of failed messages,
+// each confirmed by the broker: to a queue's retry queue through the
+// default exchange (the retry queue's TTL then dead-letters it back to the
+// queue), or to its dead-letter exchange with the queue's name as key.
+type FailureSink struct {
+	pub *BatchPublisher
+	top *topology.Topology
+}
+
+// Delay implements router.Sink.
+func (s FailureSink) Delay(ctx context.Context, queue string, delay time.Duration, msg *message.Message) error {
+	return s.pub.PublishTo(ctx, "", topology.RetryQueue(queue, delay), msg)
+}
+
+// DeadLetter implements router.Sink.
+func (s FailureSink) DeadLetter(ctx context.Context, queue string, msg *message.Message) error {
+	pol, ok := s.top.Policy(queue)
+	if !ok {
+		return fmt.Errorf("amqp: no subscription consumes %q", queue)
 	}
-	b.DeadLetter = dl
-	sub, err := wamqp.NewSubscriberWithConnection(base, logger, subConn)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("amqp: subscriber: %w", err), b.Close())
-	}
-	b.Subscriber = sub
-	return b, nil
+	return s.pub.PublishTo(ctx, pol.DeadLetterExchange, queue, msg)
 }
 
 // Ready reports whether RabbitMQ answers. It asks on a connection of its
@@ -139,16 +143,9 @@ func (p *probe) close() error {
 	return p.conn.Close()
 }
 
-// Close closes the subscriber, the publishers and both connections.
+// Close closes the subscriber, the failure publisher and the probe.
 func (b *Broker) Close() error {
-	var errs []error
-	for _, c := range []interface{ Close() error }{b.Subscriber, b.DeadLetter} {
-		if c != nil {
-			errs = append(errs, c.Close())
-		}
-	}
-	errs = append(errs, b.subConn.Close(), b.pubConn.Close(), b.probe.close())
-	return errors.Join(errs...)
+	return errors.Join(b.Subscriber.Close(), b.failures.Close(), b.probe.close())
 }
 
 // NewPublisher returns watermill-amqp's own publisher, on a connection of

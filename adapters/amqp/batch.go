@@ -22,17 +22,20 @@ import (
 // It redials on the next batch after any failure.
 type BatchPublisher struct {
 	url    string
+	name   string
 	window int
 	top    *topology.Topology
 
-	mu   sync.Mutex
-	conn *amqp091.Connection
-	ch   *amqp091.Channel
+	mu      sync.Mutex
+	conn    *amqp091.Connection
+	ch      *amqp091.Channel
+	returns chan amqp091.Return
 }
 
-// NewBatchPublisher returns a publisher that connects on first use.
-func NewBatchPublisher(url string, window int, top *topology.Topology) *BatchPublisher {
-	return &BatchPublisher{url: url, window: window, top: top}
+// NewBatchPublisher returns a publisher that connects on first use; name
+// names its connection in the broker's management tools.
+func NewBatchPublisher(url, name string, window int, top *topology.Topology) *BatchPublisher {
+	return &BatchPublisher{url: url, name: name, window: window, top: top}
 }
 
 // PublishBatch publishes each message to the exchange the topology assigns
@@ -44,6 +47,47 @@ func (p *BatchPublisher) PublishBatch(ctx context.Context, topics []string, msgs
 	if err := p.connect(); err != nil {
 		return err
 	}
+	return p.publish(ctx, len(msgs), func(i int) (string, string, *message.Message, error) {
+		exchange, err := p.top.ExchangeFor(topics[i])
+		return exchange, topics[i], msgs[i], err
+	})
+}
+
+// PublishTo publishes msg to exchange with key and returns once the broker
+// has confirmed it. The publish is mandatory: a message no queue takes is
+// an error here rather than silently dropped.
+func (p *BatchPublisher) PublishTo(ctx context.Context, exchange, key string, msg *message.Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.connect(); err != nil {
+		return err
+	}
+	pub, err := Marshaler{}.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, pub)
+	if err != nil {
+		p.reset()
+		return fmt.Errorf("amqp: publish to exchange %q with key %q: %w", exchange, key, err)
+	}
+	ok, err := dc.WaitContext(ctx)
+	if err != nil || !ok {
+		p.reset()
+		return fmt.Errorf("amqp: publish to exchange %q with key %q not confirmed: %v", exchange, key, err)
+	}
+	// RabbitMQ returns an unroutable mandatory message before it confirms it.
+	select {
+	case r := <-p.returns:
+		return fmt.Errorf("amqp: exchange %q routes key %q to no queue (%s); declare the topology again (restart serve)", exchange, key, r.ReplyText)
+	default:
+		return nil
+	}
+}
+
+// publish publishes n messages, each to the exchange and key target
+// gives, with up to window confirms outstanding, and waits for them all.
+func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) (exchange, key string, msg *message.Message, err error)) error {
 	pending := make([]*amqp091.DeferredConfirmation, 0, p.window)
 	wait := func(dc *amqp091.DeferredConfirmation) error {
 		ok, err := dc.WaitContext(ctx)
@@ -55,8 +99,8 @@ func (p *BatchPublisher) PublishBatch(ctx context.Context, topics []string, msgs
 		}
 		return nil
 	}
-	for i, msg := range msgs {
-		exchange, err := p.top.ExchangeFor(topics[i])
+	for i := range n {
+		exchange, key, msg, err := target(i)
 		if err != nil {
 			return err
 		}
@@ -71,7 +115,7 @@ func (p *BatchPublisher) PublishBatch(ctx context.Context, topics []string, msgs
 			}
 			pending = pending[1:]
 		}
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, topics[i], false, false, pub)
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, pub)
 		if err != nil {
 			p.reset()
 			return fmt.Errorf("amqp: publish: %w", err)
@@ -94,7 +138,7 @@ func (p *BatchPublisher) connect() error {
 	p.reset()
 	conn, err := amqp091.DialConfig(p.url, amqp091.Config{
 		Dial:       amqp091.DefaultDial(5 * time.Second),
-		Properties: amqp091.Table{"connection_name": "moenda outbox relay"},
+		Properties: amqp091.Table{"connection_name": p.name},
 	})
 	if err != nil {
 		return fmt.Errorf("amqp: connect to %s: %w", redact.URL(p.url), err)
@@ -108,6 +152,7 @@ func (p *BatchPublisher) connect() error {
 		return fmt.Errorf("amqp: open a confirm channel: %w", err)
 	}
 	p.conn, p.ch = conn, ch
+	p.returns = ch.NotifyReturn(make(chan amqp091.Return, 1))
 	return nil
 }
 

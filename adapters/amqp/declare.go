@@ -54,7 +54,7 @@ func Declare(ctx context.Context, url string, t *topology.Topology) error {
 	return nil
 }
 
-func table(args map[string]string) amqp091.Table {
+func table(args map[string]any) amqp091.Table {
 	if len(args) == 0 {
 		return nil
 	}

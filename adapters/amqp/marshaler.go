@@ -16,16 +16,26 @@ import (
 // string headers.
 type Marshaler struct{}
 
-// Metadata that become properties, not headers.
-var propertyKeys = map[string]bool{
+// Metadata that become properties, or describe a delivery, not headers.
+var notHeaders = map[string]bool{
 	event.MetaName: true, event.MetaCorrelationID: true, event.MetaOccurredAt: true,
+	event.MetaDeliveryExchange: true, event.MetaDeliveryRoutingKey: true,
+}
+
+// brokerHeaders are set by RabbitMQ itself when it dead-letters or
+// redelivers a message; a copy moenda publishes must not carry them, or
+// the broker would read a stale, stringified history.
+var brokerHeaders = map[string]bool{
+	"x-death": true, "x-delivery-count": true,
+	"x-first-death-exchange": true, "x-first-death-queue": true, "x-first-death-reason": true,
+	"x-last-death-exchange": true, "x-last-death-queue": true, "x-last-death-reason": true,
 }
 
 // Marshal implements watermill-amqp's Marshaler.
 func (Marshaler) Marshal(msg *message.Message) (amqp091.Publishing, error) {
 	headers := amqp091.Table{}
 	for k, v := range msg.Metadata {
-		if !propertyKeys[k] {
+		if !notHeaders[k] && !brokerHeaders[k] {
 			headers[k] = v
 		}
 	}
@@ -71,5 +81,7 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	if !d.Timestamp.IsZero() {
 		msg.Metadata.Set(event.MetaOccurredAt, d.Timestamp.UTC().Format(time.RFC3339Nano))
 	}
+	msg.Metadata.Set(event.MetaDeliveryExchange, d.Exchange)
+	msg.Metadata.Set(event.MetaDeliveryRoutingKey, d.RoutingKey)
 	return msg, nil
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -27,8 +28,6 @@ type Broker struct {
 	top *topology.Topology
 	// Publisher publishes with topic = routing key, like the AMQP one.
 	Publisher message.Publisher
-	// DeadLetter publishes with topic = queue name to that queue's DLQ.
-	DeadLetter message.Publisher
 	// Subscriber consumes with topic = queue name.
 	Subscriber message.Subscriber
 }
@@ -41,7 +40,6 @@ func NewBroker(top *topology.Topology, logger watermill.LoggerAdapter) *Broker {
 	ch := gochannel.NewGoChannel(gochannel.Config{Persistent: true, OutputChannelBuffer: 64}, logger)
 	b := &Broker{ch: ch, top: top, Subscriber: ch}
 	b.Publisher = exchangePublisher{b: b}
-	b.DeadLetter = deadLetterPublisher{b: b}
 	return b
 }
 
@@ -60,12 +58,43 @@ func (b *Broker) route(exchange, key string, msgs ...*message.Message) error {
 	}
 	for _, q := range queues {
 		for _, m := range msgs {
-			if err := b.ch.Publish(q, m.Copy()); err != nil {
-				return fmt.Errorf("memory: publish to %s: %w", q, err)
+			if err := b.deliver(q, exchange, key, m); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
+}
+
+// deliver puts a copy of msg on queue, noting where it came from as the
+// AMQP adapter does.
+func (b *Broker) deliver(queue, exchange, key string, msg *message.Message) error {
+	cp := msg.Copy()
+	cp.Metadata.Set(event.MetaDeliveryExchange, exchange)
+	cp.Metadata.Set(event.MetaDeliveryRoutingKey, key)
+	if err := b.ch.Publish(queue, cp); err != nil {
+		return fmt.Errorf("memory: publish to %s: %w", queue, err)
+	}
+	return nil
+}
+
+// Delay delivers msg to queue again after delay, with a timer: the memory
+// broker's retry tier. Like everything in this environment, a waiting
+// message ends with the process.
+func (b *Broker) Delay(_ context.Context, queue string, delay time.Duration, msg *message.Message) error {
+	cp := msg.Copy()
+	time.AfterFunc(delay, func() { _ = b.deliver(queue, "", queue, cp) }) // fails only once the broker is closed
+	return nil
+}
+
+// DeadLetter routes msg through queue's dead-letter exchange, as RabbitMQ
+// would route it.
+func (b *Broker) DeadLetter(_ context.Context, queue string, msg *message.Message) error {
+	pol, ok := b.top.Policy(queue)
+	if !ok {
+		return fmt.Errorf("memory: no subscription consumes %q", queue)
+	}
+	return b.route(pol.DeadLetterExchange, queue, msg)
 }
 
 type exchangePublisher struct{ b *Broker }
@@ -79,14 +108,6 @@ func (p exchangePublisher) Publish(topic string, msgs ...*message.Message) error
 }
 
 func (exchangePublisher) Close() error { return nil }
-
-type deadLetterPublisher struct{ b *Broker }
-
-func (p deadLetterPublisher) Publish(queue string, msgs ...*message.Message) error {
-	return p.b.route(p.b.top.DeadLetterExchange(), queue, msgs...)
-}
-
-func (deadLetterPublisher) Close() error { return nil }
 
 // Transactor runs units of work one at a time against in-memory stores;
 // events published in a unit of work go to the broker after it commits.

@@ -42,9 +42,10 @@ func newStack(t *testing.T) *stack {
 	s := &stack{db: testenv.Postgres(t), vhost: testenv.RabbitMQ(t), wlog: watermill.NewSlogLogger(testenv.Logger())}
 	var err error
 	s.top, err = topology.Build(topology.Config{
-		Exchanges:  []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
-		DeadLetter: topology.DeadLetterConfig{Exchange: "notificacoes.dlx", Queue: "{queue}.dlq"},
-		Unrouted:   "{exchange}.unrouted",
+		Exchanges: []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
+		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
+			DeadLetter: topology.DeadLetterConfig{Exchange: "notificacoes.dlx", Queue: "{queue}.dlq"}},
+		Unrouted: "{exchange}.unrouted",
 	}, []topology.Subscription{
 		{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}},
 		{Queue: "auditoria.tarefas", Patterns: []string{"tarefa.#"}},
@@ -76,7 +77,7 @@ func (s *stack) routable(key string) error {
 // called.
 func (s *stack) startRelay(t *testing.T, cfg outbox.Config) (stop func()) {
 	t.Helper()
-	dest := amqp.NewBatchPublisher(s.vhost.URL, cfg.ConfirmWindow, s.top)
+	dest := amqp.NewBatchPublisher(s.vhost.URL, "moenda outbox relay", cfg.ConfirmWindow, s.top)
 	relay := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger())
 	s.mu.Lock()
 	s.relays = append(s.relays, relay)
@@ -300,7 +301,7 @@ func TestRelaySkipsRowsNoExchangeCarries(t *testing.T) {
 	want := map[string]bool{}
 	s.commit(t, 1, want)
 	cfg := testConfig
-	dest := amqp.NewBatchPublisher(s.vhost.URL, cfg.ConfirmWindow, s.top)
+	dest := amqp.NewBatchPublisher(s.vhost.URL, "moenda outbox relay", cfg.ConfirmWindow, s.top)
 	defer dest.Close()
 	refuseFirst := map[string]bool{}
 	for id := range want {
@@ -348,7 +349,7 @@ func TestIdleRelaySleeps(t *testing.T) {
 	s := newStack(t)
 	cfg := testConfig
 	cfg.PollInterval = time.Second
-	dest := amqp.NewBatchPublisher(s.vhost.URL, cfg.ConfirmWindow, s.top)
+	dest := amqp.NewBatchPublisher(s.vhost.URL, "moenda outbox relay", cfg.ConfirmWindow, s.top)
 	defer dest.Close()
 	relay := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger())
 	s.relays = append(s.relays, relay)

@@ -11,6 +11,7 @@ import (
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/router"
 )
 
@@ -30,9 +31,11 @@ func TestQuickRun(t *testing.T) {
 		PostgresURL: testenv.SharePostgres(t),
 		AMQPURL:     vhost.URL,
 		Settings: Settings{
-			AMQP:   amqp.Config{URL: vhost.URL, Prefetch: 50, PublisherChannels: 4, ConsumersPerQueue: 4},
+			AMQP:   amqp.Config{URL: vhost.URL, Prefetch: 50, PublisherChannels: 4},
 			Outbox: outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: 100 * time.Millisecond, BatchSize: 1000, ConfirmWindow: 256},
-			Router: router.Config{CloseTimeout: 5 * time.Second, Retry: router.RetryConfig{MaxRetries: 1, InitialInterval: 10 * time.Millisecond, MaxInterval: 10 * time.Millisecond}},
+			Router: router.Config{CloseTimeout: 5 * time.Second},
+			Failure: topology.FailureConfig{ImmediateRetries: new(int), ImmediateInterval: 10 * time.Millisecond, Delays: []time.Duration{100 * time.Millisecond},
+				DeadLetter: topology.DeadLetterConfig{Exchange: "moenda.dlx", Queue: "{queue}.dlq"}},
 		},
 		Logger: testenv.Logger(),
 	})

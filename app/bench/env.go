@@ -30,9 +30,10 @@ import (
 // Settings are the moenda settings measured: those of the configuration
 // the command was run with.
 type Settings struct {
-	AMQP   amqp.Config
-	Outbox outbox.Config
-	Router router.Config
+	AMQP    amqp.Config
+	Outbox  outbox.Config
+	Router  router.Config
+	Failure topology.FailureConfig
 }
 
 // env is what one run owns: a database, an exchange with one sink queue,
@@ -118,8 +119,9 @@ func (e *env) onDatabase(name string) string {
 
 func (e *env) topologyConfig() topology.Config {
 	return topology.Config{
-		Exchanges:  []topology.ExchangeConfig{{Name: e.exchange, Events: []string{"bench.#"}}},
-		DeadLetter: topology.DeadLetterConfig{Exchange: e.exchange + ".dlx", Queue: "{queue}.dlq"},
+		Exchanges: []topology.ExchangeConfig{{Name: e.exchange, Events: []string{"bench.#"},
+			Failure: topology.FailureConfig{DeadLetter: topology.DeadLetterConfig{Exchange: e.exchange + ".dlx", Queue: "{queue}.dlq"}}}},
+		Failure: e.set.Failure,
 	}
 }
 

@@ -103,7 +103,7 @@ func relayDrain(ctx context.Context, e *env, r *Result) error {
 // relayCatchUp moves what earlier steps left in the outbox, untimed, so a
 // drain starts from an empty outbox.
 func (e *env) relayCatchUp(ctx context.Context) error {
-	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, e.set.Outbox.ConfirmWindow, e.top)
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
 	defer dest.Close()
 	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
 	ctx, cancel := context.WithCancel(ctx)
@@ -243,7 +243,7 @@ func peakRSS(pid int) (float64, error) {
 
 // idleRelay counts the statements an idle relay sends.
 func idleRelay(ctx context.Context, e *env, r *Result) error {
-	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, e.set.Outbox.ConfirmWindow, e.top)
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
 	defer dest.Close()
 	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
 	ctx, cancel := context.WithCancel(ctx)
@@ -282,7 +282,7 @@ func routerConsume(ctx context.Context, e *env, r *Result) error {
 	if err := until(ctx, 5*time.Minute, func() (bool, error) { return handled.Load() >= int64(n), nil }); err != nil {
 		return fmt.Errorf("router handled %d of %d: %w", handled.Load(), n, err)
 	}
-	r.add(Row{Name: fmt.Sprintf("moenda: consume through the router and middleware, %d consumers", e.set.AMQP.ConsumersPerQueue),
+	r.add(Row{Name: fmt.Sprintf("moenda: consume through the router and middleware, prefetch %d", e.set.AMQP.Prefetch),
 		Value: float64(n) / time.Since(began).Seconds(), Unit: "msg/s", Ceiling: r.value(rowConsume), Target: "ratio >= 0.50"}, 0.50, 0)
 	return nil
 }
@@ -291,14 +291,15 @@ func routerConsume(ctx context.Context, e *env, r *Result) error {
 // whole middleware chain, with the configured consumers per queue, and a
 // function that closes its broker connections.
 func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), error) {
-	b, err := amqp.Connect(e.set.AMQP, e.top, e.wlog)
+	b, err := amqp.Connect(e.set.AMQP, e.top, e.logger)
 	if err != nil {
 		return nil, nil, err
 	}
 	rt, err := router.New(e.set.Router, e.wlog)
 	if err == nil {
-		route := router.Route{Queue: e.sink, Consumers: e.set.AMQP.ConsumersPerQueue, Handle: handle}
-		err = router.AddRoutes(rt, b.Subscriber, b.DeadLetter, e.set.Router, e.logger, []router.Route{route})
+		pol, _ := e.top.Policy(e.sink)
+		route := router.Route{Queue: e.sink, Handler: "bench", Policy: pol, Handle: handle}
+		router.AddRoutes(rt, router.Deps{Subscriber: b.Subscriber, Sink: b.Sink, Inbox: e.tx, Stats: router.NewStats(), Logger: e.logger}, []router.Route{route})
 	}
 	if err != nil {
 		_ = b.Close()
@@ -309,7 +310,7 @@ func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), erro
 
 // publishEvents puts n envelopes on the sink queue with the raw client.
 func (e *env) publishEvents(ctx context.Context, n int) error {
-	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, 256, e.top)
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda bench", 256, e.top)
 	defer dest.Close()
 	for sent := 0; sent < n; sent += 1000 {
 		k := min(1000, n-sent)
@@ -337,7 +338,7 @@ func latency(ctx context.Context, e *env, r *Result) error {
 	if err := e.purge(); err != nil {
 		return err
 	}
-	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, e.set.Outbox.ConfirmWindow, e.top)
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
 	defer dest.Close()
 	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
 	// As in serve, each commit wakes the relay of its process.

@@ -1,0 +1,253 @@
+package app
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// consumeAll collects every message of queue from now on.
+func consumeAll(t *testing.T, url, queue string) func() []amqp091.Delivery {
+	t.Helper()
+	deliveries, err := testenv.Channel(t, url).Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []amqp091.Delivery
+	go func() {
+		for d := range deliveries {
+			mu.Lock()
+			got = append(got, d)
+			mu.Unlock()
+		}
+	}()
+	return func() []amqp091.Delivery {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]amqp091.Delivery(nil), got...)
+	}
+}
+
+// publishRaw publishes body to the probe exchange on ch, as any AMQP
+// client would, with message_id id.
+func publishRaw(t *testing.T, ch *amqp091.Channel, key, id string, body []byte, headers amqp091.Table) {
+	t.Helper()
+	if err := ch.Publish("probe.events", key, false, false, amqp091.Publishing{MessageId: id, Body: body, Headers: headers, DeliveryMode: amqp091.Persistent}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFailTwiceThenSucceedWithinTheImmediateTier(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	id := publish(t, p, "probe.work.hit.v1", probeOrder{Fail: 2})
+	testenv.Eventually(t, 10*time.Second, "the handled event", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
+	time.Sleep(300 * time.Millisecond) // past the first delay, had there been one
+	st := p.stats.Queue("probe.work")
+	if n := s.effects(t, id); n != 1 || len(s.runs.of(id)) != 3 || st.RetriedImmediately.Load() != 2 || st.RetriedLater.Load() != 0 {
+		t.Fatalf("effects %d, runs %d, immediate retries %d, delayed %d", n, len(s.runs.of(id)), st.RetriedImmediately.Load(), st.RetriedLater.Load())
+	}
+}
+
+// With the schedule [200ms, 400ms, 800ms], redeliveries come at those
+// delays, then exactly one dead letter arrives with every failure header.
+func TestAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	dead := consumeAll(t, s.vhost.URL, "probe.slow.dlq")
+	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
+	testenv.Eventually(t, 15*time.Second, "the dead letter", func() bool { return len(dead()) > 0 })
+	time.Sleep(time.Second) // no second dead letter, no further run
+	runs := s.runs.of(id)
+	if len(runs) != 4 {
+		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
+	}
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
+		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want*13/10 {
+			t.Errorf("redelivery %d came after %s, want %s ±30%%", i+1, gap, want)
+		}
+	}
+	if got := dead(); len(got) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(got))
+	}
+	d := dead()[0]
+	if d.MessageId != id || s.effects(t, id) != 0 {
+		t.Fatalf("dead letter %s (want %s), effects %d", d.MessageId, id, s.effects(t, id))
+	}
+	h := func(k string) string { v, _ := d.Headers[k].(string); return v }
+	want := map[string]string{
+		event.HeaderReason: event.ReasonRetriesExhausted, event.HeaderError: "probe: failing as asked",
+		event.HeaderQueue: "probe.slow", event.HeaderHandler: "probe/slow", event.HeaderAttempts: "4",
+		event.HeaderOriginalExchange: "probe.events", event.HeaderOriginalRoutingKey: "probe.slow.hit",
+		event.HeaderEventID: id, event.HeaderCorrelationID: d.CorrelationId,
+	}
+	for k, v := range want {
+		if h(k) != v {
+			t.Errorf("header %s = %q, want %q", k, h(k), v)
+		}
+	}
+	first, err1 := time.Parse(time.RFC3339Nano, h(event.HeaderFirstFailureAt))
+	last, err2 := time.Parse(time.RFC3339Nano, h(event.HeaderLastFailureAt))
+	if err1 != nil || err2 != nil || last.Sub(first) < time.Second {
+		t.Errorf("failure times %q .. %q", h(event.HeaderFirstFailureAt), h(event.HeaderLastFailureAt))
+	}
+	if d.CorrelationId == "" {
+		t.Error("the dead letter lost its correlation id")
+	}
+	testenv.Eventually(t, 2*time.Second, "the WARN line", func() bool {
+		return contains(p.logs.String(), `level=WARN msg="event dead-lettered"`, "event_id="+id, "reason=retries_exhausted", "queue=probe.slow")
+	})
+}
+
+// envelope returns a probe envelope named name asking o, as any producer
+// would write it.
+func envelope(t *testing.T, id, name string, o probeOrder) []byte {
+	t.Helper()
+	payload, _ := json.Marshal(o)
+	body, err := json.Marshal(event.Event{ID: id, Name: name, OccurredAt: time.Now().UTC(), CorrelationID: "corr-" + id[:8], Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// While one message waits 2 s for its redelivery, the queue goes on: 1,000
+// healthy events are handled before it comes back.
+func TestAWaitingMessageBlocksNothing(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	ch := testenv.Channel(t, s.vhost.URL)
+	poison := publish(t, p, "probe.wait.hit.v1", probeOrder{Fail: 1})
+	testenv.Eventually(t, 10*time.Second, "the first failure", func() bool { return p.stats.Queue("probe.wait").RetriedLater.Load() == 1 })
+	healthy := make([]string, 1000)
+	for i := range healthy {
+		healthy[i] = uuid.NewString()
+		publishRaw(t, ch, "probe.wait.hit", healthy[i], envelope(t, healthy[i], "probe.wait.hit.v1", probeOrder{}), nil)
+	}
+	testenv.Eventually(t, 30*time.Second, "the poison event, handled at its second delivery", func() bool { return len(s.runs.of(poison)) == 2 })
+	back := s.runs.of(poison)[1]
+	if wait := back.Sub(s.runs.of(poison)[0]); wait < 2*time.Second {
+		t.Fatalf("the poison event came back after %s, before its 2 s delay", wait)
+	}
+	late := 0
+	for _, id := range healthy {
+		if r := s.runs.of(id); len(r) != 1 || !r[0].Before(back) {
+			late++
+		}
+	}
+	if late > 0 {
+		t.Fatalf("%d of 1000 healthy events were not handled before the waiting one came back", late)
+	}
+}
+
+// Bodies no retry can fix reach the dead-letter queue after one attempt,
+// each with its reason; events without ids are not deduplicated against
+// each other.
+func TestMalformedMessagesAreDeadLetteredAtOnce(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	ch := testenv.Channel(t, s.vhost.URL)
+	dead := consumeAll(t, s.vhost.URL, "probe.work.dlq")
+	valid := string(envelope(t, uuid.NewString(), "probe.work.hit.v1", probeOrder{}))
+	bodies := map[string][]byte{
+		event.ReasonDecode:          []byte(`{"event_id":`),
+		event.ReasonInvalidEncoding: append([]byte(valid[:30]), 0xff, 0xfe),
+		event.ReasonMissingEventID:  []byte(`{"event_name":"probe.work.hit.v1","occurred_at":"2026-01-15T10:30:00Z","payload":{}}`),
+	}
+	for _, b := range bodies {
+		publishRaw(t, ch, "probe.work.hit", "", b, nil) // no message_id either
+	}
+	publishRaw(t, ch, "probe.work.hit", "", []byte(`{"event_name":"probe.work.hit.v1","occurred_at":"2026-01-15T10:30:00Z","payload":{"x":1}}`), nil)
+	testenv.Eventually(t, 10*time.Second, "four dead letters", func() bool { return len(dead()) == 4 })
+	reasons := map[string]int{}
+	for _, d := range dead() {
+		reasons[d.Headers[event.HeaderReason].(string)]++
+		if d.Headers[event.HeaderAttempts] != "1" {
+			t.Errorf("a %s dead letter after %v attempts", d.Headers[event.HeaderReason], d.Headers[event.HeaderAttempts])
+		}
+	}
+	if reasons[event.ReasonDecode] != 1 || reasons[event.ReasonInvalidEncoding] != 1 || reasons[event.ReasonMissingEventID] != 2 {
+		t.Fatalf("reasons %v", reasons)
+	}
+	if n := p.stats.Queue("probe.work").Handled.Load() + p.stats.Queue("probe.work").Failed.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times", n)
+	}
+}
+
+// A type the subscription does not handle is acknowledged and counted; a
+// version of a handled type it does not declare is dead-lettered.
+func TestUnknownTypesAreIgnoredAndUnknownVersionsDeadLettered(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	dead := consumeAll(t, s.vhost.URL, "probe.work.dlq")
+	publish(t, p, "probe.work.other.v1", probeOrder{})
+	v2 := publish(t, p, "probe.work.hit.v2", probeOrder{})
+	testenv.Eventually(t, 10*time.Second, "the unknown version's dead letter", func() bool { return len(dead()) == 1 })
+	testenv.Eventually(t, 5*time.Second, "the ignored type", func() bool { return p.stats.Queue("probe.work").Ignored.Load() == 1 })
+	if d := dead()[0]; d.MessageId != v2 || d.Headers[event.HeaderReason] != event.ReasonUnknownVersion {
+		t.Fatalf("dead letter %s: %v", d.MessageId, d.Headers)
+	}
+}
+
+// The same event delivered five times, at once, to two consumers in two
+// processes' worth of platforms: one run, one effect.
+func TestConcurrentDuplicatesHaveOneEffect(t *testing.T) {
+	s := newProbeStack(t)
+	a, b := s.start(t), s.start(t)
+	ch := testenv.Channel(t, s.vhost.URL)
+	id := uuid.NewString()
+	body := envelope(t, id, "probe.work.hit.v1", probeOrder{})
+	for range 5 {
+		publishRaw(t, ch, "probe.work.hit", id, body, nil)
+	}
+	dups := func() int64 {
+		return a.stats.Queue("probe.work").Duplicates.Load() + b.stats.Queue("probe.work").Duplicates.Load()
+	}
+	testenv.Eventually(t, 10*time.Second, "four duplicates acknowledged", func() bool { return dups() == 4 })
+	if n, runs := s.effects(t, id), len(s.runs.of(id)); n != 1 || runs != 1 {
+		t.Fatalf("%d effects, %d runs", n, runs)
+	}
+	if a.stats.Queue("probe.work").Handled.Load()+b.stats.Queue("probe.work").Handled.Load() != 1 {
+		t.Fatal("handled more than once")
+	}
+}
+
+// Headers that are not strings (x-death as the broker writes it, integers
+// from another client) are read, and the message handled normally.
+func TestNonStringHeadersAreHandled(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	ch := testenv.Channel(t, s.vhost.URL)
+	dead := consumeAll(t, s.vhost.URL, "probe.work.dlq")
+	id := uuid.NewString()
+	headers := amqp091.Table{
+		"x-death":          []any{amqp091.Table{"count": int64(1), "queue": "elsewhere", "reason": "expired", "time": time.Now()}},
+		"x-delivery-count": int64(3),
+		"priority-hint":    int32(5),
+		"flag":             true,
+	}
+	publishRaw(t, ch, "probe.work.hit", id, envelope(t, id, "probe.work.hit.v1", probeOrder{}), headers)
+	testenv.Eventually(t, 10*time.Second, "the handled event", func() bool { return s.effects(t, id) == 1 })
+	time.Sleep(200 * time.Millisecond)
+	if len(dead()) != 0 || p.stats.Queue("probe.work").Failed.Load() != 0 {
+		t.Fatalf("dead letters %d, failures %d", len(dead()), p.stats.Queue("probe.work").Failed.Load())
+	}
+}
+
+func contains(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,54 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/handlers/event"
+)
+
+var errNotDecoded = errors.New("the chain ran the handler without decoding the message")
+
+// Decode decodes the envelope and puts the event, with its correlation and
+// causation ids, in the message's context. A body that is not a valid
+// envelope fails permanently with its reason class. Of the events the
+// queue receives, those whose type is not in handles (when handles is not
+// empty) are acknowledged and counted as ignored: a queue bound with #
+// receives everything, and subscribers ignore unknown types. A handled
+// type in a version not in handles fails permanently (unknown_version).
+func Decode(handles []string, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
+	versions := map[string][]int{} // base name -> versions handled
+	for _, h := range handles {
+		if n, err := event.ParseName(h); err == nil {
+			versions[n.Base] = append(versions[n.Base], n.Version)
+		}
+	}
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			e, err := event.Decode(msg.Payload)
+			if err != nil {
+				return nil, err
+			}
+			if len(versions) > 0 {
+				n, _ := event.ParseName(e.Name) // valid: Decode checked it
+				handled, known := versions[n.Base]
+				if !known {
+					stats.Ignored.Add(1)
+					logger.DebugContext(msg.Context(), "event type not handled here: ignored",
+						"event_id", e.ID, "event_name", e.Name, "correlation_id", e.CorrelationID)
+					return nil, nil
+				}
+				if !slices.Contains(handled, n.Version) {
+					return nil, event.Reject(event.ReasonUnknownVersion,
+						fmt.Errorf("%s: this handler handles versions %v of %s", e.Name, handled, n.Base))
+				}
+			}
+			msg.SetContext(withEvent(msg.Context(), e))
+			return h(msg)
+		}
+	}
+}

@@ -1,0 +1,124 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+var schedule = topology.Policy{Delays: []time.Duration{time.Second, 5 * time.Second}, DeadLetterExchange: "dlx", DeadLetterQueue: "q.dlq"}
+
+func TestFailures(t *testing.T) {
+	transient := errors.New("webhook answered 503")
+	tests := []struct {
+		name       string
+		failedYet  int // moenda-attempts on the delivery
+		err        error
+		wantErr    bool // nack: the delivery goes back to its queue
+		wantDelay  time.Duration
+		wantReason string
+	}{
+		{"success", 0, nil, false, 0, ""},
+		{"first failure waits 1s in the broker", 0, transient, false, time.Second, ""},
+		{"second failure waits 5s", 1, transient, false, 5 * time.Second, ""},
+		{"schedule spent: dead letter", 2, transient, false, 0, event.ReasonRetriesExhausted},
+		{"permanent: dead letter at once", 0, event.Permanent(transient), false, 0, event.ReasonPermanent},
+		{"reason class kept", 0, event.Reject(event.ReasonDecode, transient), false, 0, event.ReasonDecode},
+		{"shutdown: back to the queue, no copy", 0, fmt.Errorf("stopping: %w", context.Canceled), true, 0, ""},
+		{"database away: back to the queue, no attempt spent", 1, fmt.Errorf("%w: conn refused", handlers.ErrUnavailable), true, 0, ""},
+	}
+	UnavailablePause = time.Millisecond
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sink := &recordingSink{}
+			stats := NewStats().Queue("q")
+			e := newEvent(t)
+			msg := decoded(t, e)
+			if tt.failedYet > 0 {
+				msg.Metadata.Set(event.HeaderAttempts, fmt.Sprint(tt.failedYet))
+				msg.Metadata.Set(event.HeaderFirstFailureAt, "2026-01-01T00:00:00Z")
+				msg.Metadata.Set(event.HeaderOriginalExchange, "first")
+				msg.Metadata.Set(event.HeaderOriginalRoutingKey, "a.b")
+				msg.Metadata.Set(event.MetaDeliveryExchange, "") // handed back by a retry queue
+				msg.Metadata.Set(event.MetaDeliveryRoutingKey, "q")
+			}
+			_, err := Failures("q", "p/s", schedule, sink, stats, logger)(handlerFunc(func(*message.Message) error { return tt.err }))(msg)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error = %v, want error %v", err, tt.wantErr)
+			}
+			copies := sink.all()
+			if tt.err == nil || tt.wantErr {
+				if len(copies) != 0 {
+					t.Fatalf("%d copies made", len(copies))
+				}
+				return
+			}
+			if len(copies) != 1 {
+				t.Fatalf("%d copies, want 1", len(copies))
+			}
+			c := copies[0]
+			md := c.msg.Metadata
+			if c.queue != "q" || c.dead != (tt.wantReason != "") || c.delay != tt.wantDelay {
+				t.Fatalf("copy = %+v, want delay %s reason %q", c, tt.wantDelay, tt.wantReason)
+			}
+			want := map[string]string{
+				event.HeaderAttempts: fmt.Sprint(tt.failedYet + 1), event.HeaderQueue: "q", event.HeaderHandler: "p/s",
+				event.HeaderEventID: e.ID, event.HeaderCorrelationID: "corr-1", event.HeaderReason: tt.wantReason,
+				event.HeaderOriginalRoutingKey: "a.b", event.HeaderOriginalExchange: "x",
+			}
+			if tt.failedYet > 0 {
+				want[event.HeaderFirstFailureAt] = "2026-01-01T00:00:00Z"
+				want[event.HeaderOriginalExchange] = "first"
+			}
+			for k, v := range want {
+				if md.Get(k) != v {
+					t.Errorf("header %s = %q, want %q", k, md.Get(k), v)
+				}
+			}
+			if md.Get(event.HeaderError) == "" || md.Get(event.HeaderLastFailureAt) == "" || md.Get(event.HeaderFirstFailureAt) == "" {
+				t.Errorf("headers lack the error or the failure times: %v", md)
+			}
+			if c.msg.UUID != msg.UUID || string(c.msg.Payload) != string(msg.Payload) {
+				t.Error("the copy is not the message")
+			}
+			if tt.wantReason != "" && stats.DeadLettered()[tt.wantReason] != 1 {
+				t.Errorf("dead letters by reason = %v", stats.DeadLettered())
+			}
+		})
+	}
+}
+
+// A copy the broker did not take leaves the delivery unacknowledged.
+func TestFailuresKeepTheMessageWhenTheCopyFails(t *testing.T) {
+	for _, pol := range []topology.Policy{schedule, {DeadLetterExchange: "dlx", DeadLetterQueue: "q.dlq"}} {
+		sink := &recordingSink{fail: errors.New("channel closed")}
+		_, err := Failures("q", "p/s", pol, sink, NewStats().Queue("q"), logger)(handlerFunc(func(*message.Message) error { return errors.New("boom") }))(decoded(t, newEvent(t)))
+		if err == nil {
+			t.Fatalf("delays %v: the delivery would be acknowledged without its copy", pol.Delays)
+		}
+	}
+}
+
+// An undecodable message is dead-lettered with the transport's ids.
+func TestFailuresOfAnUndecodableMessage(t *testing.T) {
+	sink := &recordingSink{}
+	msg := message.NewMessage("11111111-1111-1111-1111-111111111111", []byte("{"))
+	msg.Metadata.Set(event.MetaCorrelationID, "corr-9")
+	_, err := Failures("q", "p/s", schedule, sink, NewStats().Queue("q"), logger)(Decode(nil, NewStats().Queue("q"), logger)(handlerFunc(func(*message.Message) error { return nil })))(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sink.all()
+	if len(c) != 1 || !c[0].dead || c[0].msg.Metadata.Get(event.HeaderReason) != event.ReasonDecode ||
+		c[0].msg.Metadata.Get(event.HeaderEventID) != msg.UUID || c[0].msg.Metadata.Get(event.HeaderCorrelationID) != "corr-9" {
+		t.Fatalf("copies = %+v", c)
+	}
+}

@@ -1,0 +1,58 @@
+package router
+
+import (
+	"maps"
+	"sync"
+	"sync/atomic"
+)
+
+// Stats counts what the chain did with each queue's messages. It is safe
+// for concurrent use; the metrics endpoint and tests read it.
+type Stats struct {
+	mu     sync.Mutex
+	queues map[string]*QueueStats
+}
+
+// NewStats returns empty statistics.
+func NewStats() *Stats { return &Stats{queues: map[string]*QueueStats{}} }
+
+// Queue returns the counters of one queue, made on first use.
+func (s *Stats) Queue(name string) *QueueStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[name]
+	if !ok {
+		q = &QueueStats{deadLettered: map[string]int64{}}
+		s.queues[name] = q
+	}
+	return q
+}
+
+// QueueStats are one queue's counters.
+type QueueStats struct {
+	// Handled and Failed count handler runs that returned nil or an error.
+	Handled, Failed atomic.Int64
+	// RetriedImmediately counts immediate retries; RetriedLater the
+	// messages handed to the retry tier of the broker.
+	RetriedImmediately, RetriedLater atomic.Int64
+	// Duplicates are deliveries of an event the queue had processed.
+	Duplicates atomic.Int64
+	// Ignored are events of a type the handler does not handle.
+	Ignored atomic.Int64
+
+	mu           sync.Mutex
+	deadLettered map[string]int64 // by reason class
+}
+
+// DeadLettered returns the dead letters by reason class.
+func (q *QueueStats) DeadLettered() map[string]int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return maps.Clone(q.deadLettered)
+}
+
+func (q *QueueStats) deadLetter(reason string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.deadLettered[reason]++
+}
