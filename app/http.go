@@ -1,8 +1,14 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -37,16 +43,53 @@ func (p *Platform) handler(plugins []handlers.Plugin) http.Handler {
 	return r
 }
 
-// correlate takes the request's correlation id, or makes one, and returns it.
+// correlate takes the request's correlation id, or makes one, and returns
+// it. The id travels into logs, response headers and AMQP properties, so a
+// client's id is kept only when it is a plain token (validID); another is
+// replaced, and the rejected value is logged quoted, never raw.
 func (p *Platform) correlate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(CorrelationHeader)
-		if id == "" || len(id) > 128 {
-			id = uuid.NewString()
+		if !validID(id) {
+			made := uuid.NewString()
+			if id != "" {
+				p.logger.InfoContext(r.Context(), "correlation id replaced: "+idRule,
+					"rejected", strconv.Quote(cutBytes(id, maxIDLen)), "correlation_id", made)
+			}
+			id = made
 		}
 		w.Header().Set(CorrelationHeader, id)
 		next.ServeHTTP(w, r.WithContext(event.WithCorrelation(r.Context(), id)))
 	})
+}
+
+// maxIDLen bounds correlation and causation ids: AMQP caps the
+// correlation_id property at 255 bytes (and longer ones are cut silently).
+const maxIDLen = 128
+
+// idRule is what validID accepts, in the words of the messages.
+const idRule = "it must be 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'"
+
+// validID reports whether id is 1 to maxIDLen characters of
+// [A-Za-z0-9._:-]: safe in a log line, a header and an AMQP property.
+func validID(id string) bool {
+	if id == "" || len(id) > maxIDLen {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// cutBytes shortens s to at most n bytes.
+func cutBytes(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // limitBody caps request bodies at http.max_body_bytes; decoding a larger
@@ -83,17 +126,40 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, code, map[string]any{"status": status, "checks": checks})
 }
 
+// eventsConsumer names POST /v1/events in the inbox, where its answers are
+// remembered by event_id.
+const eventsConsumer = "POST /v1/events"
+
+// accepted is the answer to POST /v1/events; it is remembered with the
+// event, so a repeated request gets it again.
+type accepted struct {
+	EventID       string `json:"event_id"`
+	EventName     string `json:"event_name"`
+	CorrelationID string `json:"correlation_id"`
+	Exchange      string `json:"exchange"`
+	RoutingKey    string `json:"routing_key"`
+}
+
 // postEvent publishes an envelope through the outbox. event_id and
 // occurred_at are filled in when absent, correlation_id from the request.
+// The answer is remembered under event_id in the same unit of work, so a
+// client that repeats the request (after a cut connection) gets 200 with
+// the first answer and publishes nothing twice; another event under a used
+// event_id gets 409.
 func (p *Platform) postEvent(w http.ResponseWriter, r *http.Request) {
 	var e event.Event
 	if !httpjson.DecodeTolerant(w, r, &e) {
 		return
 	}
+	if err := checkSent(e); err != nil {
+		httpjson.Error(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	occurredSent := !e.OccurredAt.IsZero()
 	if e.ID == "" {
 		e.ID = uuid.NewString()
 	}
-	if e.OccurredAt.IsZero() {
+	if !occurredSent {
 		e.OccurredAt = time.Now().UTC()
 	}
 	e = event.Stamp(r.Context(), e)
@@ -106,16 +172,90 @@ func (p *Platform) postEvent(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, "event_name "+e.Name+": "+err.Error())
 		return
 	}
+	fp, err := fingerprint(e, occurredSent)
+	if err != nil {
+		httpjson.Error(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	answer := accepted{EventID: e.ID, EventName: e.Name, CorrelationID: e.CorrelationID, Exchange: exchange, RoutingKey: e.RoutingKey()}
+	body, err := json.Marshal(answer)
+	if err != nil {
+		httpjson.ServerError(w, r, p.logger, fmt.Errorf("publish event %s: encode the answer: %w", e.ID, err))
+		return
+	}
+	var earlier *handlers.Receipt
 	err = p.tx.InTx(r.Context(), func(ctx context.Context, tx handlers.Tx) error {
+		var err error
+		earlier, err = tx.Remember(ctx, handlers.Receipt{Consumer: eventsConsumer, Key: e.ID, Fingerprint: fp, Answer: body})
+		if err != nil || earlier != nil {
+			return err
+		}
 		return tx.Publish(ctx, e)
 	})
 	if err != nil {
-		p.logger.ErrorContext(r.Context(), "publish event", "event_id", e.ID, "correlation_id", e.CorrelationID, "error", err)
-		httpjson.Error(w, http.StatusInternalServerError, "could not store the event; see the server log")
+		httpjson.ServerError(w, r, p.logger, fmt.Errorf("publish event %s: %w", e.ID, err))
 		return
 	}
-	httpjson.Write(w, http.StatusAccepted, map[string]string{
-		"event_id": e.ID, "event_name": e.Name, "correlation_id": e.CorrelationID,
-		"exchange": exchange, "routing_key": e.RoutingKey(),
-	})
+	switch {
+	case earlier == nil:
+		httpjson.Write(w, http.StatusAccepted, answer)
+	case !bytes.Equal(earlier.Fingerprint, fp):
+		httpjson.Error(w, http.StatusConflict, fmt.Sprintf("event_id %s was already used for another event; send this one with a new event_id", e.ID))
+	default:
+		var first accepted
+		if err := json.Unmarshal(earlier.Answer, &first); err != nil {
+			httpjson.ServerError(w, r, p.logger, fmt.Errorf("event %s: read the remembered answer: %w", e.ID, err))
+			return
+		}
+		httpjson.Write(w, http.StatusOK, first)
+	}
+}
+
+// maxNameLen bounds event_name: AMQP caps the type property and the routing
+// key at 255 bytes, and the client library cuts longer ones without a word,
+// which would route the event by a key nobody chose.
+const maxNameLen = 255
+
+// checkSent checks what the client set in the envelope that Validate
+// does not, or not strictly enough for the stores and the broker: an
+// event_id that is a UUID in its 36-character form (the outbox key),
+// an event_name AMQP can carry, ids that are safe to log and to send.
+func checkSent(e event.Event) error {
+	var errs []error
+	if e.ID != "" {
+		if _, err := uuid.Parse(e.ID); err != nil || len(e.ID) != 36 {
+			errs = append(errs, fmt.Errorf("event_id %q is not a UUID like 550e8400-e29b-41d4-a716-446655440000", cutBytes(e.ID, 64)))
+		}
+	}
+	if len(e.Name) > maxNameLen {
+		errs = append(errs, fmt.Errorf("event_name is longer than %d bytes", maxNameLen))
+	}
+	if e.CorrelationID != "" && !validID(e.CorrelationID) {
+		errs = append(errs, errors.New("correlation_id is not a valid id: "+idRule))
+	}
+	if e.CausationID != "" && !validID(e.CausationID) {
+		errs = append(errs, errors.New("causation_id is not a valid id: "+idRule))
+	}
+	return errors.Join(errs...)
+}
+
+// fingerprint identifies the event a client asked to publish, to tell a
+// repeat of the request from another event under a used event_id: the
+// name, the payload without blanks, the source, the causation id, and
+// occurred_at when the client sent it (else each request makes its own).
+// The correlation id is left out: a retry may carry another.
+func fingerprint(e event.Event, occurredSent bool) ([]byte, error) {
+	var payload bytes.Buffer
+	if err := json.Compact(&payload, e.Payload); err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	occurred := ""
+	if occurredSent {
+		occurred = e.OccurredAt.UTC().Format(time.RFC3339Nano)
+	}
+	h := sha256.New()
+	for _, f := range []string{e.Name, payload.String(), e.Source, e.CausationID, occurred} {
+		fmt.Fprintf(h, "%d:%s;", len(f), f) // length-prefixed: no two field lists hash alike
+	}
+	return h.Sum(nil), nil
 }

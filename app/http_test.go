@@ -1,17 +1,28 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 func TestEventsEndpointRejectsBadInput(t *testing.T) {
-	p := start(t, "memory", "MOENDA_HTTP__MAX_BODY_BYTES=2048")
+	p := start(t, "memory", "MOENDA_HTTP__MAX_BODY_BYTES=65536")
 	tests := []struct {
 		name string
 		body string
@@ -25,11 +36,21 @@ func TestEventsEndpointRejectsBadInput(t *testing.T) {
 		{"unversioned name", `{"event_name":"tarefa.concluida","payload":{"a":1}}`, http.StatusBadRequest, "ending in a version"},
 		{"event_id not a UUID", `{"event_id":"7","event_name":"tarefa.concluida.v1","payload":{"a":1}}`, http.StatusBadRequest, `event_id "7" is not a UUID`},
 		{"no payload", `{"event_name":"tarefa.concluida.v1"}`, http.StatusBadRequest, "payload is missing"},
-		{"wrong type", `{"event_name":7,"payload":{}}`, http.StatusBadRequest, "field event_name must be string"},
+		{"wrong type", `{"event_name":7,"payload":{}}`, http.StatusBadRequest, "field event_name must be a string, got a number"},
+		{"an array body", `[{"event_name":"tarefa.concluida.v1"}]`, http.StatusBadRequest, "body must be a JSON object, got an array"},
+		{"invalid UTF-8 in the payload", "{\"event_name\":\"tarefa.concluida.v1\",\"payload\":{\"titulo\":\"a\xffb\"}}", http.StatusBadRequest, "field payload.titulo is not valid UTF-8"},
+		{"NUL in the payload", `{"event_name":"tarefa.concluida.v1","payload":{"items":[{"n":"a"},{"n":"\u0000"}]}}`, http.StatusBadRequest, "field payload.items[1].n contains a NUL character"},
+		{"NUL in a field name", `{"event_name":"tarefa.concluida.v1","payload":{"a\u0000":1}}`, http.StatusBadRequest, "a field name in payload contains a NUL character"},
+		{"nested 10,000 deep", `{"event_name":"tarefa.concluida.v1","payload":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`, http.StatusBadRequest, "more than 100 deep"},
+		{"event_id of 37 characters", `{"event_id":"550e8400-e29b-41d4-a716-4466554400000","event_name":"tarefa.concluida.v1","payload":{"a":1}}`, http.StatusBadRequest, "event_id \"550e8400-e29b-41d4-a716-4466554400000\" is not a UUID"},
+		{"event_id as a URN", `{"event_id":"urn:uuid:550e8400-e29b-41d4-a716-446655440000","event_name":"tarefa.concluida.v1","payload":{"a":1}}`, http.StatusBadRequest, "event_id \"urn:uuid:"},
+		{"event_name over 255 bytes", `{"event_name":"tarefa.` + strings.Repeat("a", 250) + `.v1","payload":{"a":1}}`, http.StatusBadRequest, "event_name is longer than 255 bytes"},
+		{"correlation_id that is not an id", `{"event_name":"tarefa.concluida.v1","correlation_id":"<script>","payload":{"a":1}}`, http.StatusBadRequest, "correlation_id is not a valid id"},
+		{"causation_id over 128 bytes", `{"event_name":"tarefa.concluida.v1","causation_id":"` + strings.Repeat("c", 129) + `","payload":{"a":1}}`, http.StatusBadRequest, "causation_id is not a valid id"},
 		{"date without time", `{"event_name":"tarefa.concluida.v1","occurred_at":"2026-01-15","payload":{"a":1}}`, http.StatusBadRequest, "not an RFC 3339 string"},
 		{"time as a number", `{"event_name":"tarefa.concluida.v1","occurred_at":5,"payload":{"a":1}}`, http.StatusBadRequest, "not an RFC 3339 string"},
 		{"no exchange carries it", `{"event_name":"pedido.criado.v1","payload":{"a":1}}`, http.StatusBadRequest, `no exchange carries events with routing key "pedido.criado"`},
-		{"over the size limit", `{"event_name":"tarefa.concluida.v1","payload":{"x":"` + strings.Repeat("a", 4096) + `"}}`, http.StatusRequestEntityTooLarge, "larger than the limit of 2048 bytes"},
+		{"over the size limit", `{"event_name":"tarefa.concluida.v1","payload":{"x":"` + strings.Repeat("a", 70000) + `"}}`, http.StatusRequestEntityTooLarge, "larger than the limit of 65536 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,7 +75,11 @@ func TestTarefasRejectsBadInput(t *testing.T) {
 		{"POST", "/tarefas", `{"usuario_id": 1}`, http.StatusBadRequest, "titulo is required"},
 		{"POST", "/tarefas", `{"usuario_id": 0, "titulo": "x"}`, http.StatusBadRequest, "usuario_id must be a positive integer"},
 		{"POST", "/tarefas", `{"usuario_id": 1, "titulo": "x", "titlo": "y"}`, http.StatusBadRequest, `unknown field "titlo"`},
-		{"POST", "/tarefas", `{"usuario_id": "1", "titulo": "x"}`, http.StatusBadRequest, "field usuario_id must be int64"},
+		{"POST", "/tarefas", `{"usuario_id": "1", "titulo": "x"}`, http.StatusBadRequest, "field usuario_id must be a number, got a string"},
+		{"POST", "/tarefas", `{"usuario_id": 1, "titulo": "a\u0000b"}`, http.StatusBadRequest, "field titulo contains a NUL character"},
+		{"POST", "/tarefas", "{\"usuario_id\": 1, \"titulo\": \"\xc3\x28\"}", http.StatusBadRequest, "field titulo is not valid UTF-8"},
+		{"POST", "/tarefas", `[{"usuario_id": 1, "titulo": "x"}]`, http.StatusBadRequest, "body must be a JSON object, got an array"},
+		{"PATCH", "/tarefas/1/concluir", `{"usuario_id": 1.5}`, http.StatusBadRequest, "field usuario_id must be a whole number"},
 		{"POST", "/tarefas", `{"usuario_id": 1, "titulo": "x", "tarefa_pai_id": 99}`, http.StatusBadRequest, "tarefa_pai_id 99 is not a task of usuario 1"},
 		{"PATCH", "/tarefas/abc/concluir", `{"usuario_id": 1}`, http.StatusBadRequest, "id in the path"},
 		{"PATCH", "/tarefas/1/concluir", `{}`, http.StatusBadRequest, "usuario_id must be a positive integer"},
@@ -115,14 +140,277 @@ func TestBadPayloadReachesDeadLetterQueueWithReason(t *testing.T) {
 	defer cancel()
 	select {
 	case d := <-deliveries:
-		reason, _ := d.Headers["reason_poisoned"].(string)
-		if d.MessageId != body["event_id"] || !strings.Contains(reason, "lacks usuario_id or titulo") {
-			t.Fatalf("DLQ message %s with reason %q, want event %v", d.MessageId, reason, body["event_id"])
+		reason, _ := d.Headers[event.HeaderReason].(string)
+		text, _ := d.Headers[event.HeaderError].(string)
+		if d.MessageId != body["event_id"] || reason != event.ReasonPermanent || !strings.Contains(text, "lacks usuario_id or titulo") || d.Headers[event.HeaderAttempts] != "1" {
+			t.Fatalf("DLQ message %s with headers %v, want event %v", d.MessageId, d.Headers, body["event_id"])
 		}
 	case <-ctx.Done():
 		t.Fatal("nothing reached notificacoes.tarefas-concluidas.dlq")
 	}
-	if strings.Count(p.logs.String(), "handler failed") != 1 {
-		t.Errorf("a permanent error was retried:\n%s", p.logs.String())
+	if st := p.stats.Queue("notificacoes.tarefas-concluidas"); st.Failed.Load() != 1 || st.RetriedImmediately.Load() != 0 || st.RetriedLater.Load() != 0 {
+		t.Errorf("a permanent error was retried: %d runs failed, %d retried at once, %d later", st.Failed.Load(), st.RetriedImmediately.Load(), st.RetriedLater.Load())
 	}
+}
+
+// send makes a request with the given headers and returns the answer and
+// its raw body.
+func send(t *testing.T, method, url, body string, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, raw
+}
+
+// Text PostgreSQL cannot store, and ids the outbox and the broker cannot
+// carry, are refused with 400 before they reach either.
+func TestBadTextAndIdsNeverReachPostgres(t *testing.T) {
+	p, _ := startAMQP(t)
+	tests := []struct {
+		path, body string
+		want       string
+	}{
+		{"/tarefas", `{"usuario_id": 1, "titulo": "\u0000"}`, "field titulo contains a NUL character"},
+		{"/v1/events", "{\"event_name\":\"tarefa.concluida.v1\",\"payload\":{\"titulo\":\"\xff\"}}", "field payload.titulo is not valid UTF-8"},
+		{"/v1/events", `{"event_name":"tarefa.concluida.v1","payload":{"titulo":"\ud800"}}`, "field payload.titulo is not valid UTF-8"},
+		{"/v1/events", `{"event_id":"550e8400-e29b-41d4-a716-4466554400000","event_name":"tarefa.concluida.v1","payload":{"a":1}}`, "event_id"},
+		{"/v1/events", `{"event_id":"urn:uuid:550e8400-e29b-41d4-a716-446655440000","event_name":"tarefa.concluida.v1","payload":{"a":1}}`, "event_id"},
+		{"/v1/events", `{"event_id":"` + strings.Repeat("7", 300) + `","event_name":"tarefa.concluida.v1","payload":{"a":1}}`, "event_id"},
+		{"/v1/events", `{"event_name":"tarefa.concluida.v1","correlation_id":"` + strings.Repeat("c", 300) + `","payload":{"a":1}}`, "correlation_id"},
+	}
+	for _, tt := range tests {
+		code, body := call(t, "POST", p.base+tt.path, tt.body)
+		if msg, _ := body["error"].(string); code != http.StatusBadRequest || !strings.Contains(msg, tt.want) {
+			t.Errorf("POST %s %.80q = %d %q, want 400 naming %s", tt.path, tt.body, code, msg, tt.want)
+		}
+	}
+	if strings.Contains(p.logs.String(), "request failed") {
+		t.Errorf("bad input reached the database:\n%s", p.logs.String())
+	}
+}
+
+func TestCorrelationIDIsKeptOnlyWhenPlain(t *testing.T) {
+	p := start(t, "memory")
+	long := strings.Repeat("a", 300)
+	tests := []struct {
+		name   string
+		header string // "" sends none
+		kept   bool
+	}{
+		{"absent", "", false},
+		{"plain", "req-7f3a", true},
+		{"every allowed character", "AZaz09._:-", true},
+		{"128 characters", strings.Repeat("a", 128), true},
+		{"129 characters", strings.Repeat("a", 129), false},
+		{"markup", "<script>alert(1)</script>", false},
+		{"a blank", "req 1", false},
+		{"a tab", "req\t1", false},
+		{"not ASCII", "requisição", false},
+		{"long", long, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			header := map[string]string{}
+			if tt.header != "" {
+				header[CorrelationHeader] = tt.header
+			}
+			resp, raw := send(t, "POST", p.base+"/v1/events", `{"event_name":"tarefa.concluida.v1","payload":{"tarefa_id":1,"usuario_id":1,"titulo":"x"}}`, header)
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("POST /v1/events = %d %s", resp.StatusCode, raw)
+			}
+			got := resp.Header.Get(CorrelationHeader)
+			if tt.kept && got != tt.header {
+				t.Fatalf("correlation id %q answered as %q", tt.header, got)
+			}
+			if !tt.kept {
+				if _, err := uuid.Parse(got); err != nil || got == tt.header {
+					t.Fatalf("correlation id %q answered as %q, want a new UUID", tt.header, got)
+				}
+			}
+			if !bytes.Contains(raw, []byte(`"correlation_id":"`+got+`"`)) {
+				t.Fatalf("the event carries another correlation id than the answer's %q: %s", got, raw)
+			}
+			replaced := "rejected=" + strconv.Quote(strconv.Quote(cutBytes(tt.header, 128))) + " correlation_id=" + got
+			if logged := strings.Contains(p.logs.String(), replaced); logged != (!tt.kept && tt.header != "") {
+				t.Fatalf("log has %q: %v\n%s", replaced, logged, p.logs.String())
+			}
+		})
+	}
+	if strings.Contains(p.logs.String(), "<script>") && !strings.Contains(p.logs.String(), `\"<script>`) {
+		t.Errorf("a rejected id was logged unquoted:\n%s", p.logs.String())
+	}
+	if strings.Contains(p.logs.String(), strings.Repeat("a", 129)) {
+		t.Errorf("a rejected id was logged beyond 128 bytes")
+	}
+}
+
+// everyEnvironment runs f on the platform in memory and over PostgreSQL
+// and RabbitMQ; outboxRows counts the outbox rows of an event, or is nil in
+// memory, which has no outbox table.
+func everyEnvironment(t *testing.T, f func(t *testing.T, p running, outboxRows func(id string) int)) {
+	t.Run("memory", func(t *testing.T) { f(t, start(t, "memory"), nil) })
+	t.Run("amqp", func(t *testing.T) {
+		p, _ := startAMQP(t)
+		f(t, p, func(id string) int {
+			var n int
+			if err := p.pool.QueryRow(context.Background(), "SELECT count(*) FROM watermill_outbox WHERE uuid = $1", id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		})
+	})
+}
+
+// eventBody is a tarefa.concluida.v1 envelope with id and title.
+func eventBody(id, titulo string) string {
+	return fmt.Sprintf(`{"event_id":%q,"event_name":"tarefa.concluida.v1","source":"test","payload":{"tarefa_id":1,"usuario_id":1,"titulo":%q}}`, id, titulo)
+}
+
+// A client may repeat POST /v1/events after a cut connection: the same
+// event_id and event answer 200 with the first answer and publish nothing
+// twice; another event under that id answers 409.
+func TestRepeatedEventIDAnswersTheFirstAnswer(t *testing.T) {
+	everyEnvironment(t, func(t *testing.T, p running, outboxRows func(string) int) {
+		id := uuid.NewString()
+		first, firstBody := send(t, "POST", p.base+"/v1/events", eventBody(id, "x"), map[string]string{CorrelationHeader: "first"})
+		if first.StatusCode != http.StatusAccepted {
+			t.Fatalf("first POST = %d %s", first.StatusCode, firstBody)
+		}
+		repeats := []struct {
+			name, body string
+		}{
+			{"the same request, with another correlation id", eventBody(id, "x")},
+			{"the same event, spaced out", strings.ReplaceAll(eventBody(id, "x"), `,"payload":{"tarefa_id":1,`, `, "payload": { "tarefa_id" : 1 ,`)},
+		}
+		for _, r := range repeats {
+			resp, body := send(t, "POST", p.base+"/v1/events", r.body, map[string]string{CorrelationHeader: "retry"})
+			if resp.StatusCode != http.StatusOK || !bytes.Equal(body, firstBody) {
+				t.Fatalf("%s = %d %s, want 200 %s", r.name, resp.StatusCode, body, firstBody)
+			}
+		}
+		code, body := call(t, "POST", p.base+"/v1/events", eventBody(id, "another"))
+		if msg, _ := body["error"].(string); code != http.StatusConflict || !strings.Contains(msg, "event_id "+id+" was already used for another event") {
+			t.Fatalf("another event under the id = %d %q, want 409", code, msg)
+		}
+		if outboxRows != nil {
+			if n := outboxRows(id); n != 1 {
+				t.Fatalf("%d outbox rows for event %s, want 1", n, id)
+			}
+		}
+	})
+}
+
+// Two requests with the same new event_id at once: one publishes (202),
+// the other waits for it and answers its answer (200).
+func TestConcurrentRepeatsOfOneEventPublishOnce(t *testing.T) {
+	everyEnvironment(t, func(t *testing.T, p running, outboxRows func(string) int) {
+		for range 5 {
+			id := uuid.NewString()
+			type answer struct {
+				code int
+				body []byte
+			}
+			answers := make([]answer, 2)
+			var ready, wg sync.WaitGroup
+			ready.Add(1)
+			for i := range answers {
+				wg.Go(func() {
+					ready.Wait()
+					resp, body := send(t, "POST", p.base+"/v1/events", eventBody(id, "x"), nil)
+					answers[i] = answer{resp.StatusCode, body}
+				})
+			}
+			ready.Done()
+			wg.Wait()
+			codes := []int{answers[0].code, answers[1].code}
+			slices.Sort(codes)
+			if !slices.Equal(codes, []int{http.StatusOK, http.StatusAccepted}) || !bytes.Equal(answers[0].body, answers[1].body) {
+				t.Fatalf("answers %d %s and %d %s, want 202 and 200 with one body", answers[0].code, answers[0].body, answers[1].code, answers[1].body)
+			}
+			if outboxRows != nil {
+				if n := outboxRows(id); n != 1 {
+					t.Fatalf("%d outbox rows for event %s, want 1", n, id)
+				}
+			}
+		}
+	})
+}
+
+// A database that is away answers 503 with Retry-After on every route
+// that runs a unit of work, and the platform recovers when it is back. The
+// test takes its own database away, not the shared server.
+func TestUnitsOfWorkAnswer503WhileTheDatabaseIsAway(t *testing.T) {
+	p, _ := startAMQP(t)
+	code, task := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "x"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST /tarefas = %d %v", code, task)
+	}
+	u, err := url.Parse(p.cfg.Postgres.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, testenv.SharePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	t.Cleanup(func() { // before the platform stops and the database is dropped
+		if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+name+" ALLOW_CONNECTIONS true"); err != nil {
+			t.Errorf("give the database back: %v", err)
+		}
+	})
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" ALLOW_CONNECTIONS false"); err != nil {
+		t.Fatal(err)
+	}
+	// The pool's open connections still serve; this one is then cut, with
+	// too little idle time for the pool to ping it before handing it out.
+	if code, body := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "w"}`); code != http.StatusCreated {
+		t.Fatalf("POST /tarefas on an open connection = %d %v", code, body)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+		strings.TrimPrefix(u.Path, "/")); err != nil {
+		t.Fatal(err)
+	}
+
+	requests := []struct{ method, path, body string }{
+		{"POST", "/v1/events", `{"event_name":"tarefa.concluida.v1","payload":{"tarefa_id":1,"usuario_id":1,"titulo":"x"}}`},
+		{"POST", "/v1/events", eventBody(uuid.NewString(), "x")},
+		{"POST", "/tarefas", `{"usuario_id": 1, "titulo": "y"}`},
+		{"PATCH", fmt.Sprintf("/tarefas/%d/concluir", int(task["id"].(float64))), `{"usuario_id": 1}`},
+	}
+	for round := range 3 { // the cut connection first, then refused new ones
+		for _, r := range requests {
+			resp, raw := send(t, r.method, p.base+r.path, r.body, nil)
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" ||
+				resp.Header.Get("Content-Type") != "application/json" || !bytes.Contains(raw, []byte(`"error":`)) {
+				t.Errorf("round %d: %s %s = %d Retry-After %q %s, want 503 with Retry-After 1 and a JSON error",
+					round, r.method, r.path, resp.StatusCode, resp.Header.Get("Retry-After"), raw)
+			}
+		}
+	}
+
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" ALLOW_CONNECTIONS true"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "POST /tarefas to succeed again", func() bool {
+		code, _ := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "z"}`)
+		return code == http.StatusCreated
+	})
 }

@@ -4,13 +4,22 @@
 package httpjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // Write answers with status and v as JSON.
@@ -25,9 +34,31 @@ func Error(w http.ResponseWriter, status int, msg string) {
 	Write(w, status, map[string]string{"error": msg})
 }
 
+// RetryAfter is the wait, in seconds, a 503 asks for: long enough for a
+// pool to reconnect, short enough that a restart is ridden out by retries.
+const RetryAfter = 1
+
+// ServerError answers a failure that is not the client's. A service the
+// request needs being away (handlers.ErrUnavailable: the database
+// restarting, a cut connection) answers 503 with Retry-After, so clients
+// and proxies retry rather than report a fault; anything else answers 500.
+// err goes to the log only: the client gets no internals.
+func ServerError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
+	attrs := []any{"method", r.Method, "path", r.URL.Path, "correlation_id", event.CorrelationID(r.Context()), "error", err}
+	if errors.Is(err, handlers.ErrUnavailable) {
+		logger.WarnContext(r.Context(), "request failed: a service it needs is unavailable", attrs...)
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
+		Error(w, http.StatusServiceUnavailable, fmt.Sprintf("a service this request needs is unavailable; retry in %d s", RetryAfter))
+		return
+	}
+	logger.ErrorContext(r.Context(), "request failed", attrs...)
+	Error(w, http.StatusInternalServerError, "internal error; see the server log")
+}
+
 // Decode reads a command strictly into v: unknown fields (a misspelt key)
-// and trailing data are errors. On failure it has already answered 400, or
-// 413 when the body is over the server's limit, and returns false.
+// and trailing data are errors, and so is text that is not UTF-8 or holds
+// a NUL (see checkText). On failure it has already answered 400, or 413
+// when the body is over the server's limit, and returns false.
 func Decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return decode(w, r, v, true)
 }
@@ -39,13 +70,12 @@ func DecodeTolerant(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any, strict bool) bool {
-	dec := json.NewDecoder(r.Body)
-	if strict {
-		dec.DisallowUnknownFields()
+	body, err := io.ReadAll(r.Body)
+	if err == nil {
+		err = checkText(body)
 	}
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("body holds more than one JSON value")
+	if err == nil {
+		err = unmarshal(body, v, strict)
 	}
 	if err == nil {
 		return true
@@ -59,16 +89,248 @@ func decode(w http.ResponseWriter, r *http.Request, v any, strict bool) bool {
 	return false
 }
 
-// describe turns a JSON decoding error into a message naming the field.
+// unmarshal decodes the one JSON value body holds into v.
+func unmarshal(body []byte, v any, strict bool) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if len(bytes.Trim(body[dec.InputOffset():], " \t\r\n")) > 0 {
+		return errTrailing
+	}
+	return nil
+}
+
+// errTrailing is a body with more after its JSON value.
+var errTrailing = errors.New("body holds more than one JSON value")
+
+// maxDepth bounds how deep a body may nest objects and arrays: far beyond
+// any command or payload, and far below what a recursive reader of the
+// stored event (a handler, PostgreSQL) may refuse.
+const maxDepth = 100
+
+// textError is a JSON string that cannot be stored as text.
+type textError struct {
+	path    string // the field holding it, or whose field name it is
+	name    bool   // a field name, not a value
+	problem string
+}
+
+func (e *textError) Error() string {
+	if e.name {
+		return fmt.Sprintf("a field name in %s %s", e.path, e.problem)
+	}
+	if e.path == "body" {
+		return "body " + e.problem
+	}
+	return fmt.Sprintf("field %s %s", e.path, e.problem)
+}
+
+// depthError is a body nested deeper than maxDepth.
+type depthError struct{}
+
+func (depthError) Error() string {
+	return fmt.Sprintf("body nests objects and arrays more than %d deep", maxDepth)
+}
+
+// frame is one open object or array while checkText walks a body.
+type frame struct {
+	array   bool
+	index   int    // the element being read, in an array
+	key     string // the field being read, in an object
+	wantKey bool   // in an object, the next string is a field name
+}
+
+// checkText checks that every string of body, field names included, is
+// UTF-8 and holds no NUL, and that nesting stays within maxDepth. It reads
+// the raw bytes: encoding/json turns invalid UTF-8 and unpaired surrogate
+// escapes into U+FFFD without a word, and PostgreSQL refuses NUL in text.
+// It walks tokens, without recursion, and leaves syntax errors to the
+// decoder, which reports them with their offset.
+func checkText(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // any number is a token: ranges are the decoder's business
+	var stack []frame
+	for {
+		start := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		switch tok := tok.(type) {
+		case json.Delim:
+			if tok == '{' || tok == '[' {
+				if len(stack) == maxDepth {
+					return depthError{}
+				}
+				stack = append(stack, frame{array: tok == '[', wantKey: tok == '{'})
+				continue
+			}
+			stack = stack[:len(stack)-1]
+		case string:
+			if problem := stringProblem(rawString(body, start, dec.InputOffset())); problem != "" {
+				top := len(stack) - 1
+				if top >= 0 && stack[top].wantKey {
+					return &textError{path: path(stack[:top]), name: true, problem: problem}
+				}
+				return &textError{path: path(stack), problem: problem}
+			}
+			if top := len(stack) - 1; top >= 0 && stack[top].wantKey {
+				stack[top].key, stack[top].wantKey = tok, false
+				continue
+			}
+		}
+		// A value has ended: move its container to the next one.
+		if len(stack) == 0 {
+			return nil
+		}
+		top := &stack[len(stack)-1]
+		if top.array {
+			top.index++
+		} else {
+			top.wantKey = true
+		}
+	}
+}
+
+// rawString returns the bytes between the quotes of the string token that
+// spans body[start:end], where start may precede it by blanks, ',' or ':'.
+func rawString(body []byte, start, end int64) []byte {
+	s := body[start:end]
+	open := bytes.IndexByte(s, '"')
+	if open < 0 || len(s) < open+2 {
+		return nil
+	}
+	return s[open+1 : len(s)-1]
+}
+
+// stringProblem says what keeps raw, a JSON string as sent without its
+// quotes, from being stored as text, or returns "".
+func stringProblem(raw []byte) string {
+	if !utf8.Valid(raw) {
+		return "is not valid UTF-8"
+	}
+	for i := 0; i < len(raw); i++ {
+		switch {
+		case raw[i] == 0:
+			return `contains a NUL character (\u0000)`
+		case raw[i] != '\\':
+			continue
+		}
+		i++
+		if i >= len(raw) || raw[i] != 'u' {
+			continue
+		}
+		r := hex4(raw[i+1:])
+		i += 4
+		switch {
+		case r == 0:
+			return `contains a NUL character (\u0000)`
+		case r >= 0xD800 && r < 0xDC00: // must be followed by a low surrogate
+			if len(raw) > i+2 && raw[i+1] == '\\' && raw[i+2] == 'u' {
+				if lo := hex4(raw[i+3:]); lo >= 0xDC00 && lo < 0xE000 {
+					i += 6
+					continue
+				}
+			}
+			return fmt.Sprintf(`is not valid UTF-8: \u%04x is half of a surrogate pair`, r)
+		case r >= 0xDC00 && r < 0xE000:
+			return fmt.Sprintf(`is not valid UTF-8: \u%04x is half of a surrogate pair`, r)
+		}
+	}
+	return ""
+}
+
+// hex4 decodes the four hex digits b starts with, or returns -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return rune(n)
+}
+
+// path names the value being read in stack the way messages name fields:
+// payload.titulo, items[2].name; the body itself is "body".
+func path(stack []frame) string {
+	var b strings.Builder
+	for _, f := range stack {
+		switch {
+		case f.array:
+			fmt.Fprintf(&b, "[%d]", f.index)
+		case plainKey(f.key):
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(f.key)
+		default:
+			fmt.Fprintf(&b, "[%s]", strconv.Quote(cut(f.key, 64)))
+		}
+	}
+	switch p := b.String(); {
+	case p == "":
+		return "body"
+	case p[0] == '[':
+		return "body" + p
+	default:
+		return p
+	}
+}
+
+// plainKey reports whether a field name reads unambiguously in a dotted path.
+func plainKey(k string) bool {
+	if k == "" || len(k) > 64 {
+		return false
+	}
+	for _, c := range []byte(k) {
+		if !(c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// cut shortens s to at most n bytes on a character boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// describe turns a JSON decoding error into a message naming the field in
+// JSON's terms, not Go's.
 func describe(err error) string {
+	var textErr *textError
+	var depthErr depthError
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	var timeErr *time.ParseError
 	switch {
-	case errors.As(err, &timeErr), strings.Contains(err.Error(), "Time.UnmarshalJSON"):
-		return "a time field is not an RFC 3339 string like 2026-01-15T10:30:00Z: " + err.Error()
+	case errors.As(err, &textErr), errors.As(err, &depthErr), errors.Is(err, errTrailing):
+		return err.Error()
+	case errors.As(err, &timeErr):
+		return fmt.Sprintf("a time field is not an RFC 3339 string like 2026-01-15T10:30:00Z: got %q", cut(timeErr.Value, 64))
+	case strings.Contains(err.Error(), "Time.UnmarshalJSON"):
+		return "a time field is not an RFC 3339 string like 2026-01-15T10:30:00Z"
 	case errors.As(err, &typeErr):
-		return fmt.Sprintf("field %s must be %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		field := "body"
+		if typeErr.Field != "" {
+			field = "field " + typeErr.Field
+		}
+		if got, ok := strings.CutPrefix(typeErr.Value, "number "); ok { // a number the type cannot hold
+			return fmt.Sprintf("%s must be %s, got %s", field, numberRange(typeErr.Type), cut(got, 32))
+		}
+		return fmt.Sprintf("%s must be %s, got %s", field, jsonType(typeErr.Type), jsonValue(typeErr.Value))
 	case errors.As(err, &syntaxErr):
 		return fmt.Sprintf("body is not valid JSON at byte %d: %v", syntaxErr.Offset, err)
 	case errors.Is(err, io.EOF):
@@ -76,8 +338,80 @@ func describe(err error) string {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "body is not valid JSON: it ends before the value does"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+		return "unknown field " + strconv.Quote(cut(name, 64))
 	default:
-		return "body: " + err.Error()
+		return "body: " + strings.TrimPrefix(err.Error(), "json: ")
+	}
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// jsonType names what JSON value a Go type takes.
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == timeType {
+		return "an RFC 3339 time string"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "a JSON array"
+	case reflect.Array:
+		return "a JSON array"
+	case reflect.Struct, reflect.Map:
+		return "a JSON object"
+	default:
+		return "another JSON value"
+	}
+}
+
+// numberRange says which numbers a numeric Go type holds.
+func numberRange(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		bits := t.Bits()
+		return fmt.Sprintf("a whole number from %d to %d", int64(-1)<<(bits-1), int64(math.MaxInt64>>(64-bits)))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return fmt.Sprintf("a whole number from 0 to %d", uint64(math.MaxUint64>>(64-t.Bits())))
+	case reflect.Float32:
+		return fmt.Sprintf("a number of magnitude at most %g", math.MaxFloat32)
+	case reflect.Float64:
+		return fmt.Sprintf("a number of magnitude at most %g", math.MaxFloat64)
+	default:
+		return jsonType(t)
+	}
+}
+
+// jsonValue names the kind of JSON value encoding/json reports it got.
+func jsonValue(v string) string {
+	switch v {
+	case "string":
+		return "a string"
+	case "number":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "array":
+		return "an array"
+	case "object":
+		return "an object"
+	default:
+		return v
 	}
 }

@@ -2,6 +2,7 @@ package tarefas
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -62,6 +63,8 @@ func (a api) concluir(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, t)
 }
 
+// fail answers a use case's error: the client's mistakes by their kind,
+// the rest with httpjson.ServerError (503 while the database is away).
 func (a api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrInvalida):
@@ -71,7 +74,6 @@ func (a api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ErrSubtarefasPendentes):
 		httpjson.Error(w, http.StatusConflict, err.Error())
 	default:
-		a.logger.ErrorContext(r.Context(), "tarefas: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		httpjson.Error(w, http.StatusInternalServerError, "internal error; see the server log")
+		httpjson.ServerError(w, r, a.logger, fmt.Errorf("tarefas: %w", err))
 	}
 }
