@@ -1,0 +1,128 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+func transactor(t *testing.T) (*postgres.Transactor, testenv.Database) {
+	t.Helper()
+	db := testenv.Postgres(t)
+	out := outbox.New(func(string) error { return nil }, watermill.NewSlogLogger(testenv.Logger()))
+	return postgres.NewTransactor(db.Pool, out, nil), db
+}
+
+// Five deliveries of one event at once: the handler runs once, the others
+// wait for its commit and then skip; a failed run leaves no claim.
+func TestOnceRunsOncePerConsumerAndEvent(t *testing.T) {
+	txr, db := transactor(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE effects (event_id TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := txr.Once(ctx, "q", "e-1", func(context.Context) error { return errors.New("boom") }); ran || err == nil {
+		t.Fatalf("failed run: ran %v, err %v", ran, err)
+	}
+	var runs atomic.Int32
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := txr.Once(ctx, "q", "e-1", func(ctx context.Context) error {
+				runs.Add(1)
+				time.Sleep(50 * time.Millisecond) // the others arrive meanwhile
+				return txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+					_, err := tx.Postgres().Exec(ctx, `INSERT INTO effects VALUES ('e-1')`)
+					return err
+				})
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	var effects int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM effects`).Scan(&effects); err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != 1 || effects != 1 {
+		t.Fatalf("%d runs, %d effects", runs.Load(), effects)
+	}
+	if ran, err := txr.Once(ctx, "other", "e-1", func(context.Context) error { return nil }); !ran || err != nil {
+		t.Fatalf("another consumer: ran %v, err %v", ran, err)
+	}
+}
+
+// PostgreSQL refusing the data (a NUL character) is permanent: no retry
+// of the same event can store it.
+func TestOnceMakesDataErrorsPermanent(t *testing.T) {
+	txr, db := transactor(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE notes (body TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := txr.Once(ctx, "q", "e-2", func(ctx context.Context) error {
+		return txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+			_, err := tx.Postgres().Exec(ctx, `INSERT INTO notes VALUES ($1)`, "a\x00b")
+			return err
+		})
+	})
+	if event.ReasonOf(err) != event.ReasonInvalidData {
+		t.Fatalf("error %v has reason %q", err, event.ReasonOf(err))
+	}
+}
+
+func TestRememberReturnsTheEarlierReceipt(t *testing.T) {
+	txr, _ := transactor(t)
+	ctx := context.Background()
+	remember := func(answer string) *handlers.Receipt {
+		var earlier *handlers.Receipt
+		err := txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+			var err error
+			earlier, err = tx.Remember(ctx, handlers.Receipt{Consumer: "POST /x", Key: "k", Fingerprint: []byte{1}, Answer: []byte(answer)})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return earlier
+	}
+	if r := remember(`{"n":1}`); r != nil {
+		t.Fatalf("first: %+v", r)
+	}
+	if r := remember(`{"n":2}`); r == nil || string(r.Answer) != `{"n": 1}` || r.Fingerprint[0] != 1 {
+		t.Fatalf("second: %+v", r)
+	}
+}
+
+func TestPruneInboxDeletesOnlyOldClaimsInBatches(t *testing.T) {
+	txr, db := transactor(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id, processed_at)
+		SELECT 'q', 'old-' || i, now() - interval '8 days' FROM generate_series(1, 5) i
+		UNION ALL SELECT 'q', 'new-' || i, now() FROM generate_series(1, 3) i`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := txr.PruneInbox(ctx, time.Now().Add(-7*24*time.Hour), 2)
+	if err != nil || n != 5 {
+		t.Fatalf("pruned %d, %v", n, err)
+	}
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM moenda_inbox WHERE event_id LIKE 'new-%'`).Scan(&left); err != nil || left != 3 {
+		t.Fatalf("%d recent claims left, %v", left, err)
+	}
+}
