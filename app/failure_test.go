@@ -3,7 +3,6 @@ package app
 import (
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,29 +12,6 @@ import (
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers/event"
 )
-
-// consumeAll collects every message of queue from now on.
-func consumeAll(t *testing.T, url, queue string) func() []amqp091.Delivery {
-	t.Helper()
-	deliveries, err := testenv.Channel(t, url).Consume(queue, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var got []amqp091.Delivery
-	go func() {
-		for d := range deliveries {
-			mu.Lock()
-			got = append(got, d)
-			mu.Unlock()
-		}
-	}()
-	return func() []amqp091.Delivery {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]amqp091.Delivery(nil), got...)
-	}
-}
 
 // publishRaw publishes body to the probe exchange on ch, as any AMQP
 // client would, with message_id id.
@@ -63,7 +39,7 @@ func TestFailTwiceThenSucceedWithinTheImmediateTier(t *testing.T) {
 func TestAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T) {
 	s := newProbeStack(t)
 	p := s.start(t)
-	dead := consumeAll(t, s.vhost.URL, "probe.slow.dlq")
+	dead := testenv.Consume(t, s.vhost.URL, "probe.slow.dlq")
 	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
 	testenv.Eventually(t, 15*time.Second, "the dead letter", func() bool { return len(dead()) > 0 })
 	time.Sleep(time.Second) // no second dead letter, no further run
@@ -156,7 +132,7 @@ func TestMalformedMessagesAreDeadLetteredAtOnce(t *testing.T) {
 	s := newProbeStack(t)
 	p := s.start(t)
 	ch := testenv.Channel(t, s.vhost.URL)
-	dead := consumeAll(t, s.vhost.URL, "probe.work.dlq")
+	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
 	valid := string(envelope(t, uuid.NewString(), "probe.work.hit.v1", probeOrder{}))
 	bodies := map[string][]byte{
 		event.ReasonDecode:          []byte(`{"event_id":`),
@@ -188,7 +164,7 @@ func TestMalformedMessagesAreDeadLetteredAtOnce(t *testing.T) {
 func TestUnknownTypesAreIgnoredAndUnknownVersionsDeadLettered(t *testing.T) {
 	s := newProbeStack(t)
 	p := s.start(t)
-	dead := consumeAll(t, s.vhost.URL, "probe.work.dlq")
+	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
 	publish(t, p, "probe.work.other.v1", probeOrder{})
 	v2 := publish(t, p, "probe.work.hit.v2", probeOrder{})
 	testenv.Eventually(t, 10*time.Second, "the unknown version's dead letter", func() bool { return len(dead()) == 1 })
@@ -227,7 +203,7 @@ func TestNonStringHeadersAreHandled(t *testing.T) {
 	s := newProbeStack(t)
 	p := s.start(t)
 	ch := testenv.Channel(t, s.vhost.URL)
-	dead := consumeAll(t, s.vhost.URL, "probe.work.dlq")
+	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
 	id := uuid.NewString()
 	headers := amqp091.Table{
 		"x-death":          []any{amqp091.Table{"count": int64(1), "queue": "elsewhere", "reason": "expired", "time": time.Now()}},

@@ -144,35 +144,11 @@ func (s *stack) count(t *testing.T, query string) int {
 	return n
 }
 
-// consume collects every delivery on queue, acking each, until the test ends.
-func consume(t *testing.T, url, queue string) func() []amqp091.Delivery {
-	t.Helper()
-	deliveries, err := testenv.Channel(t, url).Consume(queue, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var got []amqp091.Delivery
-	go func() {
-		for d := range deliveries {
-			_ = d.Ack(false)
-			mu.Lock()
-			got = append(got, d)
-			mu.Unlock()
-		}
-	}()
-	return func() []amqp091.Delivery {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]amqp091.Delivery(nil), got...)
-	}
-}
-
 func TestRollbackPublishesNothingCommitDeliversToEveryBoundQueue(t *testing.T) {
 	s := newStack(t)
 	s.startRelay(t, testConfig)
-	notified := consume(t, s.vhost.URL, "notificacoes.tarefas-concluidas")
-	audited := consume(t, s.vhost.URL, "auditoria.tarefas")
+	notified := testenv.Consume(t, s.vhost.URL, "notificacoes.tarefas-concluidas")
+	audited := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 
 	if _, err := s.conclude(t, "desfeita", true); err == nil {
 		t.Fatal("the failing unit of work returned no error")
@@ -239,7 +215,7 @@ func checkDelivery(t *testing.T, d amqp091.Delivery, want event.Event) {
 
 func TestRelayStoppedMidStreamLosesNothing(t *testing.T) {
 	s := newStack(t)
-	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	const before, during = 1500, 300
 	want := map[string]bool{}
 	s.commit(t, before, want)
@@ -281,7 +257,7 @@ func TestRelayStoppedMidStreamLosesNothing(t *testing.T) {
 // event is published once.
 func TestOneRelayActivePerConsumerGroup(t *testing.T) {
 	s := newStack(t)
-	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	s.startRelay(t, testConfig)
 	s.startRelay(t, testConfig)
 	want := map[string]bool{}
@@ -297,7 +273,7 @@ func TestOneRelayActivePerConsumerGroup(t *testing.T) {
 // changed after it was written) is skipped, and the rows behind it flow.
 func TestRelaySkipsRowsNoExchangeCarries(t *testing.T) {
 	s := newStack(t)
-	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	want := map[string]bool{}
 	s.commit(t, 1, want)
 	cfg := testConfig
@@ -364,7 +340,7 @@ func TestIdleRelaySleeps(t *testing.T) {
 		t.Fatalf("an idle relay sent %d queries in 3 s", n)
 	}
 	// A row wakes it at once.
-	got := consume(t, s.vhost.URL, "auditoria.tarefas")
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	s.commit(t, 1, map[string]bool{})
 	began := time.Now()
 	testenv.Eventually(t, 5*time.Second, "the event", func() bool { return len(got()) == 1 })

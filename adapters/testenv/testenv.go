@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,6 +203,31 @@ func Channel(t testing.TB, url string) *amqp091.Channel {
 		t.Fatalf("testenv: %v", err)
 	}
 	return ch
+}
+
+// Consume collects every delivery on queue, acking each, until the test
+// ends; the returned function lists those received so far.
+func Consume(t testing.TB, url, queue string) func() []amqp091.Delivery {
+	t.Helper()
+	deliveries, err := Channel(t, url).Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("testenv: consume %s: %v", queue, err)
+	}
+	var mu sync.Mutex
+	var got []amqp091.Delivery
+	go func() {
+		for d := range deliveries {
+			_ = d.Ack(false)
+			mu.Lock()
+			got = append(got, d)
+			mu.Unlock()
+		}
+	}()
+	return func() []amqp091.Delivery {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]amqp091.Delivery(nil), got...)
+	}
 }
 
 // Rabbitmqctl runs rabbitmqctl with args and returns its output.
