@@ -78,6 +78,9 @@ type Deps struct {
 	Logger *slog.Logger
 	Tx     Transactor
 	// DB is the PostgreSQL pool, nil in an environment without PostgreSQL.
+	// A handler works through Tx with its own context instead: the
+	// delivery's unit of work already holds a connection, and handlers
+	// that each wait for a second one can exhaust the pool.
 	DB *pgxpool.Pool
 }
 
