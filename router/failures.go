@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -59,7 +60,7 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *Queu
 			if reason == "" && failed <= len(pol.Delays) {
 				delay := pol.Delays[failed-1]
 				if perr := sink.Delay(ctx, queue, delay, cp); perr != nil {
-					logger.ErrorContext(ctx, "the retry copy was not published: the event goes back to its queue", append(ids, "error", perr)...)
+					copyFailed(ctx, logger, "the retry copy was not published: the event goes back to its queue", ids, perr)
 					return nil, errors.Join(err, perr)
 				}
 				stats.RetriedLater.Add(1)
@@ -72,7 +73,7 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *Queu
 			}
 			cp.Metadata.Set(event.HeaderReason, reason)
 			if perr := sink.DeadLetter(ctx, queue, cp); perr != nil {
-				logger.ErrorContext(ctx, "the dead letter was not published: the event goes back to its queue", append(ids, "error", perr)...)
+				copyFailed(ctx, logger, "the dead letter was not published: the event goes back to its queue", ids, perr)
 				return nil, errors.Join(err, perr)
 			}
 			stats.deadLetter(reason)
@@ -84,6 +85,17 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *Queu
 			return nil, nil
 		}
 	}
+}
+
+// copyFailed logs a copy the broker did not take: an error, unless the
+// process is stopping, when the message going back to its queue is the
+// plan.
+func copyFailed(ctx context.Context, logger *slog.Logger, msg string, ids []any, err error) {
+	level := slog.LevelError
+	if errShutdown(err) {
+		level = slog.LevelInfo
+	}
+	logger.Log(ctx, level, msg, append(ids, "error", err)...)
 }
 
 // failedAttempts reads how many deliveries of msg failed before this one.

@@ -72,9 +72,12 @@ func (p *BatchPublisher) PublishTo(ctx context.Context, exchange, key string, ms
 		return fmt.Errorf("amqp: publish to exchange %q with key %q: %w", exchange, key, err)
 	}
 	ok, err := dc.WaitContext(ctx)
-	if err != nil || !ok {
+	if err == nil && !ok {
+		err = errors.New("the broker refused it (nack) or the channel closed")
+	}
+	if err != nil {
 		p.reset()
-		return fmt.Errorf("amqp: publish to exchange %q with key %q not confirmed: %v", exchange, key, err)
+		return fmt.Errorf("amqp: publish to exchange %q with key %q not confirmed: %w", exchange, key, err)
 	}
 	// RabbitMQ returns an unroutable mandatory message before it confirms it.
 	select {

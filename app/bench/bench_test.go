@@ -46,7 +46,9 @@ func TestQuickRun(t *testing.T) {
 		"ceiling: amqp091 publish", "ceiling: amqp091 consume",
 		"ceiling: pgx business+outbox-sized row per transaction, 1 writers", "moenda: outbox write (use case + event, one transaction), 16 writers",
 		"moenda: relay drain of 2000 rows", "moenda: serve peak RSS", "moenda: idle relay queries",
-		"moenda: consume through the router", "moenda: end-to-end latency at 200 events/s, commit to handler, p99",
+		"moenda: consume through the router", "ceiling: amqp091 + pgx consume, inbox row and effect row",
+		"moenda: consume through the router, whole chain with the inbox", "moenda: healthy events with 1 % poisoned",
+		"moenda: end-to-end latency at 200 events/s, commit to handler, p99",
 	}
 	for _, prefix := range wantPrefixes {
 		found := false

@@ -15,17 +15,38 @@ import (
 
 // Row names that later steps set their figures against.
 const (
-	rowPublish = "ceiling: amqp091 publish, confirms pipelined (window 256)"
+	rowPublish = "ceiling: amqp091 publish, confirms pipelined (window 256), consumer attached"
 	rowConsume = "ceiling: amqp091 consume, prefetch 100, manual acks"
 	rowTx      = "ceiling: pgx business+outbox-sized row per transaction, %d writers"
 )
 
-// rawAMQP publishes 1 KiB persistent messages to the durable topic
-// exchange with confirms pipelined 256 deep, then consumes them with
-// prefetch 100 and an ack per message.
+// rawAMQP measures the broker alone. The publish ceiling publishes
+// messages the size and shape of a relayed bench event (the relay's body
+// and properties) to the durable topic exchange, on a connection of its
+// own, with confirms pipelined 256 deep, while a consumer takes them off
+// the sink queue as they arrive: it is timed as the relay drain is
+// (arrivals), from the first arrival to the last, so both face the
+// same broker work (RabbitMQ confirms a persistent message that a consumer
+// already took without writing it to disk). The consume ceiling then
+// fills the queue with as many messages and times a consumer with prefetch
+// 100 and an ack per message emptying it.
 func rawAMQP(ctx context.Context, e *env, r *Result) error {
 	n := e.sz.messages
 	if err := e.purge(); err != nil {
+		return err
+	}
+	p, err := e.newRawPublisher(ctx)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	rate, err := e.publishCeiling(ctx, p, n)
+	if err != nil {
+		return err
+	}
+	r.add(Row{Name: rowPublish, Value: rate, Unit: "msg/s"}, 0, 0)
+
+	if err := p.publish(ctx, n); err != nil {
 		return err
 	}
 	ch, err := e.conn.Channel()
@@ -33,41 +54,14 @@ func rawAMQP(ctx context.Context, e *env, r *Result) error {
 		return err
 	}
 	defer ch.Close()
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
-	const window = 256
-	began := time.Now()
-	pending := make([]*amqp091.DeferredConfirmation, 0, window)
-	for i := range n {
-		if len(pending) == window {
-			if ok, err := pending[0].WaitContext(ctx); !ok || err != nil {
-				return fmt.Errorf("publish not confirmed: %v", err)
-			}
-			pending = pending[1:]
-		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, e.exchange, "bench.raw", false, false, rawMessage)
-		if err != nil {
-			return err
-		}
-		pending = append(pending, dc)
-		_ = i
-	}
-	for _, dc := range pending {
-		if ok, err := dc.WaitContext(ctx); !ok || err != nil {
-			return fmt.Errorf("publish not confirmed: %v", err)
-		}
-	}
-	r.add(Row{Name: rowPublish, Value: float64(n) / time.Since(began).Seconds(), Unit: "msg/s"}, 0, 0)
-
 	if err := ch.Qos(100, 0, false); err != nil {
 		return err
 	}
+	began := time.Now()
 	deliveries, err := ch.ConsumeWithContext(ctx, e.sink, "", false, false, false, false, nil)
 	if err != nil {
 		return err
 	}
-	began = time.Now()
 	for range n {
 		select {
 		case d := <-deliveries:
@@ -81,6 +75,91 @@ func rawAMQP(ctx context.Context, e *env, r *Result) error {
 	r.add(Row{Name: rowConsume, Value: float64(n) / time.Since(began).Seconds(), Unit: "msg/s"}, 0, 0)
 	return nil
 }
+
+// publishCeiling publishes n messages with p while the consumer of
+// arrivals takes them off the sink queue, and returns their rate from the
+// first arrival to the last.
+func (e *env) publishCeiling(ctx context.Context, p *rawPublisher, n int) (float64, error) {
+	wait, stop, err := e.arrivals(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	type arrived struct {
+		rate float64
+		err  error
+	}
+	done := make(chan arrived, 1)
+	go func() {
+		rate, err := wait(n)
+		done <- arrived{rate, err}
+	}()
+	if err := p.publish(ctx, n); err != nil {
+		stop() // ends wait
+		<-done
+		return 0, err
+	}
+	got := <-done
+	return got.rate, got.err
+}
+
+// rawPublisher publishes a relayed bench event's message over and over,
+// on a connection of its own as the relay has, in confirm mode.
+type rawPublisher struct {
+	conn     *amqp091.Connection
+	ch       *amqp091.Channel
+	exchange string
+	key      string
+	msg      amqp091.Publishing
+}
+
+func (e *env) newRawPublisher(ctx context.Context) (*rawPublisher, error) {
+	msg, err := e.relayedMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := amqp091.Dial(e.opts.AMQPURL)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return &rawPublisher{conn: conn, ch: ch, exchange: e.exchange, key: benchEvent().RoutingKey(), msg: msg}, nil
+}
+
+// publish publishes n messages with up to 256 confirms outstanding and
+// returns once all are confirmed.
+func (p *rawPublisher) publish(ctx context.Context, n int) error {
+	const window = 256
+	pending := make([]*amqp091.DeferredConfirmation, 0, window)
+	for range n {
+		if len(pending) == window {
+			if ok, err := pending[0].WaitContext(ctx); !ok || err != nil {
+				return fmt.Errorf("publish not confirmed: %v", err)
+			}
+			pending = pending[1:]
+		}
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, p.key, false, false, p.msg)
+		if err != nil {
+			return err
+		}
+		pending = append(pending, dc)
+	}
+	for _, dc := range pending {
+		if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+			return fmt.Errorf("publish not confirmed: %v", err)
+		}
+	}
+	return nil
+}
+
+func (p *rawPublisher) close() { _ = p.conn.Close() }
 
 // transactions sets moenda's unit of work against pgx alone, with 1, 4 and
 // 16 writers. The raw ceiling commits one transaction per event that

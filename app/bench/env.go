@@ -199,7 +199,17 @@ func (e *env) machine(ctx context.Context) map[string]string {
 	return m
 }
 
-// rawMessage is the 1 KiB persistent message the raw client ceilings send.
-var rawMessage = amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(strings.Repeat("x", 1024))}
+// relayedMessage is what the relay publishes for a bench event: the same
+// body and properties (message id, type, correlation id, timestamp,
+// persistent JSON), so the raw ceilings move messages of a relayed event's
+// size.
+func (e *env) relayedMessage(ctx context.Context) (amqp091.Publishing, error) {
+	msg, err := outbox.Prepare(ctx, benchEvent(), e.routable)
+	if err != nil {
+		return amqp091.Publishing{}, err
+	}
+	delete(msg.Metadata, outbox.MetaRoutingKey) // the relay sends it as the routing key
+	return amqp.Marshaler{}.Marshal(msg)
+}
 
 var errTimeout = errors.New("timed out")

@@ -85,7 +85,7 @@ func relayDrain(ctx context.Context, e *env, r *Result) error {
 		return err
 	}
 	r.add(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows with confirms", e.sz.backlog), Value: rate, Unit: "rows/s",
-		Ceiling: r.value(rowPublish), Target: "ratio >= 0.60"}, 0.60, 0)
+		Ceiling: r.value(rowPublish), Target: "ratio >= 0.85"}, 0.85, 0)
 	peak := rss
 	if e.sz.bigBacklog > 0 {
 		big, rss, err := e.drain(ctx, e.sz.bigBacklog)
@@ -131,12 +131,19 @@ func (e *env) drain(ctx context.Context, n int) (float64, float64, error) {
 	if err := e.fill(ctx, n); err != nil {
 		return 0, 0, fmt.Errorf("fill the outbox: %w", err)
 	}
+	// The consumer is attached before the relay starts, as in the publish
+	// ceiling: no message waits in the queue for it.
+	wait, stopConsumer, err := e.arrivals(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stopConsumer()
 	pid, stop, err := e.startServe(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer stop()
-	rate, err := e.timeArrivals(ctx, n)
+	rate, err := wait(n)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -147,35 +154,41 @@ func (e *env) drain(ctx context.Context, n int) (float64, float64, error) {
 	return rate, rss, e.purge()
 }
 
-// timeArrivals consumes the sink queue, as a consumer that keeps up would,
-// until n messages arrived, and returns the rate from the first to the
-// last. Consuming keeps the queue short, so the figure is the relay's, not
-// that of a broker paging a long queue to disk.
-func (e *env) timeArrivals(ctx context.Context, n int) (float64, error) {
+// arrivals attaches a consumer to the sink queue, one that keeps up as a
+// real one would (auto-ack, on the bench's connection), and returns wait,
+// which returns once n messages arrived with the rate from the first
+// arrival to the last, and stop, which ends the consumer. Consuming keeps
+// the queue short, so the figure is the publisher's, not that of a broker
+// paging a long queue to disk. The consumer is attached when arrivals
+// returns: start the publisher after it.
+func (e *env) arrivals(ctx context.Context) (wait func(n int) (float64, error), stop func(), err error) {
 	ch, err := e.conn.Channel()
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	defer ch.Close()
 	deliveries, err := ch.ConsumeWithContext(ctx, e.sink, "", true, false, false, false, nil)
 	if err != nil {
-		return 0, err
+		_ = ch.Close()
+		return nil, nil, err
 	}
-	var first time.Time
-	for seen := 0; seen < n; seen++ {
-		select {
-		case _, ok := <-deliveries:
-			if !ok {
-				return 0, fmt.Errorf("consumer closed after %d of %d messages", seen, n)
+	wait = func(n int) (float64, error) {
+		var first time.Time
+		for seen := 0; seen < n; seen++ {
+			select {
+			case _, ok := <-deliveries:
+				if !ok {
+					return 0, fmt.Errorf("consumer closed after %d of %d messages", seen, n)
+				}
+				if seen == 0 {
+					first = time.Now()
+				}
+			case <-time.After(time.Minute):
+				return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, errTimeout)
 			}
-			if seen == 0 {
-				first = time.Now()
-			}
-		case <-time.After(time.Minute):
-			return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, errTimeout)
 		}
+		return float64(n-1) / time.Since(first).Seconds(), nil
 	}
-	return float64(n-1) / time.Since(first).Seconds(), nil
+	return wait, func() { _ = ch.Close() }, nil
 }
 
 // startServe runs `moenda serve` on the bench database and exchange, with
@@ -197,8 +210,7 @@ func (e *env) startServe(ctx context.Context) (pid int, stop func(), err error) 
 	overlay := fmt.Sprintf(`log: {level: warn}
 handlers: {enabled: []}
 topology:
-  exchanges: [{name: %q, events: ["bench.#"]}]
-  dead_letter: {exchange: %q, queue: "{queue}.dlq"}
+  exchanges: [{name: %q, events: ["bench.#"], failure: {dead_letter: {exchange: %q}}}]
   unrouted: ""
 `, e.exchange, e.exchange+".dlx")
 	if err := os.WriteFile(filepath.Join(dir, "base.yaml"), base, 0o600); err != nil {
@@ -259,37 +271,9 @@ func idleRelay(ctx context.Context, e *env, r *Result) error {
 	return nil
 }
 
-// routerConsume fills the sink queue with events and times the router, with
-// its whole middleware chain and the configured consumers per queue,
-// handling them all.
-func routerConsume(ctx context.Context, e *env, r *Result) error {
-	n := e.sz.messages
-	if err := e.publishEvents(ctx, n); err != nil {
-		return err
-	}
-	var handled atomic.Int64
-	rt, closeBroker, err := e.router(func(context.Context, event.Event) error {
-		handled.Add(1)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	defer closeBroker()
-	began := time.Now()
-	go func() { _ = rt.Run(context.WithoutCancel(ctx)) }()
-	defer rt.Close()
-	if err := until(ctx, 5*time.Minute, func() (bool, error) { return handled.Load() >= int64(n), nil }); err != nil {
-		return fmt.Errorf("router handled %d of %d: %w", handled.Load(), n, err)
-	}
-	r.add(Row{Name: fmt.Sprintf("moenda: consume through the router and middleware, prefetch %d", e.set.AMQP.Prefetch),
-		Value: float64(n) / time.Since(began).Seconds(), Unit: "msg/s", Ceiling: r.value(rowConsume), Target: "ratio >= 0.50"}, 0.50, 0)
-	return nil
-}
-
 // router returns a router running handle on the sink queue through the
-// whole middleware chain, with the configured consumers per queue, and a
-// function that closes its broker connections.
+// whole middleware chain, with the configured prefetch, and a function that
+// closes its broker connections.
 func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), error) {
 	b, err := amqp.Connect(e.set.AMQP, e.top, e.logger)
 	if err != nil {
@@ -308,10 +292,12 @@ func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), erro
 	return rt, func() { _ = b.Close() }, nil
 }
 
-// publishEvents puts n envelopes on the sink queue with the raw client.
-func (e *env) publishEvents(ctx context.Context, n int) error {
+// publishEvents puts n fresh envelopes on the sink queue with the raw
+// client and returns their event ids, in the order published.
+func (e *env) publishEvents(ctx context.Context, n int) ([]string, error) {
 	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda bench", 256, e.top)
 	defer dest.Close()
+	ids := make([]string, 0, n)
 	for sent := 0; sent < n; sent += 1000 {
 		k := min(1000, n-sent)
 		keys := make([]string, k)
@@ -320,15 +306,16 @@ func (e *env) publishEvents(ctx context.Context, n int) error {
 			ev := benchEvent()
 			msg, err := event.ToMessage(ev)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			keys[i], msgs[i] = ev.RoutingKey(), msg
+			ids = append(ids, ev.ID)
 		}
 		if err := dest.PublishBatch(ctx, keys, msgs); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return ids, nil
 }
 
 // latency offers a fixed rate of use cases for a while and measures, per
@@ -487,9 +474,14 @@ func stockForwarder(ctx context.Context, e *env, r *Result) error {
 	if _, err := forwarder.NewForwarder(sub, pub, e.wlog, forwarder.Config{ForwarderTopic: outbox.Topic, Router: rt, AckWhenCannotUnwrap: true}); err != nil {
 		return err
 	}
+	wait, stopConsumer, err := e.arrivals(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopConsumer()
 	go func() { _ = rt.Run(context.WithoutCancel(ctx)) }()
 	defer rt.Close()
-	rate, err := e.timeArrivals(ctx, n)
+	rate, err := wait(n)
 	if err != nil {
 		return err
 	}
