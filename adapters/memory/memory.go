@@ -1,8 +1,9 @@
 // Package memory is the in-process environment: a broker on Watermill's
-// GoChannel that routes by the same topology as RabbitMQ (exchange, topic
-// bindings, per-queue dead-letter queues), and a transactor whose "outbox"
-// publishes after an in-memory commit. It needs no external service; state
-// lives as long as the process.
+// GoChannel that routes by the same topology as RabbitMQ (exchanges, topic
+// bindings, dead-letter queues) and keeps the same retry schedule with
+// timers, and a transactor whose "outbox" publishes after an in-memory
+// commit and whose inbox remembers processed events. It needs no external
+// service; state lives as long as the process.
 package memory
 
 import (
@@ -129,10 +130,9 @@ type pending struct {
 }
 
 type tx struct {
-	t        *Transactor
-	routable func(string) error
-	events   []pending
-	hooks    []func()
+	t      *Transactor
+	events []pending
+	hooks  []func()
 }
 
 // txKey marks a context that runs inside one of t's units of work.
@@ -154,7 +154,7 @@ func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx h
 
 // run is InTx with t.mu held.
 func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
-	x := &tx{t: t, routable: t.routable}
+	x := &tx{t: t}
 	if err := fn(context.WithValue(ctx, txKey{t}, x), x); err != nil {
 		return err
 	}
@@ -171,7 +171,7 @@ func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx ha
 
 func (x *tx) Publish(ctx context.Context, events ...event.Event) error {
 	for _, e := range events {
-		msg, err := outbox.Prepare(ctx, e, x.routable)
+		msg, err := outbox.Prepare(ctx, e, x.t.routable)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Config is the part of the topology that configuration sets; queues and
@@ -135,7 +137,15 @@ type Topology struct {
 
 	routes   []ExchangeConfig
 	policies map[string]Policy // by consuming queue
+	// exchangeOf remembers ExchangeFor's answers for up to maxRemembered
+	// keys: the relay asks for every event, and matching splits the key and
+	// the patterns into words. The bound keeps clients that post many
+	// names from growing it.
+	exchangeOf sync.Map // routing key -> exchange name
+	remembered atomic.Int32
 }
+
+const maxRemembered = 4096
 
 // Build derives the layout from cfg and the subscriptions. Every
 // subscription pattern is bound on each exchange that can carry a matching
@@ -315,9 +325,15 @@ func (t *Topology) Policy(queue string) (Policy, bool) {
 // ExchangeFor returns the exchange an event with this routing key is
 // published to, or an error that says how to route it.
 func (t *Topology) ExchangeFor(routingKey string) (string, error) {
+	if x, ok := t.exchangeOf.Load(routingKey); ok {
+		return x.(string), nil
+	}
 	for _, x := range t.routes {
 		for _, p := range x.Events {
 			if Match(p, routingKey) {
+				if t.remembered.Add(1) <= maxRemembered {
+					t.exchangeOf.Store(routingKey, x.Name)
+				}
 				return x.Name, nil
 			}
 		}
