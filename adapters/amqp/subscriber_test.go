@@ -205,12 +205,10 @@ func TestSubscriberDispatchesConcurrently(t *testing.T) {
 	})
 }
 
-// TestSubscriberReconnects closes the subscriber's connection from the
-// broker's side: every message published before and after arrives, the
-// one in hand during the loss comes again (its ack cannot reach the
-// closed channel), and the loss is logged once as a warning and the
-// recovery once.
-func TestSubscriberReconnects(t *testing.T) {
+// subscribedWithLogs subscribes to a fresh queue in a fresh vhost with
+// prefetch 10, counting the subscriber's log lines by level.
+func subscribedWithLogs(t *testing.T) (testenv.VHost, string, *levelCounter, <-chan *message.Message) {
+	t.Helper()
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	logs := &levelCounter{Handler: testenv.Logger().Handler(), counts: map[slog.Level]int{}}
@@ -223,6 +221,16 @@ func TestSubscriberReconnects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return vhost, q, logs, out
+}
+
+// TestSubscriberReconnects closes the subscriber's connection from the
+// broker's side: every message published before and after arrives, the
+// one in hand during the loss comes again (its ack cannot reach the
+// closed channel), and the loss is logged once as a warning and the
+// recovery once.
+func TestSubscriberReconnects(t *testing.T) {
+	vhost, q, logs, out := subscribedWithLogs(t)
 
 	before := publishMessages(t, vhost.URL, q, 20)
 	seen := map[string]int{}
@@ -269,18 +277,7 @@ func TestSubscriberReconnects(t *testing.T) {
 // connection, the subscriber keeps redialing with backoff, logging the
 // loss once, and consumes again once it is let in.
 func TestSubscriberRetriesUntilBrokerAccepts(t *testing.T) {
-	vhost := testenv.RabbitMQ(t)
-	q := declareTestQueue(t, vhost.URL)
-	logs := &levelCounter{Handler: testenv.Logger().Handler(), counts: map[slog.Level]int{}}
-	sub, err := NewSubscriber(vhost.URL, 10, slog.New(logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Close() })
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vhost, q, logs, out := subscribedWithLogs(t)
 
 	testenv.Rabbitmqctl(t, "clear_permissions", "-p", vhost.Name, "guest")
 	testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", vhost.Name, "test")
