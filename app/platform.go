@@ -58,7 +58,7 @@ type inbox interface {
 	PruneInbox(ctx context.Context, cutoff time.Time, batch int) (int, error)
 }
 
-// Topology derives the broker layout from the configuration and the
+// BuildTopology derives the broker layout from the configuration and the
 // enabled plugins, without connecting to anything.
 func (c *Config) BuildTopology() (*topology.Topology, error) {
 	var subs []topology.Subscription

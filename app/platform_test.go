@@ -107,10 +107,3 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
-
-// deleteVHost removes a vhost before the test's own cleanup would.
-func deleteVHost(t *testing.T, name string) {
-	t.Helper()
-	testenv.Rabbitmqctl(t, "delete_vhost", name)
-	t.Cleanup(func() { testenv.Rabbitmqctl(t, "add_vhost", name) }) // so the deferred delete finds it
-}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -180,6 +179,3 @@ func publish(t *testing.T, p running, name string, o probeOrder) string {
 	}
 	return body["event_id"].(string)
 }
-
-// markerFile is a path in the test's temporary directory.
-func markerFile(t *testing.T, name string) string { return filepath.Join(t.TempDir(), name) }
