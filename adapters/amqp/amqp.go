@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -34,10 +32,6 @@ type Config struct {
 	// how many of its messages this process handles at once; order across
 	// them is not kept.
 	Prefetch int `koanf:"prefetch"`
-	// PublisherChannels is the number of channels watermill-amqp's own
-	// publisher keeps open (NewPublisher); 0 would open and close a
-	// channel per message.
-	PublisherChannels int `koanf:"publisher_channels"`
 }
 
 // Validate reports every problem at once.
@@ -48,9 +42,6 @@ func (c Config) Validate() error {
 	}
 	if c.Prefetch < 1 {
 		errs = append(errs, fmt.Errorf("amqp.prefetch must be at least 1, got %d", c.Prefetch))
-	}
-	if c.PublisherChannels < 1 {
-		errs = append(errs, fmt.Errorf("amqp.publisher_channels must be at least 1, got %d", c.PublisherChannels))
 	}
 	return errors.Join(errs...)
 }
@@ -147,76 +138,3 @@ func (p *probe) close() error {
 func (b *Broker) Close() error {
 	return errors.Join(b.Subscriber.Close(), b.failures.Close(), b.probe.close())
 }
-
-// NewPublisher returns watermill-amqp's own publisher, on a connection of
-// its own, publishing with topic = routing key to the exchange the topology
-// assigns. It awaits each confirm in turn; moenda's relay uses
-// BatchPublisher instead, and this one serves code that needs a Watermill
-// publisher, such as Watermill's forwarder.
-func NewPublisher(cfg Config, top *topology.Topology, logger watermill.LoggerAdapter) (message.Publisher, error) {
-	c := watermillConfig(cfg)
-	c.Connection = connection(cfg, "moenda events publisher")
-	c.Exchange.GenerateName = func(topic string) string {
-		x, _ := top.ExchangeFor(topic) // checked by routed.Publish first
-		return x
-	}
-	pub, err := wamqp.NewPublisher(c, logger)
-	if err != nil {
-		return nil, fmt.Errorf("amqp: publisher: %w", err)
-	}
-	return routed{Publisher: pub, top: top}, nil
-}
-
-// routed refuses to publish a routing key no exchange carries, instead of
-// letting the broker drop it.
-type routed struct {
-	message.Publisher
-	top *topology.Topology
-}
-
-func (r routed) Publish(topic string, msgs ...*message.Message) error {
-	if _, err := r.top.ExchangeFor(topic); err != nil {
-		return err
-	}
-	return r.Publisher.Publish(topic, msgs...)
-}
-
-// connection configures one connection. Each gets its own amqp091.Config:
-// the client writes into it while connecting, so two connections
-// reconnecting at once must not share one.
-func connection(cfg Config, name string) wamqp.ConnectionConfig {
-	return wamqp.ConnectionConfig{
-		AmqpURI:    cfg.URL,
-		AmqpConfig: &amqp091.Config{Properties: amqp091.Table{"connection_name": name}},
-		Reconnect:  wamqp.DefaultReconnectConfig(),
-	}
-}
-
-// watermillConfig configures publishers and the subscriber; their
-// connections are made by connection.
-func watermillConfig(cfg Config) wamqp.Config {
-	return wamqp.Config{
-		Marshaler: Marshaler{},
-		// Consumers read named queues and bind nothing: no exchange.
-		Exchange:  wamqp.ExchangeConfig{GenerateName: func(string) string { return "" }, Type: topology.Topic, Durable: true},
-		Queue:     wamqp.QueueConfig{GenerateName: wamqp.GenerateQueueNameTopicName, Durable: true},
-		QueueBind: wamqp.QueueBindConfig{GenerateRoutingKey: func(string) string { return "" }},
-		Publish: wamqp.PublishConfig{
-			GenerateRoutingKey: func(topic string) string { return topic },
-			ConfirmDelivery:    true,
-			ChannelPoolSize:    cfg.PublisherChannels,
-		},
-		Consume:         wamqp.ConsumeConfig{Qos: wamqp.QosConfig{PrefetchCount: cfg.Prefetch}},
-		TopologyBuilder: declaredElsewhere{},
-	}
-}
-
-// declaredElsewhere keeps watermill-amqp from declaring anything: Declare
-// has already built the topology from configuration.
-type declaredElsewhere struct{}
-
-func (declaredElsewhere) BuildTopology(*amqp091.Channel, wamqp.BuildTopologyParams, wamqp.Config, watermill.LoggerAdapter) error {
-	return nil
-}
-
-func (declaredElsewhere) ExchangeDeclare(*amqp091.Channel, string, wamqp.Config) error { return nil }

@@ -71,20 +71,6 @@ func Schema() wsql.DefaultPostgreSQLSchema {
 	return wsql.DefaultPostgreSQLSchema{GeneratePayloadType: func(string) string { return "BYTEA" }}
 }
 
-// SubscriberConfig is how a watermill-sql subscriber reads the outbox as
-// moenda configures it (Watermill's forwarder, or a consumer of the
-// PostgreSQL pub/sub); the relay reads the same table and offsets.
-func (c Config) SubscriberConfig() wsql.SubscriberConfig {
-	return wsql.SubscriberConfig{
-		ConsumerGroup:  c.ConsumerGroup,
-		PollInterval:   c.PollInterval,
-		ResendInterval: c.RetryInterval,
-		RetryInterval:  c.RetryInterval,
-		SchemaAdapter:  Schema(),
-		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
-	}
-}
-
 // Outbox writes events into a transaction.
 type Outbox struct {
 	routable func(routingKey string) error

@@ -15,8 +15,8 @@ import (
 )
 
 // TestUniversalPubSub runs Watermill's pub/sub test suite against the
-// PostgreSQL pub/sub as the outbox configures it (Config.SubscriberConfig
-// with the test environment's intervals, pgx, the outbox's schema). The suite
+// PostgreSQL pub/sub on the outbox's schema, over pgx, with the test
+// environment's intervals. The suite
 // makes up topics, so their tables are created on first use here, where
 // the outbox's own table comes from the migrations.
 func TestUniversalPubSub(t *testing.T) {
@@ -36,11 +36,15 @@ func TestUniversalPubSub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := testConfig
-		cfg.ConsumerGroup = group
-		subCfg := cfg.SubscriberConfig()
-		subCfg.InitializeSchema = true
-		sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), subCfg, logger)
+		sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(pool), wsql.SubscriberConfig{
+			ConsumerGroup:    group,
+			PollInterval:     testConfig.PollInterval,
+			ResendInterval:   testConfig.RetryInterval,
+			RetryInterval:    testConfig.RetryInterval,
+			SchemaAdapter:    outbox.Schema(),
+			OffsetsAdapter:   wsql.DefaultPostgreSQLOffsetsAdapter{},
+			InitializeSchema: true,
+		}, logger)
 		if err != nil {
 			t.Fatal(err)
 		}

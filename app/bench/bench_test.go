@@ -31,7 +31,7 @@ func TestQuickRun(t *testing.T) {
 		PostgresURL: testenv.SharePostgres(t),
 		AMQPURL:     vhost.URL,
 		Settings: Settings{
-			AMQP:   amqp.Config{URL: vhost.URL, Prefetch: 50, PublisherChannels: 4},
+			AMQP:   amqp.Config{URL: vhost.URL, Prefetch: 50},
 			Outbox: outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: 100 * time.Millisecond, BatchSize: 1000, ConfirmWindow: 256},
 			Router: router.Config{CloseTimeout: 5 * time.Second},
 			Failure: topology.FailureConfig{ImmediateRetries: new(int), ImmediateInterval: 10 * time.Millisecond, Delays: []time.Duration{100 * time.Millisecond},

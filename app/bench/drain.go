@@ -1,0 +1,246 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// fill writes n events into the outbox, in transactions of up to 500.
+func (e *env) fill(ctx context.Context, n int) error {
+	const perTx, writers = 500, 4
+	jobs := make(chan int)
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range jobs {
+				err := e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+					events := make([]event.Event, k)
+					for i := range events {
+						events[i] = benchEvent()
+					}
+					return tx.Publish(ctx, events...)
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for left := n; left > 0; left -= perTx {
+		select {
+		case jobs <- min(left, perTx):
+		case err := <-errs:
+			close(jobs)
+			wg.Wait()
+			return err
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// relayDrain fills the outbox with a backlog, then starts `moenda serve` as
+// a process and times its relay moving the backlog to the sink queue; the
+// serve process's peak RSS is read at the end. The large backlog checks
+// that a batch costs the same however much waits behind it.
+func relayDrain(ctx context.Context, e *env, r *Result) error {
+	if err := e.relayCatchUp(ctx); err != nil {
+		return err
+	}
+	rate, rss, err := e.drain(ctx, e.sz.backlog)
+	if err != nil {
+		return err
+	}
+	r.add(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows with confirms", e.sz.backlog), Value: rate, Unit: "rows/s",
+		Ceiling: r.value(rowPublish), Target: "ratio >= 0.85"}, 0.85, 0)
+	peak := rss
+	if e.sz.bigBacklog > 0 {
+		big, rss, err := e.drain(ctx, e.sz.bigBacklog)
+		if err != nil {
+			return err
+		}
+		r.add(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows, against the %d-row drain", e.sz.bigBacklog, e.sz.backlog), Value: big, Unit: "rows/s",
+			Ceiling: rate, Target: "ratio >= 0.90"}, 0.90, 0)
+		peak = max(peak, rss)
+	}
+	r.add(Row{Name: "moenda: serve peak RSS while draining", Value: peak, Unit: "MiB", Target: "<= 150 MiB"}, 0, 150)
+	return nil
+}
+
+// relayCatchUp moves what earlier steps left in the outbox, untimed, so a
+// drain starts from an empty outbox.
+func (e *env) relayCatchUp(ctx context.Context) error {
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
+	defer dest.Close()
+	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	err := until(ctx, 5*time.Minute, func() (bool, error) {
+		var caughtUp bool
+		err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_offsets_outbox WHERE consumer_group = $1)
+			AND NOT EXISTS (SELECT 1 FROM watermill_outbox o, watermill_offsets_outbox p WHERE p.consumer_group = $1
+				AND (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked))`,
+			e.set.Outbox.ConsumerGroup).Scan(&caughtUp)
+		return caughtUp, err
+	})
+	cancel()
+	<-done
+	if err != nil {
+		return fmt.Errorf("relay what earlier steps left: %w", err)
+	}
+	return e.purge()
+}
+
+// drain times serve's relay over a backlog of n rows and returns rows/s and
+// the process's peak RSS in MiB.
+func (e *env) drain(ctx context.Context, n int) (float64, float64, error) {
+	if err := e.fill(ctx, n); err != nil {
+		return 0, 0, fmt.Errorf("fill the outbox: %w", err)
+	}
+	// The consumer is attached before the relay starts, as in the publish
+	// ceiling: no message waits in the queue for it.
+	wait, stopConsumer, err := e.arrivals(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stopConsumer()
+	pid, stop, err := e.startServe(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stop()
+	rate, err := wait(n)
+	if err != nil {
+		return 0, 0, err
+	}
+	rss, err := peakRSS(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	return rate, rss, e.purge()
+}
+
+// arrivals attaches a consumer to the sink queue, one that keeps up as a
+// real one would (auto-ack, on the bench's connection), and returns wait,
+// which returns once n messages arrived with the rate from the first
+// arrival to the last, and stop, which ends the consumer. Consuming keeps
+// the queue short, so the figure is the publisher's, not that of a broker
+// paging a long queue to disk. The consumer is attached when arrivals
+// returns: start the publisher after it.
+func (e *env) arrivals(ctx context.Context) (wait func(n int) (float64, error), stop func(), err error) {
+	ch, err := e.conn.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, e.sink, "", true, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		return nil, nil, err
+	}
+	wait = func(n int) (float64, error) {
+		var first time.Time
+		for seen := 0; seen < n; seen++ {
+			select {
+			case _, ok := <-deliveries:
+				if !ok {
+					return 0, fmt.Errorf("consumer closed after %d of %d messages", seen, n)
+				}
+				if seen == 0 {
+					first = time.Now()
+				}
+			case <-time.After(time.Minute):
+				return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, errTimeout)
+			}
+		}
+		return float64(n-1) / time.Since(first).Seconds(), nil
+	}
+	return wait, func() { _ = ch.Close() }, nil
+}
+
+// startServe runs `moenda serve` on the bench database and exchange, with
+// no plugin, so its relay is all it does. stop ends it and waits.
+func (e *env) startServe(ctx context.Context) (pid int, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "moenda-bench-")
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	base, err := configs.FS.ReadFile("base.yaml")
+	if err != nil {
+		return 0, nil, err
+	}
+	overlay := fmt.Sprintf(`log: {level: warn}
+handlers: {enabled: []}
+topology:
+  exchanges: [{name: %q, events: ["bench.#"], failure: {dead_letter: {exchange: %q}}}]
+  unrouted: ""
+`, e.exchange, e.exchange+".dlx")
+	if err := os.WriteFile(filepath.Join(dir, "base.yaml"), base, 0o600); err != nil {
+		return 0, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(overlay), 0o600); err != nil {
+		return 0, nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, nil, err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	cmd := exec.CommandContext(ctx, e.opts.ServeBin, "--config-dir", dir, "--env", "bench", "serve")
+	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+e.dbURL, "MOENDA_AMQP__URL="+e.opts.AMQPURL, "MOENDA_HTTP__ADDR="+addr)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, nil, fmt.Errorf("start %s serve: %w", e.opts.ServeBin, err)
+	}
+	return cmd.Process.Pid, func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// peakRSS reads a process's high-water resident set size, in MiB.
+func peakRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("peak RSS: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("peak RSS: no VmHWM in /proc/%d/status", pid)
+}

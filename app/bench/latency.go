@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// latency offers a fixed rate of use cases for a while and measures, per
+// event, the time from its commit to its handler running: outbox, relay,
+// RabbitMQ, router and chain.
+func latency(ctx context.Context, e *env, r *Result) error {
+	if err := e.purge(); err != nil {
+		return err
+	}
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
+	defer dest.Close()
+	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	// As in serve, each commit wakes the relay of its process.
+	txr := postgres.NewTransactor(e.pool, outbox.New(e.routable, e.wlog), relay.Wake)
+	// The clock starts when the use case asks to commit (its function
+	// returns) and stops when the handler runs.
+	var committing, handled sync.Map // event id -> time
+	var count atomic.Int64
+	rt, closeBroker, err := e.router(func(_ context.Context, ev event.Event) error {
+		if _, dup := handled.LoadOrStore(ev.ID, time.Now()); !dup {
+			count.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer closeBroker()
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relay.Run(runCtx) }()
+	defer func() { stop(); <-relayDone }()
+	go func() { _ = rt.Run(runCtx) }()
+	defer rt.Close()
+	<-rt.Running()
+
+	total := int(float64(e.sz.rate) * e.sz.latencyFor.Seconds())
+	jobs := make(chan struct{}, total)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				ev := benchEvent()
+				err := txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+					if _, err := tx.Postgres().Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {
+						return err
+					}
+					if err := tx.Publish(ctx, ev); err != nil {
+						return err
+					}
+					committing.Store(ev.ID, time.Now())
+					return nil
+				})
+				if err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	tick := time.NewTicker(time.Second / time.Duration(e.sz.rate))
+	for range total {
+		<-tick.C
+		jobs <- struct{}{}
+	}
+	tick.Stop()
+	close(jobs)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%d use cases failed", n)
+	}
+	if err := until(ctx, time.Minute, func() (bool, error) { return count.Load() >= int64(total), nil }); err != nil {
+		return fmt.Errorf("handled %d of %d events: %w", count.Load(), total, err)
+	}
+	var lat []time.Duration
+	committing.Range(func(id, at any) bool {
+		if done, ok := handled.Load(id); ok {
+			lat = append(lat, done.(time.Time).Sub(at.(time.Time)))
+		}
+		return true
+	})
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
+	name := fmt.Sprintf("moenda: end-to-end latency at %d events/s, commit to handler, ", e.sz.rate)
+	r.add(Row{Name: name + "p50", Value: pct(0.50), Unit: "ms", Target: "<= 10 ms"}, 0, 10)
+	r.add(Row{Name: name + "p95", Value: pct(0.95), Unit: "ms"}, 0, 0)
+	r.add(Row{Name: name + "p99", Value: pct(0.99), Unit: "ms", Target: "<= 50 ms"}, 0, 50)
+	return nil
+}

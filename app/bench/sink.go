@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/router"
+)
+
+// router returns a router running handle on the sink queue through the
+// whole middleware chain, with the configured prefetch, and a function that
+// closes its broker connections.
+func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), error) {
+	b, err := amqp.Connect(e.set.AMQP, e.top, e.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	rt, err := router.New(e.set.Router, e.wlog)
+	if err == nil {
+		pol, _ := e.top.Policy(e.sink)
+		route := router.Route{Queue: e.sink, Handler: "bench", Policy: pol, Handle: handle}
+		router.AddRoutes(rt, router.Deps{Subscriber: b.Subscriber, Sink: b.Sink, Inbox: e.tx, Stats: router.NewStats(), Logger: e.logger}, []router.Route{route})
+	}
+	if err != nil {
+		_ = b.Close()
+		return nil, nil, err
+	}
+	return rt, func() { _ = b.Close() }, nil
+}
+
+// publishEvents puts n fresh envelopes on the sink queue with the raw
+// client and returns their event ids, in the order published.
+func (e *env) publishEvents(ctx context.Context, n int) ([]string, error) {
+	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda bench", 256, e.top)
+	defer dest.Close()
+	ids := make([]string, 0, n)
+	for sent := 0; sent < n; sent += 1000 {
+		k := min(1000, n-sent)
+		keys := make([]string, k)
+		msgs := make([]*message.Message, k)
+		for i := range k {
+			ev := benchEvent()
+			msg, err := event.ToMessage(ev)
+			if err != nil {
+				return nil, err
+			}
+			keys[i], msgs[i] = ev.RoutingKey(), msg
+			ids = append(ids, ev.ID)
+		}
+		if err := dest.PublishBatch(ctx, keys, msgs); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// until polls cond every 10 ms until it holds, fails, or timeout passes.
+func until(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errTimeout
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
