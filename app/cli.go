@@ -147,6 +147,9 @@ func migrateUp(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error
 	if cfg.Broker.Kind == BrokerMemory {
 		return errors.New("migrate: this environment keeps its data in memory (broker.kind memory); there is no database to migrate")
 	}
+	if err := postgres.EnsureDatabase(ctx, cfg.Postgres, cfg.Log.Logger(stderr)); err != nil {
+		return err
+	}
 	pool, err := postgres.Connect(ctx, cfg.Postgres)
 	if err != nil {
 		return err

@@ -126,6 +126,9 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 
 	switch cfg.Broker.Kind {
 	case BrokerAMQP:
+		if err = postgres.EnsureDatabase(ctx, cfg.Postgres, logger); err != nil {
+			return nil, err
+		}
 		if p.pool, err = postgres.Connect(ctx, cfg.Postgres); err != nil {
 			return nil, err
 		}

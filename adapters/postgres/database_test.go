@@ -1,0 +1,146 @@
+package postgres_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/testenv"
+)
+
+// missingDatabase returns the admin URL, a database name the server does
+// not have (with a space, which needs quoting), and a URL to it, as user
+// when not nil. The database is dropped when the test ends.
+func missingDatabase(t *testing.T, user *url.Userinfo) (admin, name, dbURL string) {
+	t.Helper()
+	admin = testenv.SharePostgres(t)
+	name = testenv.Name("moenda_t new")
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != nil {
+		u.User = user
+	}
+	u.Path = "/" + name
+	t.Cleanup(func() {
+		adminExec(t, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return admin, name, u.String()
+}
+
+func adminExec(t *testing.T, admin, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func databaseExists(t *testing.T, admin, name string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	return exists
+}
+
+// ensure runs EnsureDatabase on dbURL and returns what it logged.
+func ensure(t *testing.T, dbURL string) (string, error) {
+	t.Helper()
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	err := postgres.EnsureDatabase(context.Background(), postgres.Config{URL: dbURL, ConnectTimeout: 5 * time.Second}, logger)
+	return logs.String(), err
+}
+
+func TestEnsureDatabaseCreatesAMissingDatabase(t *testing.T) {
+	admin, name, dbURL := missingDatabase(t, nil)
+	logs, err := ensure(t, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !databaseExists(t, admin, name) {
+		t.Fatalf("database %s was not created", name)
+	}
+	if strings.Count(logs, "\n") != 1 || !strings.Contains(logs, "level=INFO") ||
+		!strings.Contains(logs, `msg="postgres: created the database, which did not exist"`) || !strings.Contains(logs, fmt.Sprintf("database=%q", name)) {
+		t.Fatalf("want one INFO line naming the database, got:\n%s", logs)
+	}
+	// The database it made works: a pool connects to it.
+	pool, err := postgres.Connect(context.Background(), postgres.Config{URL: dbURL, MaxConns: 1, ConnectTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+}
+
+func TestEnsureDatabaseLeavesAnExistingDatabaseAlone(t *testing.T) {
+	db := testenv.EmptyPostgres(t)
+	if _, err := db.Pool.Exec(context.Background(), "CREATE TABLE kept (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := ensure(t, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logs != "" {
+		t.Errorf("logged for an existing database:\n%s", logs)
+	}
+	if _, err := db.Pool.Exec(context.Background(), "SELECT * FROM kept"); err != nil {
+		t.Errorf("the existing database changed: %v", err)
+	}
+}
+
+func TestEnsureDatabaseTellsARoleWithoutCreatedbWhatToRun(t *testing.T) {
+	role := "moenda_t_" + strings.ReplaceAll(testenv.Name("r"), "-", "")
+	admin, name, dbURL := missingDatabase(t, url.UserPassword(role, "s3cret"))
+	adminExec(t, admin, "CREATE ROLE "+role+" LOGIN NOCREATEDB")
+	t.Cleanup(func() { adminExec(t, admin, "DROP ROLE IF EXISTS "+role) })
+	cc, err := pgx.ParseConfig(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	logs, err := ensure(t, dbURL)
+	if err == nil {
+		t.Fatal("no error for a role that may not create databases")
+	}
+	msg := err.Error()
+	want := fmt.Sprintf(`postgres: database %q does not exist and role %q may not create it; have a role that may (a superuser such as postgres) create it: createdb -h %s -p %d -U postgres -O %s '%s'`,
+		name, role, cc.Host, cc.Port, role, name)
+	if msg != want {
+		t.Errorf("error\n%s\nwant\n%s", msg, want)
+	}
+	if strings.Contains(msg, "s3cret") || strings.Contains(msg, "\n") {
+		t.Errorf("want one line without the password: %q", msg)
+	}
+	if logs != "" {
+		t.Errorf("logged:\n%s", logs)
+	}
+	if databaseExists(t, admin, name) {
+		t.Errorf("database %s exists", name)
+	}
+}
