@@ -72,17 +72,17 @@ func TestTarefasRejectsBadInput(t *testing.T) {
 		code               int
 		want               string
 	}{
-		{"POST", "/tarefas", `{"usuario_id": 1}`, http.StatusBadRequest, "titulo is required"},
-		{"POST", "/tarefas", `{"usuario_id": 0, "titulo": "x"}`, http.StatusBadRequest, "usuario_id must be a positive integer"},
+		{"POST", "/tarefas", `{"usuario_id": 1}`, http.StatusBadRequest, "requisição inválida: titulo é obrigatório"},
+		{"POST", "/tarefas", `{"usuario_id": 0, "titulo": "x"}`, http.StatusBadRequest, "requisição inválida: usuario_id deve ser um inteiro positivo"},
 		{"POST", "/tarefas", `{"usuario_id": 1, "titulo": "x", "titlo": "y"}`, http.StatusBadRequest, `unknown field "titlo"`},
 		{"POST", "/tarefas", `{"usuario_id": "1", "titulo": "x"}`, http.StatusBadRequest, "field usuario_id must be a number, got a string"},
 		{"POST", "/tarefas", `{"usuario_id": 1, "titulo": "a\u0000b"}`, http.StatusBadRequest, "field titulo contains a NUL character"},
 		{"POST", "/tarefas", "{\"usuario_id\": 1, \"titulo\": \"\xc3\x28\"}", http.StatusBadRequest, "field titulo is not valid UTF-8"},
 		{"POST", "/tarefas", `[{"usuario_id": 1, "titulo": "x"}]`, http.StatusBadRequest, "body must be a JSON object, got an array"},
 		{"PATCH", "/tarefas/1/concluir", `{"usuario_id": 1.5}`, http.StatusBadRequest, "field usuario_id must be a whole number"},
-		{"POST", "/tarefas", `{"usuario_id": 1, "titulo": "x", "tarefa_pai_id": 99}`, http.StatusBadRequest, "tarefa_pai_id 99 is not a task of usuario 1"},
-		{"PATCH", "/tarefas/abc/concluir", `{"usuario_id": 1}`, http.StatusBadRequest, "id in the path"},
-		{"PATCH", "/tarefas/1/concluir", `{}`, http.StatusBadRequest, "usuario_id must be a positive integer"},
+		{"POST", "/tarefas", `{"usuario_id": 1, "titulo": "x", "tarefa_pai_id": 99}`, http.StatusBadRequest, "requisição inválida: tarefa_pai_id 99 não é uma tarefa do usuario_id 1"},
+		{"PATCH", "/tarefas/abc/concluir", `{"usuario_id": 1}`, http.StatusBadRequest, "requisição inválida: id no caminho deve ser um inteiro positivo"},
+		{"PATCH", "/tarefas/1/concluir", `{}`, http.StatusBadRequest, "requisição inválida: usuario_id deve ser um inteiro positivo"},
 	}
 	for _, tt := range tests {
 		code, body := call(t, tt.method, p.base+tt.path, tt.body)

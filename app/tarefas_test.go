@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +14,9 @@ import (
 	"github.com/moenda/moenda/adapters/testenv"
 )
 
-// tarefasFlow runs the Tarefas walk-through against a running platform and
-// returns the title whose conclusion must be notified.
+// tarefasFlow runs the Tarefas walk-through against a running platform,
+// reading the tasks back at the end, and returns the title whose
+// conclusion must be notified.
 func tarefasFlow(t *testing.T, base string) string {
 	t.Helper()
 	code, pai := call(t, "POST", base+"/tarefas", `{"usuario_id": 1, "titulo": "Escrever relatório", "tarefa_pai_id": null}`)
@@ -50,7 +52,63 @@ func tarefasFlow(t *testing.T, base string) string {
 			t.Fatalf("%s: error answer without a message: %v", s.name, body)
 		}
 	}
+
+	// Read back, scoped to the user as the writes are.
+	reads := []struct {
+		name, path string
+		want       int
+		ok         func(body map[string]any) bool
+	}{
+		{"the parent, concluded", fmt.Sprintf("/tarefas/%d?usuario_id=1", paiID), http.StatusOK, func(b map[string]any) bool {
+			return b["id"] == float64(paiID) && b["titulo"] == "Escrever relatório" && b["concluida"] == true && b["concluida_em"] != nil
+		}},
+		{"the subtask", fmt.Sprintf("/tarefas/%d?usuario_id=1", subID), http.StatusOK, func(b map[string]any) bool {
+			return b["id"] == float64(subID) && b["tarefa_pai_id"] == float64(paiID) && b["concluida"] == true
+		}},
+		{"another user's task", fmt.Sprintf("/tarefas/%d?usuario_id=2", paiID), http.StatusNotFound, func(b map[string]any) bool {
+			return b["error"] == "tarefa não encontrada"
+		}},
+		{"no usuario_id", fmt.Sprintf("/tarefas/%d", paiID), http.StatusBadRequest, func(b map[string]any) bool {
+			return b["error"] == "requisição inválida: parâmetro usuario_id é obrigatório"
+		}},
+		{"the user's tasks, newest first", "/tarefas?usuario_id=1", http.StatusOK, func(b map[string]any) bool {
+			return slices.Equal(listed(b), []int{subID, paiID}) && b["proximo_antes_de"] == nil
+		}},
+		{"a page of one", "/tarefas?usuario_id=1&limite=1", http.StatusOK, func(b map[string]any) bool {
+			return slices.Equal(listed(b), []int{subID}) && b["proximo_antes_de"] == float64(subID)
+		}},
+		{"the next page", fmt.Sprintf("/tarefas?usuario_id=1&limite=1&antes_de=%d", subID), http.StatusOK, func(b map[string]any) bool {
+			return slices.Equal(listed(b), []int{paiID}) && b["proximo_antes_de"] == nil
+		}},
+		{"another user's list", "/tarefas?usuario_id=2", http.StatusOK, func(b map[string]any) bool {
+			return slices.Equal(listed(b), []int{})
+		}},
+		{"a list without usuario_id", "/tarefas", http.StatusBadRequest, func(b map[string]any) bool {
+			return b["error"] == "requisição inválida: parâmetro usuario_id é obrigatório"
+		}},
+	}
+	for _, r := range reads {
+		code, body := call(t, "GET", base+r.path, "")
+		if code != r.want || !r.ok(body) {
+			t.Fatalf("%s: GET %s = %d %v, want %d", r.name, r.path, code, body, r.want)
+		}
+	}
 	return "Escrever relatório"
+}
+
+// listed returns the ids of a page of GET /tarefas, in order.
+func listed(page map[string]any) []int {
+	ts, ok := page["tarefas"].([]any)
+	if !ok {
+		return nil
+	}
+	ids := []int{}
+	for _, t := range ts {
+		m, _ := t.(map[string]any)
+		id, _ := m["id"].(float64)
+		ids = append(ids, int(id))
+	}
+	return ids
 }
 
 func TestTarefasInMemoryNeedsNoService(t *testing.T) {

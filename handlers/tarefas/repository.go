@@ -1,10 +1,13 @@
 package tarefas
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -20,6 +23,12 @@ type Repository interface {
 	// GetDoUsuario loads the task if it belongs to the user, with its count
 	// of pending subtasks, locked until the unit of work ends.
 	GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
+	// FindDoUsuario is GetDoUsuario for reading: it locks nothing.
+	FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
+	// ListDoUsuario returns up to limit of the user's tasks, newest (highest
+	// id) first; when antesDe is not 0, only those with an id below it.
+	// Their SubtarefasPendentes are not loaded.
+	ListDoUsuario(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error)
 	// Save writes a loaded task back.
 	Save(ctx context.Context, t *Tarefa) error
 }
@@ -37,12 +46,22 @@ func (r postgresRepository) Add(ctx context.Context, t *Tarefa) error {
 	return nil
 }
 
-func (r postgresRepository) GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
-	t := &Tarefa{}
-	err := r.tx.QueryRow(ctx, `
+const loadTarefa = `
 		SELECT id, usuario_id, titulo, concluida, criada_em, concluida_em, tarefa_pai_id,
 		       (SELECT count(*) FROM tarefas s WHERE s.tarefa_pai_id = t.id AND NOT s.concluida)
-		FROM tarefas t WHERE id = $1 AND usuario_id = $2 FOR UPDATE`, id, usuarioID).
+		FROM tarefas t WHERE id = $1 AND usuario_id = $2`
+
+func (r postgresRepository) GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+	return r.load(ctx, loadTarefa+" FOR UPDATE", id, usuarioID)
+}
+
+func (r postgresRepository) FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+	return r.load(ctx, loadTarefa, id, usuarioID)
+}
+
+func (r postgresRepository) load(ctx context.Context, query string, id, usuarioID int64) (*Tarefa, error) {
+	t := &Tarefa{}
+	err := r.tx.QueryRow(ctx, query, id, usuarioID).
 		Scan(&t.ID, &t.UsuarioID, &t.Titulo, &t.Concluida, &t.CriadaEm, &t.ConcluidaEm, &t.TarefaPaiID, &t.SubtarefasPendentes)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNaoEncontrada
@@ -51,6 +70,27 @@ func (r postgresRepository) GetDoUsuario(ctx context.Context, id, usuarioID int6
 		return nil, fmt.Errorf("tarefas: load %d: %w", id, err)
 	}
 	return t, nil
+}
+
+func (r postgresRepository) ListDoUsuario(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
+	if antesDe == 0 {
+		antesDe = math.MaxInt64
+	}
+	rows, err := r.tx.Query(ctx, `
+		SELECT id, usuario_id, titulo, concluida, criada_em, concluida_em, tarefa_pai_id
+		FROM tarefas WHERE usuario_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, usuarioID, antesDe, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tarefas: list usuario %d: %w", usuarioID, err)
+	}
+	ts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Tarefa, error) {
+		var t Tarefa
+		err := row.Scan(&t.ID, &t.UsuarioID, &t.Titulo, &t.Concluida, &t.CriadaEm, &t.ConcluidaEm, &t.TarefaPaiID)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tarefas: list usuario %d: %w", usuarioID, err)
+	}
+	return ts, nil
 }
 
 func (r postgresRepository) Save(ctx context.Context, t *Tarefa) error {
@@ -118,6 +158,30 @@ func (r *memoryRepository) GetDoUsuario(_ context.Context, id, usuarioID int64) 
 		}
 	}
 	return &t, nil
+}
+
+// FindDoUsuario is GetDoUsuario: the memory transactor runs one unit of
+// work at a time, so nothing needs locking.
+func (r *memoryRepository) FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+	return r.GetDoUsuario(ctx, id, usuarioID)
+}
+
+func (r *memoryRepository) ListDoUsuario(_ context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
+	var out []Tarefa
+	r.s.mu.Lock()
+	for _, t := range r.s.rows {
+		if _, staged := r.staged[t.ID]; !staged && t.UsuarioID == usuarioID && (antesDe == 0 || t.ID < antesDe) {
+			out = append(out, t)
+		}
+	}
+	r.s.mu.Unlock()
+	for _, t := range r.staged {
+		if t.UsuarioID == usuarioID && (antesDe == 0 || t.ID < antesDe) {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(a, b Tarefa) int { return cmp.Compare(b.ID, a.ID) })
+	return out[:min(limit, len(out))], nil
 }
 
 func (r *memoryRepository) Save(_ context.Context, t *Tarefa) error {
