@@ -162,7 +162,7 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 	if p.router, err = router.New(cfg.Router, wlog); err != nil {
 		return nil, err
 	}
-	deps := handlers.Deps{Logger: logger, Tx: p.tx, DB: p.pool}
+	deps := handlers.Deps{Logger: logger, Tx: p.tx}
 	var routes []router.Route
 	var plugins []handlers.Plugin
 	for _, ep := range cfg.plugins {

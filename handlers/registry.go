@@ -17,7 +17,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -73,15 +72,13 @@ type Receipt struct {
 // when retrying cannot help (bad payload); other errors are retried.
 type HandlerFunc func(ctx context.Context, e event.Event) error
 
-// Deps are what the platform gives a plugin when it is built.
+// Deps are what the platform gives a plugin when it is built. Database
+// work goes through Tx: a unit of work's transaction is the plugin's only
+// way to the database, so nothing it writes can skip the outbox, and a
+// handler's writes join its delivery's transaction.
 type Deps struct {
 	Logger *slog.Logger
 	Tx     Transactor
-	// DB is the PostgreSQL pool, nil in an environment without PostgreSQL.
-	// A handler works through Tx with its own context instead: the
-	// delivery's unit of work already holds a connection, and handlers
-	// that each wait for a second one can exhaust the pool.
-	DB *pgxpool.Pool
 }
 
 // Plugin is a built plugin.

@@ -21,11 +21,12 @@ func Plugin() handlers.Definition {
 }
 
 func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
-	svc := &Service{tx: deps.Tx, now: time.Now}
-	if deps.DB != nil {
-		svc.repo = func(tx handlers.Tx) Repository { return postgresRepository{tx: tx.Postgres()} }
-	} else {
-		svc.repo = newMemoryStore().repository
-	}
+	mem := newMemoryStore()
+	svc := &Service{tx: deps.Tx, now: time.Now, repo: func(tx handlers.Tx) Repository {
+		if ptx := tx.Postgres(); ptx != nil {
+			return postgresRepository{tx: ptx}
+		}
+		return mem.repository(tx) // the memory environment
+	}}
 	return handlers.Plugin{Routes: api{svc: svc, logger: deps.Logger}.routes}, nil
 }
