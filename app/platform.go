@@ -144,9 +144,14 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 			return nil, err
 		}
 		p.broker = broker{subscriber: b.Subscriber, sink: b.Sink, ready: b.Ready, close: b.Close}
-		dest := amqp.NewBatchPublisher(cfg.AMQP.URL, "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
+		dest, err := amqp.NewBatchPublisher(cfg.AMQP.URL, "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
+		if err != nil {
+			return nil, err
+		}
 		p.closers = append(p.closers, dest.Close)
-		p.relay = outbox.NewRelay(p.pool, dest, routable, cfg.Outbox, logger)
+		if p.relay, err = outbox.NewRelay(p.pool, dest, routable, cfg.Outbox, logger); err != nil {
+			return nil, err
+		}
 		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.relay.Wake)
 		p.tx, p.inbox = txr, txr
 	case BrokerMemory:

@@ -63,7 +63,10 @@ func Connect(cfg Config, top *topology.Topology, logger *slog.Logger) (*Broker, 
 	if err != nil {
 		return nil, err
 	}
-	failures := NewBatchPublisher(cfg.URL, "moenda failures", 1, top)
+	failures, err := NewBatchPublisher(cfg.URL, "moenda failures", 1, top)
+	if err != nil {
+		return nil, errors.Join(err, sub.Close())
+	}
 	return &Broker{
 		probe:      &probe{url: cfg.URL},
 		failures:   failures,

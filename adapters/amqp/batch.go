@@ -33,9 +33,23 @@ type BatchPublisher struct {
 }
 
 // NewBatchPublisher returns a publisher that connects on first use; name
-// names its connection in the broker's management tools.
-func NewBatchPublisher(url, name string, window int, top *topology.Topology) *BatchPublisher {
-	return &BatchPublisher{url: url, name: name, window: window, top: top}
+// names its connection in the broker's management tools, and window is
+// how many confirms may be outstanding (at least 1).
+func NewBatchPublisher(url, name string, window int, top *topology.Topology) (*BatchPublisher, error) {
+	var errs []error
+	if _, err := amqp091.ParseURI(url); err != nil {
+		errs = append(errs, fmt.Errorf("url %q: %w", redact.URL(url), err))
+	}
+	if window < 1 {
+		errs = append(errs, fmt.Errorf("confirm window must be at least 1, got %d", window))
+	}
+	if top == nil {
+		errs = append(errs, errors.New("no topology to route by"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("amqp: publisher %s: %w", name, err)
+	}
+	return &BatchPublisher{url: url, name: name, window: window, top: top}, nil
 }
 
 // PublishBatch publishes each message to the exchange the topology assigns

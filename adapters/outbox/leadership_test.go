@@ -10,7 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
@@ -87,12 +86,12 @@ func (h countingHandler) WithGroup(name string) slog.Handler {
 // records counted in logs, until the test ends.
 func (s *stack) runRelay(t *testing.T, name string, cfg outbox.Config, pubs *publishLog, logs *levelCounts) {
 	t.Helper()
-	amqpDest := amqp.NewBatchPublisher(s.vhost.URL, "moenda outbox relay "+name, cfg.ConfirmWindow, s.top)
+	amqpDest := s.publisher(t, "moenda outbox relay "+name, cfg.ConfirmWindow, s.top)
 	logger := testenv.Logger().With("relay", name)
 	if logs != nil {
 		logger = slog.New(countingHandler{logger.Handler(), logs})
 	}
-	relay := outbox.NewRelay(s.db.Pool, namedDestination{amqpDest, name, pubs}, s.routable, cfg, logger)
+	relay := s.newRelay(t, namedDestination{amqpDest, name, pubs}, s.routable, cfg, logger)
 	s.mu.Lock()
 	s.relays = append(s.relays, relay)
 	s.mu.Unlock()

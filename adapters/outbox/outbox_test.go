@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -73,12 +74,34 @@ func (s *stack) routable(key string) error {
 	return err
 }
 
+// publisher returns a confirm publisher to the stack's vhost, closed when
+// the test ends.
+func (s *stack) publisher(t *testing.T, name string, window int, top *topology.Topology) *amqp.BatchPublisher {
+	t.Helper()
+	dest, err := amqp.NewBatchPublisher(s.vhost.URL, name, window, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	return dest
+}
+
+// newRelay returns a relay over the stack's database.
+func (s *stack) newRelay(t *testing.T, dest outbox.Destination, routable func(string) error, cfg outbox.Config, logger *slog.Logger) *outbox.Relay {
+	t.Helper()
+	relay, err := outbox.NewRelay(s.db.Pool, dest, routable, cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return relay
+}
+
 // startRelay runs a relay with cfg until the returned stop function is
 // called.
 func (s *stack) startRelay(t *testing.T, cfg outbox.Config) (stop func()) {
 	t.Helper()
-	dest := amqp.NewBatchPublisher(s.vhost.URL, "moenda outbox relay", cfg.ConfirmWindow, s.top)
-	relay := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger())
+	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
+	relay := s.newRelay(t, dest, s.routable, cfg, testenv.Logger())
 	s.mu.Lock()
 	s.relays = append(s.relays, relay)
 	s.mu.Unlock()
@@ -277,8 +300,7 @@ func TestRelaySkipsRowsNoExchangeCarries(t *testing.T) {
 	want := map[string]bool{}
 	s.commit(t, 1, want)
 	cfg := testConfig
-	dest := amqp.NewBatchPublisher(s.vhost.URL, "moenda outbox relay", cfg.ConfirmWindow, s.top)
-	defer dest.Close()
+	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
 	refuseFirst := map[string]bool{}
 	for id := range want {
 		refuseFirst[id] = true
@@ -295,7 +317,7 @@ func TestRelaySkipsRowsNoExchangeCarries(t *testing.T) {
 		}
 		return nil
 	}
-	relay := outbox.NewRelay(s.db.Pool, dest, routable, cfg, testenv.Logger())
+	relay := s.newRelay(t, dest, routable, cfg, testenv.Logger())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
@@ -325,9 +347,8 @@ func TestIdleRelaySleeps(t *testing.T) {
 	s := newStack(t)
 	cfg := testConfig
 	cfg.PollInterval = time.Second
-	dest := amqp.NewBatchPublisher(s.vhost.URL, "moenda outbox relay", cfg.ConfirmWindow, s.top)
-	defer dest.Close()
-	relay := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger())
+	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
+	relay := s.newRelay(t, dest, s.routable, cfg, testenv.Logger())
 	s.relays = append(s.relays, relay)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -346,5 +367,23 @@ func TestIdleRelaySleeps(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, "the event", func() bool { return len(got()) == 1 })
 	if waited := time.Since(began); waited > 500*time.Millisecond {
 		t.Fatalf("the relay took %s to wake: the commit did not wake it", waited)
+	}
+}
+
+// A relay that could not work is refused when it is made: a zero batch
+// would read nothing, a zero poll interval would spin.
+func TestNewRelayRefusesWhatCannotWork(t *testing.T) {
+	s := newStack(t)
+	dest := s.publisher(t, "test", 1, s.top)
+	for name, change := range map[string]func(*outbox.Config){
+		"zero batch":         func(c *outbox.Config) { c.BatchSize = 0 },
+		"zero poll interval": func(c *outbox.Config) { c.PollInterval = 0 },
+		"no consumer group":  func(c *outbox.Config) { c.ConsumerGroup = "" },
+	} {
+		cfg := testConfig
+		change(&cfg)
+		if _, err := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger()); err == nil {
+			t.Errorf("%s: NewRelay accepted it", name)
+		}
 	}
 }

@@ -42,9 +42,17 @@ type Relay struct {
 	logger   *slog.Logger
 }
 
-// NewRelay returns a relay connecting to the database of pool.
-func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error, cfg Config, logger *slog.Logger) *Relay {
-	return &Relay{pool: pool, dest: dest, cfg: cfg, routable: routable, wake: make(chan struct{}, 1), logger: logger.With("consumer_group", cfg.ConsumerGroup)}
+// NewRelay returns a relay connecting to the database of pool. It refuses
+// a configuration it cannot run: a zero batch reads nothing, and a zero
+// poll interval spins.
+func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error, cfg Config, logger *slog.Logger) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("outbox relay: %w", err)
+	}
+	if pool == nil || dest == nil || routable == nil || logger == nil {
+		return nil, errors.New("outbox relay: the pool, the destination, the routing rule and the logger are all required")
+	}
+	return &Relay{pool: pool, dest: dest, cfg: cfg, routable: routable, wake: make(chan struct{}, 1), logger: logger.With("consumer_group", cfg.ConsumerGroup)}, nil
 }
 
 // Wake tells an idle relay that rows were committed. Writers in the same

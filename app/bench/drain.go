@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/moenda/moenda/adapters/amqp"
-	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -95,13 +93,15 @@ func relayDrain(ctx context.Context, e *env, r *Result) error {
 // relayCatchUp moves what earlier steps left in the outbox, untimed, so a
 // drain starts from an empty outbox.
 func (e *env) relayCatchUp(ctx context.Context) error {
-	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
-	defer dest.Close()
-	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	relay, closeRelay, err := e.newRelay()
+	if err != nil {
+		return err
+	}
+	defer closeRelay()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
-	err := until(ctx, 5*time.Minute, func() (bool, error) {
+	err = until(ctx, 5*time.Minute, func() (bool, error) {
 		var caughtUp bool
 		err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_offsets_outbox WHERE consumer_group = $1)
 			AND NOT EXISTS (SELECT 1 FROM watermill_outbox o, watermill_offsets_outbox p WHERE p.consumer_group = $1

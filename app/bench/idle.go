@@ -3,16 +3,15 @@ package bench
 import (
 	"context"
 	"time"
-
-	"github.com/moenda/moenda/adapters/amqp"
-	"github.com/moenda/moenda/adapters/outbox"
 )
 
 // idleRelay counts the statements an idle relay sends.
 func idleRelay(ctx context.Context, e *env, r *Result) error {
-	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
-	defer dest.Close()
-	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	relay, closeRelay, err := e.newRelay()
+	if err != nil {
+		return err
+	}
+	defer closeRelay()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/handlers"
@@ -22,9 +21,11 @@ func latency(ctx context.Context, e *env, r *Result) error {
 	if err := e.purge(); err != nil {
 		return err
 	}
-	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
-	defer dest.Close()
-	relay := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	relay, closeRelay, err := e.newRelay()
+	if err != nil {
+		return err
+	}
+	defer closeRelay()
 	// As in serve, each commit wakes the relay of its process.
 	txr := postgres.NewTransactor(e.pool, outbox.New(e.routable, e.wlog), relay.Wake)
 	// The clock starts when the use case asks to commit (its function

@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/router"
@@ -33,10 +35,27 @@ func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), erro
 	return rt, func() { _ = b.Close() }, nil
 }
 
+// newRelay returns a relay over the bench's outbox and exchange, as serve
+// configures it, and a function that closes its connection.
+func (e *env) newRelay() (*outbox.Relay, func() error, error) {
+	dest, err := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
+	if err != nil {
+		return nil, nil, err
+	}
+	relay, err := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	if err != nil {
+		return nil, nil, errors.Join(err, dest.Close())
+	}
+	return relay, dest.Close, nil
+}
+
 // publishEvents puts n fresh envelopes on the sink queue with the raw
 // client and returns their event ids, in the order published.
 func (e *env) publishEvents(ctx context.Context, n int) ([]string, error) {
-	dest := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda bench", 256, e.top)
+	dest, err := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda bench", 256, e.top)
+	if err != nil {
+		return nil, err
+	}
 	defer dest.Close()
 	ids := make([]string, 0, n)
 	for sent := 0; sent < n; sent += 1000 {
