@@ -119,10 +119,7 @@ func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, er
 	if p.top, err = cfg.BuildTopology(); err != nil {
 		return nil, err
 	}
-	routable := func(key string) error {
-		_, err := p.top.ExchangeFor(key)
-		return err
-	}
+	routable := p.top.Routable
 
 	switch cfg.Broker.Kind {
 	case BrokerAMQP:

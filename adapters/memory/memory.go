@@ -171,12 +171,10 @@ func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx ha
 
 func (x *tx) Publish(ctx context.Context, events ...event.Event) error {
 	for _, e := range events {
-		msg, err := outbox.Prepare(ctx, e, x.t.routable)
+		msg, key, err := outbox.Prepare(ctx, e, x.t.routable)
 		if err != nil {
 			return err
 		}
-		key := msg.Metadata.Get(outbox.MetaRoutingKey)
-		delete(msg.Metadata, outbox.MetaRoutingKey) // the broker carries it as the routing key
 		x.events = append(x.events, pending{key: key, msg: msg})
 	}
 	return nil

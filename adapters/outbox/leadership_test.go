@@ -91,7 +91,7 @@ func (s *stack) runRelay(t *testing.T, name string, cfg outbox.Config, pubs *pub
 	if logs != nil {
 		logger = slog.New(countingHandler{logger.Handler(), logs})
 	}
-	relay := s.newRelay(t, namedDestination{amqpDest, name, pubs}, s.routable, cfg, logger)
+	relay := s.newRelay(t, namedDestination{amqpDest, name, pubs}, s.top.Routable, cfg, logger)
 	s.mu.Lock()
 	s.relays = append(s.relays, relay)
 	s.mu.Unlock()

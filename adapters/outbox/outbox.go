@@ -3,8 +3,9 @@
 // commit or roll back with the business rows; the Relay, with its own
 // consumer group on the outbox topic, publishes committed rows to the
 // broker. A row's payload is the event envelope itself and its metadata
-// carries the routing key. Rows are never deleted by the relay: the table
-// is also the audit log of what was published.
+// carries the event's name, from which the relay takes the routing key.
+// Rows are never deleted by the relay: the table is also the audit log of
+// what was published.
 package outbox
 
 import (
@@ -96,7 +97,7 @@ func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, events ...event.Event) 
 	}
 	msgs := make([]*message.Message, len(events))
 	for i, e := range events {
-		if msgs[i], err = Prepare(ctx, e, o.routable); err != nil {
+		if msgs[i], _, err = Prepare(ctx, e, o.routable); err != nil {
 			return err
 		}
 	}
@@ -106,26 +107,29 @@ func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, events ...event.Event) 
 	return nil
 }
 
-// MetaRoutingKey is the metadata key of an outbox row's routing key.
-const MetaRoutingKey = "routing_key"
-
 // Prepare stamps e with the correlation carried by ctx, checks it, and
-// returns it as a Watermill message carrying its routing key in
-// MetaRoutingKey. Every outbox, the in-memory one included, goes through it.
-func Prepare(ctx context.Context, e event.Event, routable func(string) error) (*message.Message, error) {
+// returns it as a Watermill message with its routing key beside it. Every
+// outbox, the in-memory one included, goes through it. The key is not
+// stored: it is the event's name without its version, which the row
+// carries (event.MetaName).
+func Prepare(ctx context.Context, e event.Event, routable func(string) error) (*message.Message, string, error) {
 	e = event.Stamp(ctx, e)
 	if err := e.Validate(); err != nil {
-		return nil, fmt.Errorf("outbox: event %s: %w", e.Name, err)
+		return nil, "", fmt.Errorf("outbox: event %s: %w", e.Name, err)
 	}
 	key := e.RoutingKey()
 	if err := routable(key); err != nil {
-		return nil, fmt.Errorf("outbox: event %s: %w", e.Name, err)
+		return nil, "", fmt.Errorf("outbox: event %s: %w", e.Name, err)
 	}
 	msg, err := event.ToMessage(e)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: %w", err)
+		return nil, "", fmt.Errorf("outbox: %w", err)
 	}
-	msg.Metadata.Set(MetaRoutingKey, key)
 	msg.SetContext(ctx)
-	return msg, nil
+	return msg, key, nil
 }
+
+// legacyRoutingKey is where rows written before the key was derived from
+// the event's name kept it; the relay drops it rather than send it on as
+// a header.
+const legacyRoutingKey = "routing_key"

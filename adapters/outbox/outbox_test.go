@@ -57,7 +57,7 @@ func newStack(t *testing.T) *stack {
 	if err := amqp.Declare(ctx, s.vhost.URL, s.top); err != nil {
 		t.Fatal(err)
 	}
-	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.routable, s.wlog), s.wake)
+	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.top.Routable, s.wlog), s.wake)
 	return s
 }
 
@@ -67,11 +67,6 @@ func (s *stack) wake() {
 	for _, r := range s.relays {
 		r.Wake()
 	}
-}
-
-func (s *stack) routable(key string) error {
-	_, err := s.top.ExchangeFor(key)
-	return err
 }
 
 // publisher returns a confirm publisher to the stack's vhost, closed when
@@ -101,7 +96,7 @@ func (s *stack) newRelay(t *testing.T, dest outbox.Destination, routable func(st
 func (s *stack) startRelay(t *testing.T, cfg outbox.Config) (stop func()) {
 	t.Helper()
 	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
-	relay := s.newRelay(t, dest, s.routable, cfg, testenv.Logger())
+	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
 	s.mu.Lock()
 	s.relays = append(s.relays, relay)
 	s.mu.Unlock()
@@ -348,7 +343,7 @@ func TestIdleRelaySleeps(t *testing.T) {
 	cfg := testConfig
 	cfg.PollInterval = time.Second
 	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
-	relay := s.newRelay(t, dest, s.routable, cfg, testenv.Logger())
+	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
 	s.relays = append(s.relays, relay)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -382,7 +377,7 @@ func TestNewRelayRefusesWhatCannotWork(t *testing.T) {
 	} {
 		cfg := testConfig
 		change(&cfg)
-		if _, err := outbox.NewRelay(s.db.Pool, dest, s.routable, cfg, testenv.Logger()); err == nil {
+		if _, err := outbox.NewRelay(s.db.Pool, dest, s.top.Routable, cfg, testenv.Logger()); err == nil {
 			t.Errorf("%s: NewRelay accepted it", name)
 		}
 	}

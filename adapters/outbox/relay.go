@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // Destination takes a batch of messages, each with its routing key, and
@@ -236,17 +238,22 @@ func (r *Relay) relayBatch(ctx context.Context, conn *pgx.Conn, pos position) (i
 	msgs := make([]*message.Message, 0, len(batch))
 	for _, rw := range batch {
 		msg := message.NewMessage(rw.uuid, rw.payload)
-		if err := json.Unmarshal(rw.metadata, &msg.Metadata); err != nil || msg.Metadata.Get(MetaRoutingKey) == "" {
-			r.logger.Error("outbox row skipped: its metadata has no routing key; it stays in watermill_outbox", "offset", rw.offset, "event_id", rw.uuid, "error", err)
+		err := json.Unmarshal(rw.metadata, &msg.Metadata)
+		var name event.Name
+		if err == nil {
+			name, err = event.ParseName(msg.Metadata.Get(event.MetaName))
+		}
+		if err != nil {
+			r.logger.Error("outbox row skipped: its metadata names no event; it stays in watermill_outbox", "offset", rw.offset, "event_id", rw.uuid, "error", err)
 			continue
 		}
-		key := msg.Metadata.Get(MetaRoutingKey)
+		key := name.Base
 		if err := r.routable(key); err != nil {
 			r.logger.Error("outbox row skipped: no exchange carries its routing key; it stays in watermill_outbox",
 				"offset", rw.offset, "event_id", rw.uuid, "error", err)
 			continue
 		}
-		delete(msg.Metadata, MetaRoutingKey) // the broker carries it as the routing key
+		delete(msg.Metadata, legacyRoutingKey)
 		keys = append(keys, key)
 		msgs = append(msgs, msg)
 	}

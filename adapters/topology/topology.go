@@ -341,6 +341,13 @@ func (t *Topology) ExchangeFor(routingKey string) (string, error) {
 	return "", fmt.Errorf("%w: no exchange carries events with routing key %q; add a matching pattern to topology.exchanges[].events", ErrUnroutable, routingKey)
 }
 
+// Routable reports whether an exchange carries events with routingKey:
+// nil, or an error wrapping ErrUnroutable that says how to route them.
+func (t *Topology) Routable(routingKey string) error {
+	_, err := t.ExchangeFor(routingKey)
+	return err
+}
+
 // QueuesFor returns the queues a message published to exchange with key
 // reaches, as the broker would route it.
 func (t *Topology) QueuesFor(exchange, key string) []string {

@@ -103,7 +103,7 @@ func newEnv(ctx context.Context, opts Options) (_ *env, err error) {
 	if err := amqp.Declare(ctx, opts.AMQPURL, e.top); err != nil {
 		return nil, err
 	}
-	e.tx = postgres.NewTransactor(e.pool, outbox.New(e.routable, e.wlog), nil)
+	e.tx = postgres.NewTransactor(e.pool, outbox.New(e.top.Routable, e.wlog), nil)
 	return e, nil
 }
 
@@ -123,11 +123,6 @@ func (e *env) topologyConfig() topology.Config {
 			Failure: topology.FailureConfig{DeadLetter: topology.DeadLetterConfig{Exchange: e.exchange + ".dlx", Queue: "{queue}.dlq"}}}},
 		Failure: e.set.Failure,
 	}
-}
-
-func (e *env) routable(key string) error {
-	_, err := e.top.ExchangeFor(key)
-	return err
 }
 
 func (e *env) close() {
@@ -204,11 +199,10 @@ func (e *env) machine(ctx context.Context) map[string]string {
 // persistent JSON), so the raw ceilings move messages of a relayed event's
 // size.
 func (e *env) relayedMessage(ctx context.Context) (amqp091.Publishing, error) {
-	msg, err := outbox.Prepare(ctx, benchEvent(), e.routable)
+	msg, _, err := outbox.Prepare(ctx, benchEvent(), e.top.Routable)
 	if err != nil {
 		return amqp091.Publishing{}, err
 	}
-	delete(msg.Metadata, outbox.MetaRoutingKey) // the relay sends it as the routing key
 	return amqp.Marshaler{}.Marshal(msg)
 }
 

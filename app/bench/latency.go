@@ -27,7 +27,7 @@ func latency(ctx context.Context, e *env, r *Result) error {
 	}
 	defer closeRelay()
 	// As in serve, each commit wakes the relay of its process.
-	txr := postgres.NewTransactor(e.pool, outbox.New(e.routable, e.wlog), relay.Wake)
+	txr := postgres.NewTransactor(e.pool, outbox.New(e.top.Routable, e.wlog), relay.Wake)
 	// The clock starts when the use case asks to commit (its function
 	// returns) and stops when the handler runs.
 	var committing, handled sync.Map // event id -> time

@@ -42,7 +42,7 @@ func (e *env) newRelay() (*outbox.Relay, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	relay, err := outbox.NewRelay(e.pool, dest, e.routable, e.set.Outbox, e.logger)
+	relay, err := outbox.NewRelay(e.pool, dest, e.top.Routable, e.set.Outbox, e.logger)
 	if err != nil {
 		return nil, nil, errors.Join(err, dest.Close())
 	}
