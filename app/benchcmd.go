@@ -13,7 +13,7 @@ import (
 )
 
 // benchCommand parses `bench`'s own flags and returns the command.
-func benchCommand(args []string) (func(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error, bool) {
+func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
 	fl := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
 	quick := fl.Bool("quick", false, "")
@@ -23,7 +23,7 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Config, stdout,
 	if err := fl.Parse(args); err != nil || fl.NArg() > 0 {
 		return nil, false
 	}
-	return func(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
 		if cfg.Broker.Kind != BrokerAMQP {
 			return errors.New("bench: measures PostgreSQL and RabbitMQ; run it in an environment with broker.kind amqp (local, compose)")
 		}

@@ -36,7 +36,7 @@ type CatalogSubscription struct {
 }
 
 // catalog derives the catalog from the enabled plugins and the topology.
-func (c *Config) catalog(top *topology.Topology) Catalog {
+func (c *Resolved) catalog(top *topology.Topology) Catalog {
 	cat := Catalog{Events: []CatalogEvent{}, Subscriptions: []CatalogSubscription{}}
 	for _, p := range c.plugins {
 		for _, s := range p.def.Subscriptions {

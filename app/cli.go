@@ -83,7 +83,7 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	}
 	reg, err := Plugins()
 	if err == nil {
-		var cfg *Config
+		var cfg *Resolved
 		cfg, err = Load(Source{Env: *envName, Files: files, Environ: environ}, reg)
 		if err == nil {
 			if lookup(environ, "GOGC") == "" {
@@ -101,16 +101,16 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	return 0
 }
 
-var commands = map[string]func(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error{
+var commands = map[string]func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error{
 	"serve":          serve,
 	"migrate up":     migrateUp,
 	"topology print": topologyPrint,
-	"config print":   func(_ context.Context, cfg *Config, stdout, _ io.Writer) error { return cfg.Print(stdout) },
+	"config print":   func(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error { return cfg.Print(stdout) },
 	"health":         health,
 }
 
 // health asks the serve process configured by cfg whether it is ready.
-func health(ctx context.Context, cfg *Config, stdout, _ io.Writer) error {
+func health(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
 	host, port, _ := net.SplitHostPort(cfg.HTTP.Addr) // validated by Load
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
@@ -135,7 +135,7 @@ func health(ctx context.Context, cfg *Config, stdout, _ io.Writer) error {
 	return err
 }
 
-func serve(ctx context.Context, cfg *Config, _, stderr io.Writer) error {
+func serve(ctx context.Context, cfg *Resolved, _, stderr io.Writer) error {
 	p, err := New(ctx, cfg, cfg.Log.Logger(stderr))
 	if err != nil {
 		return err
@@ -143,7 +143,7 @@ func serve(ctx context.Context, cfg *Config, _, stderr io.Writer) error {
 	return p.Run(ctx)
 }
 
-func migrateUp(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error {
+func migrateUp(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
 	if cfg.Broker.Kind == BrokerMemory {
 		return errors.New("migrate: this environment keeps its data in memory (broker.kind memory); there is no database to migrate")
 	}
@@ -163,7 +163,7 @@ func migrateUp(ctx context.Context, cfg *Config, stdout, stderr io.Writer) error
 	return nil
 }
 
-func topologyPrint(_ context.Context, cfg *Config, stdout, _ io.Writer) error {
+func topologyPrint(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error {
 	top, err := cfg.BuildTopology()
 	if err != nil {
 		return err

@@ -54,7 +54,14 @@ type Config struct {
 
 	// Env is the environment the config was loaded for.
 	Env string `koanf:"-"`
-	// plugins are the enabled plugins with their decoded config sections.
+}
+
+// Resolved is a configuration that Load has decoded and validated, with
+// the enabled plugins and their decoded sections: what the topology, the
+// catalog and the platform are built from. Only Load makes one, so nothing
+// can build from settings that were not checked.
+type Resolved struct {
+	*Config
 	plugins []enabledPlugin
 }
 
@@ -131,7 +138,7 @@ const envPrefix = "MOENDA_"
 
 // Load reads, decodes and validates the configuration. It opens no
 // connection; every problem found is reported at once.
-func Load(src Source, reg *handlers.Registry) (*Config, error) {
+func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 	k := koanf.New(".")
 	for _, name := range []string{"base.yaml", src.Env + ".yaml"} {
 		b, err := fs.ReadFile(src.Files, name)
@@ -157,10 +164,11 @@ func Load(src Source, reg *handlers.Registry) (*Config, error) {
 	if err := decode(k.Raw(), cfg, ""); err != nil {
 		return nil, err
 	}
-	if err := cfg.validate(reg); err != nil {
+	plugins, err := cfg.validate(reg)
+	if err != nil {
 		return nil, err
 	}
-	return cfg, nil
+	return &Resolved{Config: cfg, plugins: plugins}, nil
 }
 
 // envKey maps MOENDA_POSTGRES__URL to postgres.url. MOENDA_ENV chooses the
@@ -235,8 +243,9 @@ func joinPath(a, b string) string {
 	return a + "." + b
 }
 
-// validate checks everything and decodes the enabled plugins' sections.
-func (c *Config) validate(reg *handlers.Registry) error {
+// validate checks everything and returns the enabled plugins with their
+// decoded sections.
+func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -279,15 +288,16 @@ func (c *Config) validate(reg *handlers.Registry) error {
 	}
 	defs, err := reg.Select(c.Handlers.Enabled)
 	add(err)
+	var plugins []enabledPlugin
 	for _, d := range defs {
 		pc, ok := decoded[d.Name]
 		if !ok {
 			pc = d.NewConfig()
 		}
 		add(d.ValidateConfig(pc))
-		c.plugins = append(c.plugins, enabledPlugin{def: d, cfg: pc})
+		plugins = append(plugins, enabledPlugin{def: d, cfg: pc})
 	}
-	return errors.Join(errs...)
+	return plugins, errors.Join(errs...)
 }
 
 func (l LogConfig) validate() error {
@@ -328,9 +338,9 @@ func (l LogConfig) Logger(w io.Writer) *slog.Logger {
 
 // Print writes the resolved configuration, one key = value a line in key
 // order, with URL passwords and webhook paths hidden.
-func (c *Config) Print(w io.Writer) error {
+func (c *Resolved) Print(w io.Writer) error {
 	k := koanf.New(".")
-	if err := k.Load(structs.Provider(c, "koanf"), nil); err != nil {
+	if err := k.Load(structs.Provider(c.Config, "koanf"), nil); err != nil {
 		return err
 	}
 	for _, p := range c.plugins {

@@ -29,7 +29,7 @@ import (
 // running plugin handlers, the outbox relay, and the connections
 // they share.
 type Platform struct {
-	cfg      *Config
+	cfg      *Resolved
 	logger   *slog.Logger
 	top      *topology.Topology
 	pool     *pgxpool.Pool // nil with the memory broker
@@ -60,7 +60,7 @@ type inbox interface {
 
 // BuildTopology derives the broker layout from the configuration and the
 // enabled plugins, without connecting to anything.
-func (c *Config) BuildTopology() (*topology.Topology, error) {
+func (c *Resolved) BuildTopology() (*topology.Topology, error) {
 	var subs []topology.Subscription
 	for _, p := range c.plugins {
 		for _, s := range p.def.Subscriptions {
@@ -108,7 +108,7 @@ func redeliveryPath(pol topology.Policy) time.Duration {
 // migrations applied), the broker (with the topology declared), the
 // plugins, the router and the HTTP listener. Nothing is consumed or served
 // until Run.
-func New(ctx context.Context, cfg *Config, logger *slog.Logger) (_ *Platform, err error) {
+func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, err error) {
 	p := &Platform{cfg: cfg, logger: logger}
 	defer func() {
 		if err != nil {
