@@ -354,7 +354,7 @@ func (c *Resolved) Print(w io.Writer) error {
 	flat := k.All()
 	keys := make([]string, 0, len(flat))
 	for key := range flat {
-		if !strings.HasPrefix(key, "handlers.Sections.") { // raw sections, printed decoded above
+		if key != "handlers.Sections" && !strings.HasPrefix(key, "handlers.Sections.") { // raw sections, printed decoded above
 			keys = append(keys, key)
 		}
 	}
