@@ -155,7 +155,7 @@ func migrateUp(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) err
 		return err
 	}
 	defer pool.Close()
-	n, err := migrations.Up(ctx, pool, cfg.Log.Logger(stderr))
+	n, err := migrations.Up(ctx, pool, cfg.Log.Logger(stderr), cfg.migrations()...)
 	if err != nil {
 		return err
 	}

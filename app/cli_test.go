@@ -95,10 +95,17 @@ func TestTopologyPrintNeedsNoService(t *testing.T) {
 
 func TestMigrateUpTwiceIsANoOp(t *testing.T) {
 	environ := []string{"MOENDA_POSTGRES__URL=" + testenv.EmptyPostgres(t).URL}
-	files, err := filepath.Glob("../migrations/*.sql")
+	// The platform's migrations, and those of the plugins the test
+	// environment enables (tarefas).
+	platform, err := filepath.Glob("../migrations/*.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
+	plugins, err := filepath.Glob("../handlers/*/migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := append(platform, plugins...)
 	if code, stdout, stderr := run(t, environ, "--env", "test", "migrate", "up"); code != 0 || !strings.Contains(stdout, fmt.Sprintf("%d applied", len(files))) {
 		t.Fatalf("first migrate up: exit %d\n%s%s", code, stdout, stderr)
 	}

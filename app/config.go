@@ -26,6 +26,7 @@ import (
 	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/migrations"
 	"github.com/moenda/moenda/router"
 )
 
@@ -125,6 +126,18 @@ type HandlersConfig struct {
 type enabledPlugin struct {
 	def handlers.Definition
 	cfg any
+}
+
+// migrations are the enabled plugins' own migrations, in the order the
+// plugins are enabled.
+func (c *Resolved) migrations() []migrations.Set {
+	var sets []migrations.Set
+	for _, p := range c.plugins {
+		if p.def.Migrations != nil {
+			sets = append(sets, migrations.Set{Name: p.def.Name, Files: p.def.Migrations})
+		}
+	}
+	return sets
 }
 
 // Source says where configuration comes from.

@@ -130,7 +130,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, 
 			return nil, err
 		}
 		p.closers = append(p.closers, func() error { p.pool.Close(); return nil })
-		if _, err = migrations.Up(ctx, p.pool, logger); err != nil {
+		if _, err = migrations.Up(ctx, p.pool, logger, cfg.migrations()...); err != nil {
 			return nil, err
 		}
 		if err = amqp.Declare(ctx, cfg.AMQP.URL, p.top); err != nil {

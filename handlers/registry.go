@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -114,6 +115,10 @@ type Spec struct {
 	// Publishes lists the versioned event names the plugin publishes.
 	Publishes     []string
 	Subscriptions []Subscription
+	// Migrations are the plugin's own goose files (00001_name.sql and on),
+	// embedded from its folder and applied after the platform's, with a
+	// version history of their own; nil when it keeps no tables.
+	Migrations fs.FS
 }
 
 // Definition is a plugin as the registry holds it.

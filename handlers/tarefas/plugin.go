@@ -4,6 +4,8 @@
 package tarefas
 
 import (
+	"embed"
+	"io/fs"
 	"time"
 
 	"github.com/moenda/moenda/handlers"
@@ -12,11 +14,24 @@ import (
 // Config is the plugin's section, handlers.tarefas; it has no keys yet.
 type Config struct{}
 
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations are the plugin's tables, applied in order by the platform.
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the directory is embedded above
+	}
+	return sub
+}
+
 // Plugin returns the plugin's definition.
 func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
-		Name:      "tarefas",
-		Publishes: []string{EventTarefaConcluida},
+		Name:       "tarefas",
+		Publishes:  []string{EventTarefaConcluida},
+		Migrations: Migrations(),
 	}, Config{}, build)
 }
 

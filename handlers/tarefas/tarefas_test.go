@@ -21,6 +21,7 @@ import (
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/migrations"
 )
 
 func TestConcluir(t *testing.T) {
@@ -84,6 +85,9 @@ func services(t *testing.T) map[string]func(routable func(string) error) (*Servi
 		},
 		"postgres": func(routable func(string) error) (*Service, func() int) {
 			db := testenv.Postgres(t)
+			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), migrations.Set{Name: "tarefas", Files: Migrations()}); err != nil {
+				t.Fatal(err)
+			}
 			out := outbox.New(routable, watermill.NewSlogLogger(testenv.Logger()))
 			svc := &Service{
 				tx:   postgres.NewTransactor(db.Pool, out, nil),
