@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -67,7 +68,7 @@ func (c *Resolved) BuildTopology() (*topology.Topology, error) {
 			subs = append(subs, topology.Subscription{Queue: p.def.Queue(s), Patterns: s.Events})
 		}
 	}
-	top, err := topology.Build(c.Topology, subs)
+	top, err := topology.Build(c.routedByPlugins(), subs)
 	if err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}
@@ -93,6 +94,38 @@ func (c *Resolved) BuildTopology() (*topology.Topology, error) {
 		return nil, err
 	}
 	return top, nil
+}
+
+// routedByPlugins is the topology configuration with each enabled
+// plugin's published events routed to the plugin's exchange, where the
+// configuration routes them nowhere: configuration overrides a plugin's
+// default, and an exchange the configuration does not list is added.
+func (c *Resolved) routedByPlugins() topology.Config {
+	cfg := c.Topology
+	cfg.Exchanges = slices.Clone(cfg.Exchanges)
+	for i := range cfg.Exchanges {
+		cfg.Exchanges[i].Events = slices.Clone(cfg.Exchanges[i].Events)
+	}
+	for _, p := range c.plugins {
+		if p.def.Exchange == "" {
+			continue
+		}
+		for _, name := range p.def.Publishes {
+			n, _ := event.ParseName(name) // checked by the registry
+			if slices.ContainsFunc(cfg.Exchanges, func(x topology.ExchangeConfig) bool {
+				return slices.ContainsFunc(x.Events, func(pattern string) bool { return topology.Match(pattern, n.Base) })
+			}) {
+				continue
+			}
+			i := slices.IndexFunc(cfg.Exchanges, func(x topology.ExchangeConfig) bool { return x.Name == p.def.Exchange })
+			if i < 0 {
+				cfg.Exchanges = append(cfg.Exchanges, topology.ExchangeConfig{Name: p.def.Exchange})
+				i = len(cfg.Exchanges) - 1
+			}
+			cfg.Exchanges[i].Events = append(cfg.Exchanges[i].Events, n.Base)
+		}
+	}
+	return cfg
 }
 
 // redeliveryPath is how long a message may take through its retries.

@@ -25,6 +25,7 @@ func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
 		Name:      "estoque", // stable: names the queues below
 		Publishes: []string{"estoque.reservado.v1"},
+		Exchange:  "estoque.eventos", // unless topology.exchanges routes them elsewhere
 		Subscriptions: []handlers.Subscription{
 			// consumes queue estoque.pedidos
 			{Name: "pedidos", Events: []string{"pedido.criado", "pedido.cancelado"},

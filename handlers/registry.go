@@ -115,6 +115,10 @@ type Spec struct {
 	// Publishes lists the versioned event names the plugin publishes.
 	Publishes     []string
 	Subscriptions []Subscription
+	// Exchange is where the plugin's published events go when the
+	// configuration (topology.exchanges) routes them nowhere: a default that
+	// configuration can override.
+	Exchange string
 	// Migrations are the plugin's own goose files (00001_name.sql and on),
 	// embedded from its folder and applied after the platform's, with a
 	// version history of their own; nil when it keeps no tables.

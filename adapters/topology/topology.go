@@ -44,9 +44,6 @@ type ExchangeConfig struct {
 // Validate reports every problem at once, each with its config path.
 func (c Config) Validate() error {
 	var errs []error
-	if len(c.Exchanges) == 0 {
-		errs = append(errs, errors.New("topology.exchanges: at least one exchange is required"))
-	}
 	seen := map[string]bool{}
 	for i, x := range c.Exchanges {
 		path := fmt.Sprintf("topology.exchanges[%d]", i)
@@ -56,9 +53,6 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s.name: exchange %q is listed twice", path, x.Name))
 		}
 		seen[x.Name] = true
-		if len(x.Events) == 0 {
-			errs = append(errs, fmt.Errorf("%s.events: list the routing-key patterns of the events published to %q", path, x.Name))
-		}
 		for j, p := range x.Events {
 			if err := ValidatePattern(p); err != nil {
 				errs = append(errs, fmt.Errorf("%s.events[%d]: %w", path, j, err))
@@ -159,6 +153,14 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	t := &Topology{routes: cfg.Exchanges, policies: map[string]Policy{}}
 	d := declarations{}
 	var errs []error
+	if len(cfg.Exchanges) == 0 {
+		errs = append(errs, errors.New("topology.exchanges: no exchange carries events; list one, or enable a plugin that declares its exchange"))
+	}
+	for i, x := range cfg.Exchanges {
+		if len(x.Events) == 0 {
+			errs = append(errs, fmt.Errorf("topology.exchanges[%d].events: list the routing-key patterns of the events published to %q (no enabled plugin publishes to it)", i, x.Name))
+		}
+	}
 	for _, x := range cfg.Exchanges {
 		ex := Exchange{Name: x.Name, Kind: Topic}
 		if cfg.Unrouted != "" {

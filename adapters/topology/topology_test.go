@@ -115,7 +115,7 @@ func TestBuildErrors(t *testing.T) {
 	if err == nil {
 		t.Fatal("Build accepted a bad config")
 	}
-	for _, want := range []string{"topology.exchanges[1].name is empty", "topology.exchanges[1].events",
+	for _, want := range []string{"topology.exchanges[1].name is empty",
 		"topology.failure.dead_letter.exchange is empty", "topology.failure.immediate_retries is not set",
 		"topology.failure.delays[0] must be between", "may contain {queue} once"} {
 		if !strings.Contains(err.Error(), want) {
@@ -133,6 +133,15 @@ func TestBuildErrors(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), `topology.subscriptions[0].queue: no enabled plugin consumes "typo"`) {
 		t.Fatalf("override of an unknown queue: %v", err)
+	}
+	// An exchange may be listed for its failure settings alone, but it
+	// must end up carrying events.
+	cfg = Config{Exchanges: []ExchangeConfig{{Name: "vazio"}}, Failure: defaultFailure}
+	if _, err := Build(cfg, nil); err == nil || !strings.Contains(err.Error(), "topology.exchanges[0].events") {
+		t.Fatalf("exchange without events: %v", err)
+	}
+	if _, err := Build(Config{Failure: defaultFailure}, nil); err == nil || !strings.Contains(err.Error(), "no exchange carries events") {
+		t.Fatalf("no exchange: %v", err)
 	}
 }
 

@@ -31,6 +31,7 @@ func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
 		Name:       "tarefas",
 		Publishes:  []string{EventTarefaConcluida},
+		Exchange:   "eventos.dominio", // seed 002
 		Migrations: Migrations(),
 	}, Config{}, build)
 }
