@@ -150,17 +150,12 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// An exchange listed for its failure settings alone, with no enabled
+	// plugin publishing to it, carries nothing: it is not declared.
+	cfg.Exchanges = slices.DeleteFunc(slices.Clone(cfg.Exchanges), func(x ExchangeConfig) bool { return len(x.Events) == 0 })
 	t := &Topology{routes: cfg.Exchanges, policies: map[string]Policy{}}
 	d := declarations{}
 	var errs []error
-	if len(cfg.Exchanges) == 0 {
-		errs = append(errs, errors.New("topology.exchanges: no exchange carries events; list one, or enable a plugin that declares its exchange"))
-	}
-	for i, x := range cfg.Exchanges {
-		if len(x.Events) == 0 {
-			errs = append(errs, fmt.Errorf("topology.exchanges[%d].events: list the routing-key patterns of the events published to %q (no enabled plugin publishes to it)", i, x.Name))
-		}
-	}
 	for _, x := range cfg.Exchanges {
 		ex := Exchange{Name: x.Name, Kind: Topic}
 		if cfg.Unrouted != "" {
