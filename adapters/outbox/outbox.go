@@ -97,9 +97,13 @@ func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, events ...event.Event) 
 	}
 	msgs := make([]*message.Message, len(events))
 	for i, e := range events {
-		if msgs[i], _, err = Prepare(ctx, e, o.routable); err != nil {
+		var key string
+		if msgs[i], key, err = Prepare(ctx, e, o.routable); err != nil {
 			return err
 		}
+		// A relay of the version before took the key from the metadata;
+		// while one may still run during a rolling update, rows carry it.
+		msgs[i].Metadata.Set(legacyRoutingKey, key)
 	}
 	if err := pub.Publish(Topic, msgs...); err != nil { // one INSERT for all
 		return fmt.Errorf("outbox: write %d events: %w", len(events), err)
@@ -129,7 +133,9 @@ func Prepare(ctx context.Context, e event.Event, routable func(string) error) (*
 	return msg, key, nil
 }
 
-// legacyRoutingKey is where rows written before the key was derived from
-// the event's name kept it; the relay drops it rather than send it on as
-// a header.
+// legacyRoutingKey is where a relay of the version before reads a row's
+// routing key. Rows still carry it, so that one running beside this
+// version during a rolling update skips nothing; this relay derives the
+// key from the event's name and drops it rather than send it on as a
+// header.
 const legacyRoutingKey = "routing_key"

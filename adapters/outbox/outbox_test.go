@@ -382,3 +382,21 @@ func TestNewRelayRefusesWhatCannotWork(t *testing.T) {
 		}
 	}
 }
+
+// Rows carry their routing key in the metadata as the relay of the version
+// before reads it, so such a relay running beside this one during a
+// rolling update skips nothing; this relay does not send it on.
+func TestRowsKeepTheKeyTheRelayBeforeRead(t *testing.T) {
+	s := newStack(t)
+	want := map[string]bool{}
+	s.commit(t, 1, want)
+	if n := s.count(t, `SELECT count(*) FROM watermill_outbox WHERE metadata->>'routing_key' = 'tarefa.concluida'`); n != 1 {
+		t.Fatalf("%d rows carry routing_key", n)
+	}
+	s.startRelay(t, testConfig)
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	testenv.Eventually(t, 10*time.Second, "the event", func() bool { return len(got()) == 1 })
+	if _, ok := got()[0].Headers["routing_key"]; ok {
+		t.Fatal("the relay sent routing_key on as a header")
+	}
+}
