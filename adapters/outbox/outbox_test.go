@@ -19,6 +19,8 @@ import (
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/tarefas"
+	"github.com/moenda/moenda/migrations"
 )
 
 // testConfig is the relay configuration of configs/test.yaml, with small batches.
@@ -41,7 +43,11 @@ func newStack(t *testing.T) *stack {
 	t.Helper()
 	ctx := context.Background()
 	s := &stack{db: testenv.Postgres(t), vhost: testenv.RabbitMQ(t), wlog: watermill.NewSlogLogger(testenv.Logger())}
-	var err error
+	// The business rows of these tests are the Tarefas plugin's.
+	_, err := migrations.Up(ctx, s.db.Pool, testenv.Logger(), migrations.Set{Name: "tarefas", Files: tarefas.Migrations()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.top, err = topology.Build(topology.Config{
 		Exchanges: []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
 		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
