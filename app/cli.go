@@ -36,7 +36,8 @@ Commands:
                    of the configuration; --markdown writes BENCHMARKS.md
 
 The environment is --env, else MOENDA_ENV, else "local"; its settings are
-configs/base.yaml, then configs/ENV.yaml, then MOENDA_* variables
+the built-in defaults, then configs/base.yaml, then configs/ENV.yaml, then
+MOENDA_* variables
 (MOENDA_POSTGRES__URL sets postgres.url). The files are built into the
 binary; --config-dir reads them from a directory instead.
 `

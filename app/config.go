@@ -38,8 +38,8 @@ const (
 
 var brokerKinds = []string{BrokerAMQP, BrokerMemory}
 
-// Config is the resolved configuration: configs/base.yaml, then
-// configs/<env>.yaml, then MOENDA_* variables.
+// Config is the resolved configuration: the packages' defaults, then
+// configs/base.yaml, then configs/<env>.yaml, then MOENDA_* variables.
 type Config struct {
 	Log      LogConfig       `koanf:"log"`
 	HTTP     HTTPConfig      `koanf:"http"`
@@ -140,6 +140,23 @@ func (c *Resolved) migrations() []migrations.Set {
 	return sets
 }
 
+// defaults is the configuration before any file or variable: each package
+// gives its own, so configs/ holds only what an environment changes.
+func defaults() *Config {
+	return &Config{
+		Log:      LogConfig{Level: "info", Format: "text"},
+		HTTP:     HTTPConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second},
+		Broker:   BrokerConfig{Kind: BrokerAMQP},
+		Postgres: postgres.DefaultConfig(),
+		AMQP:     amqp.DefaultConfig(),
+		Outbox:   outbox.DefaultConfig(),
+		Inbox:    InboxConfig{Retention: 7 * 24 * time.Hour, PruneInterval: time.Hour},
+		Router:   router.DefaultConfig(),
+		Topology: topology.DefaultConfig(),
+		Runtime:  RuntimeConfig{GCPercent: 400},
+	}
+}
+
 // Source says where configuration comes from.
 type Source struct {
 	Env     string   // environment name: configs/<Env>.yaml
@@ -173,7 +190,8 @@ func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 		return nil, fmt.Errorf("config: environment: %w", err)
 	}
 
-	cfg := &Config{Env: src.Env}
+	cfg := defaults()
+	cfg.Env = src.Env
 	if err := decode(k.Raw(), cfg, ""); err != nil {
 		return nil, err
 	}

@@ -23,6 +23,9 @@ type Config struct {
 	CloseTimeout time.Duration `koanf:"close_timeout"`
 }
 
+// DefaultConfig gives handlers 30 s to finish at shutdown.
+func DefaultConfig() Config { return Config{CloseTimeout: 30 * time.Second} }
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	if c.CloseTimeout <= 0 {

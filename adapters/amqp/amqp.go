@@ -34,6 +34,12 @@ type Config struct {
 	Prefetch int `koanf:"prefetch"`
 }
 
+// DefaultConfig is the local RabbitMQ, and 50 messages of a queue handled
+// at once.
+func DefaultConfig() Config {
+	return Config{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefetch: 50}
+}
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error

@@ -45,6 +45,12 @@ type Config struct {
 	ConfirmWindow int `koanf:"confirm_window"`
 }
 
+// DefaultConfig is what the benchmarks were measured with: an idle look
+// every second, batches of 1,000 rows, 256 confirms in flight.
+func DefaultConfig() Config {
+	return Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: time.Second, BatchSize: 1000, ConfirmWindow: 256}
+}
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error

@@ -37,6 +37,18 @@ type Config struct {
 	IdleInTransactionTimeout time.Duration `koanf:"idle_in_transaction_timeout"`
 }
 
+// DefaultConfig is the local PostgreSQL, a pool sized for a small machine,
+// and sessions idle in a transaction ended after 30 s (one holds back the
+// outbox readers of the cluster).
+func DefaultConfig() Config {
+	return Config{
+		URL:                      "postgres://postgres@127.0.0.1:5432/moenda?sslmode=disable",
+		MaxConns:                 8,
+		ConnectTimeout:           5 * time.Second,
+		IdleInTransactionTimeout: 30 * time.Second,
+	}
+}
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error

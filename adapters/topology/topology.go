@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Config is the part of the topology that configuration sets; queues and
@@ -31,6 +32,22 @@ type Config struct {
 	// Unrouted names the alternate exchange and queue that keep messages no
 	// binding matched ("{exchange}" is replaced); empty turns it off.
 	Unrouted string `koanf:"unrouted"`
+}
+
+// DefaultConfig is seed 000's schedule (after two immediate retries: 1 s,
+// 5 s and 25 s through the broker), a dead-letter queue per queue on
+// moenda.dlx, and an alternate exchange keeping what no binding matched.
+func DefaultConfig() Config {
+	retries := 2
+	return Config{
+		Failure: FailureConfig{
+			ImmediateRetries:  &retries,
+			ImmediateInterval: 100 * time.Millisecond,
+			Delays:            []time.Duration{time.Second, 5 * time.Second, 25 * time.Second},
+			DeadLetter:        DeadLetterConfig{Exchange: "moenda.dlx", Queue: "{queue}.dlq"},
+		},
+		Unrouted: "{exchange}.unrouted",
+	}
 }
 
 // ExchangeConfig is one topic exchange, the events published to it, and
