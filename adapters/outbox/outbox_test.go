@@ -399,10 +399,18 @@ func TestRowsKeepTheKeyTheRelayBeforeRead(t *testing.T) {
 	if n := s.count(t, `SELECT count(*) FROM watermill_outbox WHERE metadata->>'routing_key' = 'tarefa.concluida'`); n != 1 {
 		t.Fatalf("%d rows carry routing_key", n)
 	}
+	// A row without it is routed by its event's name.
+	s.commit(t, 1, want)
+	if _, err := s.db.Pool.Exec(context.Background(), `UPDATE watermill_outbox SET metadata = (metadata::jsonb - 'routing_key')::json
+		WHERE "offset" = (SELECT max("offset") FROM watermill_outbox)`); err != nil {
+		t.Fatal(err)
+	}
 	s.startRelay(t, testConfig)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-	testenv.Eventually(t, 10*time.Second, "the event", func() bool { return len(got()) == 1 })
-	if _, ok := got()[0].Headers["routing_key"]; ok {
-		t.Fatal("the relay sent routing_key on as a header")
+	testenv.Eventually(t, 10*time.Second, "both events", func() bool { return len(got()) == 2 })
+	for _, d := range got() {
+		if _, ok := d.Headers["routing_key"]; ok || d.RoutingKey != "tarefa.concluida" {
+			t.Fatalf("delivered with key %q and headers %v", d.RoutingKey, d.Headers)
+		}
 	}
 }

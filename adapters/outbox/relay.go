@@ -239,15 +239,16 @@ func (r *Relay) relayBatch(ctx context.Context, conn *pgx.Conn, pos position) (i
 	for _, rw := range batch {
 		msg := message.NewMessage(rw.uuid, rw.payload)
 		err := json.Unmarshal(rw.metadata, &msg.Metadata)
-		var name event.Name
-		if err == nil {
+		key := msg.Metadata.Get(legacyRoutingKey) // as written; saves parsing the name
+		if err == nil && key == "" {
+			var name event.Name
 			name, err = event.ParseName(msg.Metadata.Get(event.MetaName))
+			key = name.Base
 		}
 		if err != nil {
 			r.logger.Error("outbox row skipped: its metadata names no event; it stays in watermill_outbox", "offset", rw.offset, "event_id", rw.uuid, "error", err)
 			continue
 		}
-		key := name.Base
 		if err := r.routable(key); err != nil {
 			r.logger.Error("outbox row skipped: no exchange carries its routing key; it stays in watermill_outbox",
 				"offset", rw.offset, "event_id", rw.uuid, "error", err)
