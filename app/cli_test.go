@@ -3,13 +3,9 @@ package app
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/moenda/moenda/adapters/testenv"
 )
@@ -115,27 +111,8 @@ func TestMigrateUpTwiceIsANoOp(t *testing.T) {
 }
 
 func TestMigrateUpCreatesAMissingDatabase(t *testing.T) {
-	admin := testenv.SharePostgres(t)
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "moenda_t_" + strings.ReplaceAll(testenv.Name("new"), "-", "_")
-	u.Path = "/" + name
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	environ := []string{"MOENDA_POSTGRES__URL=" + u.String(), "MOENDA_LOG__LEVEL=info"}
+	_, name, dbURL := testenv.MissingDatabase(t)
+	environ := []string{"MOENDA_POSTGRES__URL=" + dbURL, "MOENDA_LOG__LEVEL=info"}
 	code, stdout, stderr := run(t, environ, "--env", "test", "migrate", "up")
 	if code != 0 || !strings.Contains(stdout, "applied, schema up to date") {
 		t.Fatalf("migrate up on a missing database: exit %d\n%s%s", code, stdout, stderr)

@@ -91,20 +91,7 @@ func (s *stack) runRelay(t *testing.T, name string, cfg outbox.Config, pubs *pub
 	if logs != nil {
 		logger = slog.New(countingHandler{logger.Handler(), logs})
 	}
-	relay := s.newRelay(t, namedDestination{amqpDest, name, pubs}, s.top.Routable, cfg, logger)
-	s.mu.Lock()
-	s.relays = append(s.relays, relay)
-	s.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay %s: %v", name, err)
-		}
-		_ = amqpDest.Close()
-	})
+	s.run(t, "relay "+name, s.newRelay(t, namedDestination{amqpDest, name, pubs}, s.top.Routable, cfg, logger))
 }
 
 // terminateLockHolder ends the backend, in the test's own database, that

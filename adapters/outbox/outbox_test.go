@@ -102,7 +102,13 @@ func (s *stack) newRelay(t *testing.T, dest outbox.Destination, routable func(st
 func (s *stack) startRelay(t *testing.T, cfg outbox.Config) (stop func()) {
 	t.Helper()
 	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
-	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+	return s.run(t, "relay", s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger()))
+}
+
+// run runs relay, woken with the stack's commits, until the returned stop
+// function is called or the test ends.
+func (s *stack) run(t *testing.T, name string, relay *outbox.Relay) (stop func()) {
+	t.Helper()
 	s.mu.Lock()
 	s.relays = append(s.relays, relay)
 	s.mu.Unlock()
@@ -114,9 +120,8 @@ func (s *stack) startRelay(t *testing.T, cfg outbox.Config) (stop func()) {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
-				t.Errorf("relay: %v", err)
+				t.Errorf("%s: %v", name, err)
 			}
-			_ = dest.Close()
 		})
 	}
 	t.Cleanup(stop)

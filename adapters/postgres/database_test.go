@@ -16,25 +16,19 @@ import (
 	"github.com/moenda/moenda/adapters/testenv"
 )
 
-// missingDatabase returns the admin URL, a database name the server does
-// not have (with a space, which needs quoting), and a URL to it, as user
-// when not nil. The database is dropped when the test ends.
+// missingDatabase is testenv.MissingDatabase, its URL as user when not nil.
 func missingDatabase(t *testing.T, user *url.Userinfo) (admin, name, dbURL string) {
 	t.Helper()
-	admin = testenv.SharePostgres(t)
-	name = testenv.Name("moenda_t new")
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin, name, dbURL = testenv.MissingDatabase(t)
 	if user != nil {
+		u, err := url.Parse(dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
 		u.User = user
+		dbURL = u.String()
 	}
-	u.Path = "/" + name
-	t.Cleanup(func() {
-		adminExec(t, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	})
-	return admin, name, u.String()
+	return admin, name, dbURL
 }
 
 func adminExec(t *testing.T, admin, sql string) {

@@ -148,19 +148,40 @@ func newDatabase(t testing.TB, exclusive bool) Database {
 	}
 	t.Cleanup(func() {
 		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("testenv: drop database %s: %v", name, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("testenv: drop database %s: %v", name, err)
-		}
+		dropDatabase(t, base, name)
 	})
 	return Database{URL: u.String(), Pool: pool}
+}
+
+// MissingDatabase names a database that does not exist yet (its name has
+// a space, which needs quoting) and returns the admin URL and a URL to it;
+// whatever creates it, it is dropped when the test ends.
+func MissingDatabase(t testing.TB) (admin, name, dbURL string) {
+	t.Helper()
+	admin = SharePostgres(t)
+	name = Name("moenda_t new")
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	u.Path = "/" + name
+	t.Cleanup(func() { dropDatabase(t, admin, name) })
+	return admin, name, u.String()
+}
+
+// dropDatabase drops name on the server of admin, reporting a failure.
+func dropDatabase(t testing.TB, admin, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Errorf("testenv: drop database %s: %v", name, err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		t.Errorf("testenv: drop database %s: %v", name, err)
+	}
 }
 
 // VHost is a fresh RabbitMQ virtual host for one test.
