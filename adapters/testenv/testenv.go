@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -263,15 +264,11 @@ func Rabbitmqctl(t testing.TB, args ...string) string {
 	return string(out)
 }
 
-// Eventually polls cond every 20 ms until it holds or timeout passes.
+// Eventually polls cond until it holds, failing the test when timeout passes.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := poll.Until(context.Background(), timeout, what, func() (bool, error) { return cond(), nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -101,7 +102,7 @@ func (e *env) relayCatchUp(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
-	err = until(ctx, 5*time.Minute, func() (bool, error) {
+	err = poll.Until(ctx, 5*time.Minute, "the relay to catch up", func() (bool, error) {
 		var caughtUp bool
 		err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_offsets_outbox WHERE consumer_group = $1)
 			AND NOT EXISTS (SELECT 1 FROM watermill_outbox o, watermill_offsets_outbox p WHERE p.consumer_group = $1
@@ -175,7 +176,7 @@ func (e *env) arrivals(ctx context.Context) (wait func(n int) (float64, error), 
 					first = time.Now()
 				}
 			case <-time.After(time.Minute):
-				return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, errTimeout)
+				return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, poll.ErrTimeout)
 			}
 		}
 		return float64(n-1) / time.Since(first).Seconds(), nil

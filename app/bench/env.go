@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -205,5 +204,3 @@ func (e *env) relayedMessage(ctx context.Context) (amqp091.Publishing, error) {
 	}
 	return amqp.Marshaler{}.Marshal(msg)
 }
-
-var errTimeout = errors.New("timed out")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -88,7 +89,7 @@ func latency(ctx context.Context, e *env, r *Result) error {
 	if n := failed.Load(); n > 0 {
 		return fmt.Errorf("%d use cases failed", n)
 	}
-	if err := until(ctx, time.Minute, func() (bool, error) { return count.Load() >= int64(total), nil }); err != nil {
+	if err := poll.Until(ctx, time.Minute, "every event handled", func() (bool, error) { return count.Load() >= int64(total), nil }); err != nil {
 		return fmt.Errorf("handled %d of %d events: %w", count.Load(), total, err)
 	}
 	var lat []time.Duration

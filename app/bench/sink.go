@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -76,23 +75,4 @@ func (e *env) publishEvents(ctx context.Context, n int) ([]string, error) {
 		}
 	}
 	return ids, nil
-}
-
-// until polls cond every 10 ms until it holds, fails, or timeout passes.
-func until(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return errTimeout
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
