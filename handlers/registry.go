@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
@@ -90,6 +91,10 @@ type Plugin struct {
 	Routes func(chi.Router)
 	// Close releases what the plugin holds; nil when nothing.
 	Close func() error
+	// Rewind forgets what the plugin derived from events that occurred at
+	// or after from (the zero time: all of them), before `moenda replay`
+	// reads them again. Required of a Replayable plugin.
+	Rewind func(ctx context.Context, from time.Time) error
 }
 
 // Subscription is a queue the plugin consumes.
@@ -123,6 +128,11 @@ type Spec struct {
 	// embedded from its folder and applied after the platform's, with a
 	// version history of their own; nil when it keeps no tables.
 	Migrations fs.FS
+	// Replayable plugins read the event log: when analytics.kafka.enabled
+	// is set, their subscriptions consume Kafka in one consumer group named
+	// after the plugin, and `moenda replay <plugin>` rebuilds what they
+	// derived (Plugin.Rewind) from it.
+	Replayable bool
 }
 
 // Definition is a plugin as the registry holds it.
@@ -174,6 +184,9 @@ func (d Definition) Build(cfg any, deps Deps) (Plugin, error) {
 		if p.Handlers[s.Name] == nil {
 			return Plugin{}, fmt.Errorf("plugin %s: no handler for subscription %q", d.Name, s.Name)
 		}
+	}
+	if d.Replayable && p.Rewind == nil {
+		return Plugin{}, fmt.Errorf("plugin %s: a replayable plugin must give Rewind", d.Name)
 	}
 	return p, nil
 }

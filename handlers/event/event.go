@@ -20,13 +20,17 @@ import (
 
 // Event is the canonical envelope. Its JSON field names are the wire contract.
 type Event struct {
-	ID            string          `json:"event_id"`
-	Name          string          `json:"event_name"`
-	OccurredAt    time.Time       `json:"occurred_at"`
-	CorrelationID string          `json:"correlation_id,omitempty"`
-	CausationID   string          `json:"causation_id,omitempty"`
-	Source        string          `json:"source,omitempty"`
-	Payload       json.RawMessage `json:"payload"`
+	ID            string    `json:"event_id"`
+	Name          string    `json:"event_name"`
+	OccurredAt    time.Time `json:"occurred_at"`
+	CorrelationID string    `json:"correlation_id,omitempty"`
+	CausationID   string    `json:"causation_id,omitempty"`
+	Source        string    `json:"source,omitempty"`
+	// AggregateID names the entity the event is about (a tarefa's id),
+	// set by the use case that raises it. Kafka keys records by it, so one
+	// aggregate's events stay in order in one partition.
+	AggregateID string          `json:"aggregate_id,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
 }
 
 // New builds an event named name (with its .vN suffix) whose payload is the

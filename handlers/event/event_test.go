@@ -130,3 +130,22 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestAggregateIDTravels(t *testing.T) {
+	e, err := New("tarefa.concluida.v1", "tarefas", map[string]int{"tarefa_id": 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.AggregateID = "7"
+	msg, err := ToMessage(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := msg.Metadata.Get(MetaAggregateID); got != "7" {
+		t.Fatalf("metadata aggregate_id = %q, want 7", got)
+	}
+	back, err := Decode(msg.Payload)
+	if err != nil || back.AggregateID != "7" || back.ID != e.ID {
+		t.Fatalf("decoded %+v, %v; want aggregate 7 and id %s", back, err, e.ID)
+	}
+}

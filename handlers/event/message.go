@@ -15,6 +15,7 @@ const (
 	MetaCorrelationID = "correlation_id" // the key Watermill's CorrelationID middleware uses
 	MetaCausationID   = "causation_id"
 	MetaOccurredAt    = "occurred_at"
+	MetaAggregateID   = "aggregate_id"
 )
 
 // ToMessage wraps e in a Watermill message whose UUID is the event id and
@@ -29,6 +30,9 @@ func ToMessage(e Event) (*message.Message, error) {
 	msg.Metadata.Set(MetaOccurredAt, e.OccurredAt.UTC().Format(time.RFC3339Nano))
 	if e.CorrelationID != "" {
 		msg.Metadata.Set(MetaCorrelationID, e.CorrelationID)
+	}
+	if e.AggregateID != "" {
+		msg.Metadata.Set(MetaAggregateID, e.AggregateID)
 	}
 	if e.CausationID != "" {
 		msg.Metadata.Set(MetaCausationID, e.CausationID)

@@ -3,6 +3,7 @@ package tarefas
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/moenda/moenda/handlers/event"
@@ -61,6 +62,7 @@ func (t *Tarefa) Concluir(now time.Time) error {
 	}
 	now = now.UTC()
 	e.OccurredAt = now
+	e.AggregateID = strconv.FormatInt(t.ID, 10)
 	t.Concluida = true
 	t.ConcluidaEm = &now
 	t.eventos = append(t.eventos, e)
