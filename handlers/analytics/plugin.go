@@ -1,0 +1,60 @@
+// Package analytics is seed 000's reader analytics.metricas: it consumes
+// every event (bound to #) and counts them per event type and UTC day, and
+// per municipio_ibge when the payload names one. It keeps facts, one row
+// per event id, rather than counters, so a redelivery or a replay counts
+// nothing twice and Rewind can forget exactly what a replay will read again.
+package analytics
+
+import (
+	"embed"
+	"io/fs"
+
+	"github.com/moenda/moenda/handlers"
+)
+
+// Config is the plugin's section, handlers.analytics; it has no keys yet.
+type Config struct{}
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations are the plugin's tables, applied in order by the platform.
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the directory is embedded above
+	}
+	return sub
+}
+
+// subscription is the seed's queue name: analytics.metricas.
+const subscription = "metricas"
+
+// Plugin returns the plugin's definition. It is replayable: with
+// analytics.kafka.enabled it reads the event log, and `moenda replay
+// analytics` rebuilds its counts from it.
+func Plugin() handlers.Definition {
+	return handlers.Define(handlers.Spec{
+		Name: "analytics",
+		Subscriptions: []handlers.Subscription{
+			{Name: subscription, Events: []string{"#"}},
+		},
+		Migrations: Migrations(),
+		Replayable: true,
+	}, Config{}, build)
+}
+
+func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
+	mem := newMemoryStore()
+	svc := &service{tx: deps.Tx, repo: func(tx handlers.Tx) repository {
+		if ptx := tx.Postgres(); ptx != nil {
+			return postgresRepository{tx: ptx}
+		}
+		return mem.repository(tx) // the memory environment
+	}}
+	return handlers.Plugin{
+		Handlers: map[string]handlers.HandlerFunc{subscription: svc.handle},
+		Routes:   api{svc: svc, logger: deps.Logger}.routes,
+		Rewind:   svc.rewind,
+	}, nil
+}

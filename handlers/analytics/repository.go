@@ -1,0 +1,229 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/moenda/moenda/handlers"
+)
+
+// repository stores facts inside one unit of work.
+type repository interface {
+	// Add stores f unless a fact with its event id is already stored.
+	Add(ctx context.Context, f fato) error
+	// DeleteFrom removes the facts that occurred at or after from; the
+	// zero time removes all.
+	DeleteFrom(ctx context.Context, from time.Time) error
+	// Count groups the facts by UTC day and type (and municipality), of
+	// the UTC day dia only when it is not nil. Unsorted.
+	Count(ctx context.Context, dia *time.Time) (Contagens, error)
+}
+
+// postgresRepository works inside the unit of work's pgx transaction.
+type postgresRepository struct{ tx pgx.Tx }
+
+func (r postgresRepository) Add(ctx context.Context, f fato) error {
+	_, err := r.tx.Exec(ctx, `
+		INSERT INTO analytics_eventos (event_id, evento, ocorrido_em, municipio_ibge)
+		VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING`,
+		f.EventID, f.Evento, f.OcorridoEm, f.MunicipioIBGE)
+	if err != nil {
+		return fmt.Errorf("analytics: insert event %s: %w", f.EventID, err)
+	}
+	return nil
+}
+
+func (r postgresRepository) DeleteFrom(ctx context.Context, from time.Time) error {
+	var err error
+	if from.IsZero() {
+		_, err = r.tx.Exec(ctx, `DELETE FROM analytics_eventos`)
+	} else {
+		_, err = r.tx.Exec(ctx, `DELETE FROM analytics_eventos WHERE ocorrido_em >= $1`, from)
+	}
+	if err != nil {
+		return fmt.Errorf("analytics: delete from %s: %w", from.Format(time.RFC3339Nano), err)
+	}
+	return nil
+}
+
+// dayRange is the WHERE clause of Count: the half-open UTC day [$1, $2),
+// or everything when $1 is NULL. A range, not a cast of the column, so the
+// index on ocorrido_em serves it.
+const dayRange = `($1::timestamptz IS NULL OR (ocorrido_em >= $1 AND ocorrido_em < $2))`
+
+func (r postgresRepository) Count(ctx context.Context, dia *time.Time) (Contagens, error) {
+	var start, end *time.Time
+	if dia != nil {
+		s, e := dayBounds(*dia)
+		start, end = &s, &e
+	}
+	rows, err := r.tx.Query(ctx, `
+		SELECT (ocorrido_em AT TIME ZONE 'UTC')::date, evento, count(*)
+		FROM analytics_eventos WHERE `+dayRange+` GROUP BY 1, 2`, start, end)
+	if err != nil {
+		return Contagens{}, fmt.Errorf("analytics: count per day: %w", err)
+	}
+	porDia, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PorDia, error) {
+		var c PorDia
+		var d time.Time
+		err := row.Scan(&d, &c.Evento, &c.Total)
+		c.Dia = d.Format(dateLayout)
+		return c, err
+	})
+	if err != nil {
+		return Contagens{}, fmt.Errorf("analytics: count per day: %w", err)
+	}
+	rows, err = r.tx.Query(ctx, `
+		SELECT (ocorrido_em AT TIME ZONE 'UTC')::date, evento, municipio_ibge, count(*)
+		FROM analytics_eventos WHERE municipio_ibge IS NOT NULL AND `+dayRange+` GROUP BY 1, 2, 3`, start, end)
+	if err != nil {
+		return Contagens{}, fmt.Errorf("analytics: count per municipio: %w", err)
+	}
+	porMunicipio, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PorMunicipio, error) {
+		var c PorMunicipio
+		var d time.Time
+		err := row.Scan(&d, &c.Evento, &c.MunicipioIBGE, &c.Total)
+		c.Dia = d.Format(dateLayout)
+		return c, err
+	})
+	if err != nil {
+		return Contagens{}, fmt.Errorf("analytics: count per municipio: %w", err)
+	}
+	return Contagens{PorDia: porDia, PorMunicipio: porMunicipio}, nil
+}
+
+// dayBounds is the UTC day of t: its first instant and the next day's.
+func dayBounds(t time.Time) (time.Time, time.Time) {
+	y, m, d := t.UTC().Date()
+	start := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	return start, start.AddDate(0, 0, 1)
+}
+
+// memoryStore keeps facts in the process. Writes are staged in the unit of
+// work and applied when it commits, so a rolled-back unit leaves nothing.
+// Times are rounded to the microsecond, as PostgreSQL stores them, so both
+// stores draw the same line at Rewind's from.
+type memoryStore struct {
+	mu   sync.Mutex
+	rows map[string]fato
+	// open is the unit of work being staged, and staged its writes: every
+	// repository asked for in one unit (a Rewind and a handler joined in
+	// it) must see the others' writes. The memory transactor runs one
+	// unit at a time, so a unit other than open means open has ended,
+	// committed or rolled back.
+	open   handlers.Tx
+	staged *memoryRepository
+}
+
+func newMemoryStore() *memoryStore { return &memoryStore{rows: map[string]fato{}} }
+
+// memoryRepository stages one unit of work: the facts it added and, when
+// it rewound, the earliest from it rewound to.
+type memoryRepository struct {
+	s       *memoryStore
+	added   map[string]fato
+	rewound bool
+	from    time.Time
+}
+
+func (s *memoryStore) repository(tx handlers.Tx) repository {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == tx {
+		return s.staged
+	}
+	r := &memoryRepository{s: s, added: map[string]fato{}}
+	s.open, s.staged = tx, r
+	tx.OnCommit(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r.rewound {
+			maps.DeleteFunc(s.rows, func(_ string, f fato) bool { return r.gone(f) })
+		}
+		maps.Copy(s.rows, r.added)
+		if s.staged == r {
+			s.open, s.staged = nil, nil
+		}
+	})
+	return r
+}
+
+// gone tells whether this unit of work deleted a committed fact.
+func (r *memoryRepository) gone(f fato) bool {
+	return r.rewound && !f.OcorridoEm.Before(r.from)
+}
+
+// visible lists the facts this unit of work sees: the committed ones it
+// did not delete, and its own.
+func (r *memoryRepository) visible() []fato {
+	r.s.mu.Lock()
+	out := make([]fato, 0, len(r.s.rows)+len(r.added))
+	for id, f := range r.s.rows {
+		if _, mine := r.added[id]; !mine && !r.gone(f) {
+			out = append(out, f)
+		}
+	}
+	r.s.mu.Unlock()
+	for _, f := range r.added {
+		out = append(out, f)
+	}
+	return out
+}
+
+func (r *memoryRepository) Add(_ context.Context, f fato) error {
+	if _, ok := r.added[f.EventID]; ok {
+		return nil
+	}
+	r.s.mu.Lock()
+	old, ok := r.s.rows[f.EventID]
+	r.s.mu.Unlock()
+	if ok && !r.gone(old) {
+		return nil
+	}
+	f.OcorridoEm = f.OcorridoEm.Round(time.Microsecond)
+	r.added[f.EventID] = f
+	return nil
+}
+
+func (r *memoryRepository) DeleteFrom(_ context.Context, from time.Time) error {
+	from = from.Round(time.Microsecond)
+	if !r.rewound || from.Before(r.from) {
+		r.from = from
+	}
+	r.rewound = true
+	maps.DeleteFunc(r.added, func(_ string, f fato) bool { return !f.OcorridoEm.Before(from) })
+	return nil
+}
+
+func (r *memoryRepository) Count(_ context.Context, dia *time.Time) (Contagens, error) {
+	type diaKey struct{ dia, evento string }
+	type municipioKey struct{ dia, evento, municipio string }
+	porDia := map[diaKey]int64{}
+	porMunicipio := map[municipioKey]int64{}
+	for _, f := range r.visible() {
+		if dia != nil {
+			start, end := dayBounds(*dia)
+			if f.OcorridoEm.Before(start) || !f.OcorridoEm.Before(end) {
+				continue
+			}
+		}
+		d := f.OcorridoEm.UTC().Format(dateLayout)
+		porDia[diaKey{d, f.Evento}]++
+		if f.MunicipioIBGE != nil {
+			porMunicipio[municipioKey{d, f.Evento, *f.MunicipioIBGE}]++
+		}
+	}
+	var c Contagens
+	for k, n := range porDia {
+		c.PorDia = append(c.PorDia, PorDia{Dia: k.dia, Evento: k.evento, Total: n})
+	}
+	for k, n := range porMunicipio {
+		c.PorMunicipio = append(c.PorMunicipio, PorMunicipio{Dia: k.dia, Evento: k.evento, MunicipioIBGE: k.municipio, Total: n})
+	}
+	return c, nil
+}
