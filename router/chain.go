@@ -54,7 +54,7 @@ func chain(rt Route, deps Deps, stats *QueueStats, log *slog.Logger) []message.H
 		Failures(rt.Queue, rt.Handler, rt.Policy, deps.Sink, stats, log),
 		Decode(rt.Handles, stats, log),
 		Retry(rt.Policy.ImmediateRetries, rt.Policy.ImmediateInterval, stats, log),
-		Dedup(rt.Queue, deps.Inbox, stats, log),
+		Dedup(rt.consumer(), deps.Inbox, stats, log),
 		middleware.Recoverer,
 	}
 }

@@ -45,8 +45,12 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*message.Router, error) {
 
 // Route is one plugin subscription to run.
 type Route struct {
-	// Queue is consumed; it also keys the inbox and the statistics.
+	// Queue is consumed; it also keys the statistics and, unless Consumer
+	// is set, the inbox.
 	Queue string
+	// Consumer keys the inbox when set. A replay reads a queue again under
+	// a key of its own, so the live reader's claims do not skip its events.
+	Consumer string
 	// Handler names the plugin's handler in logs and dead letters.
 	Handler string
 	// Handles are the versioned event names the handler understands; empty
@@ -55,6 +59,14 @@ type Route struct {
 	// Policy is the queue's failure handling.
 	Policy topology.Policy
 	Handle handlers.HandlerFunc
+}
+
+// consumer is the route's inbox key.
+func (rt Route) consumer() string {
+	if rt.Consumer != "" {
+		return rt.Consumer
+	}
+	return rt.Queue
 }
 
 // Inbox runs a handler once per consumer and event (handlers' unit of

@@ -281,6 +281,29 @@ func (r *Relay) relayBatch(ctx context.Context, conn *pgx.Conn, pos position) (i
 	return len(batch), last, nil
 }
 
+// ResetPosition sends group's relay back to the outbox's first row, for a
+// destination that lost what it was given (an in-memory cluster that
+// started again): the outbox keeps every event, so it is given them again.
+func ResetPosition(ctx context.Context, pool *pgxpool.Pool, group string) error {
+	if _, err := pool.Exec(ctx, `DELETE FROM watermill_offsets_outbox WHERE consumer_group = $1`, group); err != nil {
+		return fmt.Errorf("outbox: reset the position of %s: %w", group, err)
+	}
+	return nil
+}
+
+// CaughtUp reports whether group's relay has published every row of the
+// outbox committed so far.
+func CaughtUp(ctx context.Context, pool *pgxpool.Pool, group string) (bool, error) {
+	var done bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_offsets_outbox WHERE consumer_group = $1)
+		AND NOT EXISTS (SELECT 1 FROM watermill_outbox o, watermill_offsets_outbox p WHERE p.consumer_group = $1
+			AND (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked))`, group).Scan(&done)
+	if err != nil {
+		return false, fmt.Errorf("outbox: position of %s: %w", group, err)
+	}
+	return done, nil
+}
+
 // lockKey is the advisory lock key of a consumer group's relay.
 func lockKey(group string) int64 {
 	h := fnv.New64a()

@@ -105,6 +105,15 @@ func (t *tx) Remember(ctx context.Context, r handlers.Receipt) (*handlers.Receip
 	return &earlier, nil
 }
 
+// ForgetConsumer deletes every claim of consumer, so that it handles
+// again the events it meets; a replay does so before reading the log again.
+func (t *Transactor) ForgetConsumer(ctx context.Context, consumer string) error {
+	if _, err := t.pool.Exec(ctx, `DELETE FROM moenda_inbox WHERE consumer = $1`, consumer); err != nil {
+		return fmt.Errorf("inbox: forget %s: %w", consumer, unavailable(err))
+	}
+	return nil
+}
+
 // PruneInbox deletes inbox rows processed before cutoff, batch rows per
 // transaction so that no statement holds locks or a snapshot for long, and
 // returns how many it deleted.

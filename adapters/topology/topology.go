@@ -362,6 +362,27 @@ func (t *Topology) Routable(routingKey string) error {
 	return err
 }
 
+// EventExchanges lists the exchanges events are published to, in
+// configuration order: on Kafka, each is a topic.
+func (t *Topology) EventExchanges() []string {
+	out := make([]string, len(t.routes))
+	for i, x := range t.routes {
+		out[i] = x.Name
+	}
+	return out
+}
+
+// BindingsOf returns the bindings that feed queue.
+func (t *Topology) BindingsOf(queue string) []Binding {
+	var out []Binding
+	for _, b := range t.Bindings {
+		if b.Queue == queue {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // QueuesFor returns the queues a message published to exchange with key
 // reaches, as the broker would route it.
 func (t *Topology) QueuesFor(exchange, key string) []string {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
@@ -103,12 +104,7 @@ func (e *env) relayCatchUp(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
 	err = poll.Until(ctx, 5*time.Minute, "the relay to catch up", func() (bool, error) {
-		var caughtUp bool
-		err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_offsets_outbox WHERE consumer_group = $1)
-			AND NOT EXISTS (SELECT 1 FROM watermill_outbox o, watermill_offsets_outbox p WHERE p.consumer_group = $1
-				AND (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked))`,
-			e.set.Outbox.ConsumerGroup).Scan(&caughtUp)
-		return caughtUp, err
+		return outbox.CaughtUp(ctx, e.pool, e.set.Outbox.ConsumerGroup)
 	})
 	cancel()
 	<-done

@@ -1,0 +1,98 @@
+// Package kafka connects moenda to Kafka, where events are a log that
+// several consumer groups read at their own pace and can read again. The
+// relay publishes each event to the topic named after its exchange
+// (Producer), keyed by its aggregate so one aggregate's events stay in
+// order; a Subscriber reads a queue's topics in a consumer group, with the
+// failure copies of the router going to retry and dead-letter topics. The
+// layout is derived from the same topology as RabbitMQ's, so configuration
+// alone chooses the broker.
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// Config is what YAML sets for Kafka.
+type Config struct {
+	// Brokers are the bootstrap addresses, host:port.
+	Brokers []string `koanf:"brokers"`
+	// Embedded runs an in-process cluster at Brokers[0] when something
+	// needs Kafka, so development needs no Kafka installed. It keeps
+	// records in memory only.
+	Embedded bool `koanf:"embedded"`
+	// TopicPrefix is put before every topic and consumer group name, so
+	// several installations can share one cluster.
+	TopicPrefix string `koanf:"topic_prefix"`
+	// Partitions and ReplicationFactor are given to the topics moenda
+	// creates; existing topics are left as they are.
+	Partitions        int32 `koanf:"partitions"`
+	ReplicationFactor int16 `koanf:"replication_factor"`
+}
+
+// DefaultConfig is a single local broker, and topics of three partitions
+// (one aggregate's events always share one).
+func DefaultConfig() Config {
+	return Config{Brokers: []string{"127.0.0.1:9092"}, Partitions: 3, ReplicationFactor: 1}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("kafka.brokers is empty; list host:port addresses, like 127.0.0.1:9092"))
+	}
+	for i, b := range c.Brokers {
+		if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("kafka.brokers[%d] %q must be host:port, like 127.0.0.1:9092", i, b))
+		}
+	}
+	if c.Embedded && len(c.Brokers) != 1 {
+		errs = append(errs, fmt.Errorf("kafka.embedded runs one broker at kafka.brokers[0]; list exactly one address, got %d", len(c.Brokers)))
+	}
+	if c.Partitions < 1 {
+		errs = append(errs, fmt.Errorf("kafka.partitions must be at least 1, got %d", c.Partitions))
+	}
+	if c.ReplicationFactor < 1 {
+		errs = append(errs, fmt.Errorf("kafka.replication_factor must be at least 1, got %d", c.ReplicationFactor))
+	}
+	return errors.Join(errs...)
+}
+
+// Topic is the topic of an exchange, a retry tier or a dead-letter queue.
+func (c Config) Topic(name string) string { return c.TopicPrefix + name }
+
+// Group is the consumer group id of a reader.
+func (c Config) Group(name string) string { return c.TopicPrefix + name }
+
+// sarama returns the client settings every connection uses: the
+// idempotent producer with acks from every in-sync replica, so a retried
+// send neither duplicates nor reorders records; consumers start a new group
+// at the oldest record (auto.offset.reset=earliest) and commit the offsets
+// of processed records once a second.
+func (c Config) sarama(clientID string) *sarama.Config {
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.ClientID = clientID
+	sc.Net.DialTimeout = 5 * time.Second
+	sc.Net.MaxOpenRequests = 1 // required by the idempotent producer
+	sc.Metadata.Retry.Max = 2
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Idempotent = true
+	sc.Producer.Return.Successes = true
+	sc.Producer.Retry.Max = 5
+	sc.Producer.MaxMessageBytes = 1 << 20
+	sc.Consumer.Return.Errors = true
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.Offsets.AutoCommit.Interval = time.Second
+	return sc
+}
+
+// Ping reports whether the cluster answers.
+func Ping(cfg Config) error {
+	return withClient(cfg, "moenda readiness", func(sarama.Client) error { return nil })
+}

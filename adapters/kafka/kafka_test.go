@@ -1,0 +1,164 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/adapters/kafka"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// layout is one exchange carrying tarefa.* events, read by the queues
+// given, each bound to #.
+func layout(t *testing.T, queues ...string) *topology.Topology {
+	t.Helper()
+	cfg := topology.DefaultConfig()
+	cfg.Exchanges = []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.*"}}}
+	var subs []topology.Subscription
+	for _, q := range queues {
+		subs = append(subs, topology.Subscription{Queue: q, Patterns: []string{"#"}})
+	}
+	top, err := topology.Build(cfg, subs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top
+}
+
+// publish publishes n events through the relay's destination and returns
+// their ids.
+func publish(t *testing.T, p *kafka.Producer, n int) []string {
+	t.Helper()
+	var ids []string
+	for sent := 0; sent < n; sent += 100 {
+		var keys []string
+		var msgs []*message.Message
+		for i := sent; i < min(n, sent+100); i++ {
+			e, err := event.New("tarefa.concluida.v1", "test", map[string]int{"tarefa_id": i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.AggregateID = fmt.Sprint(i % 7)
+			msg, err := event.ToMessage(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys, msgs, ids = append(keys, e.RoutingKey()), append(msgs, msg), append(ids, e.ID)
+		}
+		if err := p.PublishBatch(context.Background(), keys, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// reader consumes a queue in a group and records the ids it acknowledged.
+type reader struct {
+	sub  *kafka.Subscriber
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func read(t *testing.T, cfg kafka.Config, top *topology.Topology, queue, group string, handle func(*message.Message)) *reader {
+	t.Helper()
+	sub, err := kafka.NewSubscriber(cfg, top, func(string) string { return group }, nil, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	ch, err := sub.Subscribe(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reader{sub: sub, seen: map[string]int{}}
+	go func() {
+		for msg := range ch {
+			if handle != nil {
+				handle(msg)
+			}
+			r.mu.Lock()
+			r.seen[msg.UUID]++
+			r.mu.Unlock()
+			msg.Ack()
+		}
+	}()
+	return r
+}
+
+func (r *reader) has(ids []string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		if r.seen[id] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *reader) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.seen)
+}
+
+func producer(t *testing.T, cfg kafka.Config, top *topology.Topology, queues ...string) *kafka.Producer {
+	t.Helper()
+	p, err := kafka.NewProducer(cfg, top, kafka.Topics(top, queues), "test", testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func TestEveryGroupReadsEveryEventFromTheStart(t *testing.T) {
+	k := testenv.Kafka(t)
+	top := layout(t, "analytics.metricas", "auditoria.arquivo")
+	ids := publish(t, producer(t, k.Config, top), 300)
+
+	a := read(t, k.Config, top, "analytics.metricas", "analytics", nil)
+	b := read(t, k.Config, top, "auditoria.arquivo", "auditoria", nil)
+	testenv.Eventually(t, time.Minute, "both groups to read all 300 events", func() bool { return a.has(ids) && b.has(ids) })
+
+	// A group that did not exist when the events were published still
+	// starts at the oldest record (auto.offset.reset=earliest).
+	late := read(t, k.Config, top, "analytics.metricas", "analytics-late", nil)
+	testenv.Eventually(t, time.Minute, "a group created afterwards to read all 300", func() bool { return late.has(ids) })
+}
+
+func TestAGroupMemberStoppingLosesNothing(t *testing.T) {
+	k := testenv.Kafka(t)
+	top := layout(t, "analytics.metricas")
+	ids := publish(t, producer(t, k.Config, top), 600)
+
+	var processed sync.Map
+	slow := func(msg *message.Message) { time.Sleep(time.Millisecond); processed.Store(msg.UUID, true) }
+	a := read(t, k.Config, top, "analytics.metricas", "analytics", slow)
+	b := read(t, k.Config, top, "analytics.metricas", "analytics", slow)
+	testenv.Eventually(t, time.Minute, "the first member to process 100 events", func() bool { return a.count() >= 100 })
+	if err := a.sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "every published event processed", func() bool {
+		for _, id := range ids {
+			if _, ok := processed.Load(id); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	n := 0
+	processed.Range(func(any, any) bool { n++; return true })
+	if n != len(ids) {
+		t.Fatalf("processed %d distinct events, published %d", n, len(ids))
+	}
+	t.Logf("member a processed %d before it stopped, member b %d", a.count(), b.count())
+}

@@ -1,0 +1,203 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	wkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Producer publishes to Kafka with the idempotent producer and acks=all. It
+// is the relay's destination (one topic per exchange) and the router's
+// failure sink (retry and dead-letter topics). It connects on first use and
+// again after a failure, creating the topics it needs each time, so a
+// process starts while Kafka is away and carries on once it is back.
+type Producer struct {
+	cfg    Config
+	top    *topology.Topology
+	topics []string
+	name   string
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	client sarama.Client
+	sp     sarama.SyncProducer
+}
+
+// NewProducer returns a producer that creates, on connecting, the topics
+// of every exchange of top and those listed in extra.
+func NewProducer(cfg Config, top *topology.Topology, extra []string, name string, logger *slog.Logger) (*Producer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka producer: %w", err)
+	}
+	if top == nil || logger == nil {
+		return nil, errors.New("kafka producer: the topology and the logger are required")
+	}
+	var topics []string
+	for _, x := range top.EventExchanges() {
+		topics = append(topics, cfg.Topic(x))
+	}
+	for _, t := range extra {
+		topics = append(topics, cfg.Topic(t))
+	}
+	return &Producer{cfg: cfg, top: top, topics: topics, name: name, logger: logger}, nil
+}
+
+// PublishBatch publishes each message to its exchange's topic and returns
+// once every in-sync replica has it. It implements the relay's
+// Destination.
+func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs []*message.Message) error {
+	recs := make([]*sarama.ProducerMessage, len(msgs))
+	for i, msg := range msgs {
+		x, err := p.top.ExchangeFor(routingKeys[i])
+		if err != nil {
+			return fmt.Errorf("kafka: %w", err)
+		}
+		if recs[i], err = record(p.cfg.Topic(x), msg, occurredAt(msg)); err != nil {
+			return err
+		}
+	}
+	return p.send(ctx, recs)
+}
+
+// Delay implements router.Sink: the copy waits in the queue's retry topic
+// for delay (the Subscriber holds it back until then), then its handler
+// runs again.
+func (p *Producer) Delay(ctx context.Context, queue string, delay time.Duration, msg *message.Message) error {
+	return p.publishTo(ctx, topology.RetryQueue(queue, delay), msg)
+}
+
+// DeadLetter implements router.Sink: the copy goes to the topic named
+// after the queue's dead-letter queue.
+func (p *Producer) DeadLetter(ctx context.Context, queue string, msg *message.Message) error {
+	pol, ok := p.top.Policy(queue)
+	if !ok {
+		return fmt.Errorf("kafka: no subscription consumes %q", queue)
+	}
+	return p.publishTo(ctx, pol.DeadLetterQueue, msg)
+}
+
+func (p *Producer) publishTo(ctx context.Context, topic string, msg *message.Message) error {
+	// Stamped now: a retry copy's delay runs from this moment.
+	rec, err := record(p.cfg.Topic(topic), msg, time.Now())
+	if err != nil {
+		return err
+	}
+	return p.send(ctx, []*sarama.ProducerMessage{rec})
+}
+
+// record is msg as a Kafka record stamped at: the envelope as value, the
+// metadata as headers, keyed by the event's aggregate (else its id).
+func record(topic string, msg *message.Message, at time.Time) (*sarama.ProducerMessage, error) {
+	clean := msg.Copy()
+	delete(clean.Metadata, event.MetaDeliveryExchange)
+	delete(clean.Metadata, event.MetaDeliveryRoutingKey)
+	rec, err := wkafka.DefaultMarshaler{}.Marshal(topic, clean)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: event %s: %w", msg.UUID, err)
+	}
+	key := msg.Metadata.Get(event.MetaAggregateID)
+	if key == "" {
+		key = msg.UUID
+	}
+	rec.Key = sarama.StringEncoder(key)
+	rec.Timestamp = at
+	return rec, nil
+}
+
+// occurredAt is when msg's event occurred, which stamps its record so a
+// replay can start from a time; now, for a message that does not say.
+func occurredAt(msg *message.Message) time.Time {
+	if at, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(event.MetaOccurredAt)); err == nil {
+		return at
+	}
+	return time.Now()
+}
+
+func (p *Producer) send(ctx context.Context, recs []*sarama.ProducerMessage) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if p.sp == nil {
+		if err := p.connect(); err != nil {
+			return err
+		}
+	}
+	if err := p.sp.SendMessages(recs); err != nil {
+		// An idempotent producer that failed may hold sequence numbers
+		// the broker never saw: start again with a new producer id.
+		p.disconnect()
+		return fmt.Errorf("kafka: publish %d records: %w", len(recs), err)
+	}
+	return nil
+}
+
+func (p *Producer) connect() error {
+	client, err := sarama.NewClient(p.cfg.Brokers, p.cfg.sarama(p.name))
+	if err != nil {
+		return fmt.Errorf("kafka: connect to %v: %w", p.cfg.Brokers, err)
+	}
+	if err := createTopics(client, p.cfg, p.topics); err != nil {
+		_ = client.Close()
+		return err
+	}
+	sp, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return fmt.Errorf("kafka: producer: %w", err)
+	}
+	p.client, p.sp = client, sp
+	p.logger.Info("kafka: producer connected", "producer", p.name, "brokers", p.cfg.Brokers)
+	return nil
+}
+
+func (p *Producer) disconnect() {
+	if p.sp != nil {
+		_ = p.sp.Close()
+		_ = p.client.Close()
+	}
+	p.client, p.sp = nil, nil
+}
+
+// Close closes the connection, if there is one.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.disconnect()
+	return nil
+}
+
+// createTopics creates the topics that do not exist yet.
+func createTopics(client sarama.Client, cfg Config, topics []string) error {
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return fmt.Errorf("kafka: admin: %w", err)
+	}
+	// Closing the admin would close the shared client.
+	existing, err := admin.ListTopics()
+	if err != nil {
+		return fmt.Errorf("kafka: list topics: %w", err)
+	}
+	for _, t := range topics {
+		if _, ok := existing[t]; ok {
+			continue
+		}
+		err := admin.CreateTopic(t, &sarama.TopicDetail{NumPartitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor}, false)
+		if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			return fmt.Errorf("kafka: create topic %s: %w", t, err)
+		}
+		existing[t] = sarama.TopicDetail{}
+	}
+	return nil
+}
