@@ -31,6 +31,9 @@ Commands:
   config print     print the resolved configuration
   health           exit 0 when the local serve answers /readyz with 200
                    (for container healthchecks)
+  replay PLUGIN --from earliest|TIME
+                   rebuild what a replayable plugin derived from events,
+                   reading them again from Kafka (TIME in RFC 3339)
   bench [--quick] [--json] [--markdown FILE]
                    measure moenda against the raw clients on the servers
                    of the configuration; --markdown writes BENCHMARKS.md
@@ -62,8 +65,15 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	}
 	cmd := strings.Join(fl.Args(), " ")
 	run, ok := commands[cmd]
-	if fl.Arg(0) == "bench" {
+	switch fl.Arg(0) {
+	case "bench":
 		run, ok = benchCommand(fl.Args()[1:])
+	case "replay":
+		run, ok = replayCommand(fl.Args()[1:])
+		if !ok {
+			fmt.Fprintf(stderr, "moenda: usage: moenda replay PLUGIN --from earliest|TIME (TIME in RFC 3339, like 2026-11-30T00:00:00Z)\n")
+			return 2
+		}
 	}
 	if !ok && strings.Contains(" "+cmd, " -") {
 		fmt.Fprintf(stderr, "moenda: flags go before the command: moenda --env ENV %s\n", strings.Fields(cmd)[0])

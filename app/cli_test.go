@@ -28,7 +28,7 @@ func TestMainFailsWithOneClearLine(t *testing.T) {
 		want    string
 	}{
 		{"unknown config key", []string{"MOENDA_HTTP__ADR=x"}, []string{"serve"}, 1, "moenda: config: unknown key http.adr; check its spelling"},
-		{"bad broker kind", []string{"MOENDA_BROKER__KIND=rabbit"}, []string{"serve"}, 1, `moenda: broker.kind "rabbit" must be one of amqp, memory`},
+		{"bad broker kind", []string{"MOENDA_BROKER__KIND=rabbit"}, []string{"serve"}, 1, `moenda: broker.kind "rabbit" must be one of amqp, kafka, memory`},
 		{"unreachable PostgreSQL", []string{"MOENDA_POSTGRES__URL=postgres://postgres@127.0.0.1:1/moenda?connect_timeout=2"}, []string{"--env", "test", "serve"}, 1, "moenda: postgres: cannot reach 127.0.0.1:1/moenda (check postgres.url or MOENDA_POSTGRES__URL, and that PostgreSQL is running)"},
 		{"unknown environment", nil, []string{"--env", "prod", "serve"}, 1, `moenda: config: no environment "prod"`},
 		{"unknown command", nil, []string{"deploy"}, 2, `moenda: unknown command "deploy"`},

@@ -21,6 +21,7 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/kafka"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/redact"
@@ -33,25 +34,28 @@ import (
 // Broker kinds.
 const (
 	BrokerAMQP   = "amqp"
+	BrokerKafka  = "kafka"
 	BrokerMemory = "memory"
 )
 
-var brokerKinds = []string{BrokerAMQP, BrokerMemory}
+var brokerKinds = []string{BrokerAMQP, BrokerKafka, BrokerMemory}
 
 // Config is the resolved configuration: the packages' defaults, then
 // configs/base.yaml, then configs/<env>.yaml, then MOENDA_* variables.
 type Config struct {
-	Log      LogConfig       `koanf:"log"`
-	HTTP     HTTPConfig      `koanf:"http"`
-	Broker   BrokerConfig    `koanf:"broker"`
-	Postgres postgres.Config `koanf:"postgres"`
-	AMQP     amqp.Config     `koanf:"amqp"`
-	Outbox   outbox.Config   `koanf:"outbox"`
-	Inbox    InboxConfig     `koanf:"inbox"`
-	Router   router.Config   `koanf:"router"`
-	Topology topology.Config `koanf:"topology"`
-	Handlers HandlersConfig  `koanf:"handlers"`
-	Runtime  RuntimeConfig   `koanf:"runtime"`
+	Log       LogConfig       `koanf:"log"`
+	HTTP      HTTPConfig      `koanf:"http"`
+	Broker    BrokerConfig    `koanf:"broker"`
+	Postgres  postgres.Config `koanf:"postgres"`
+	AMQP      amqp.Config     `koanf:"amqp"`
+	Kafka     kafka.Config    `koanf:"kafka"`
+	Outbox    outbox.Config   `koanf:"outbox"`
+	Inbox     InboxConfig     `koanf:"inbox"`
+	Router    router.Config   `koanf:"router"`
+	Topology  topology.Config `koanf:"topology"`
+	Handlers  HandlersConfig  `koanf:"handlers"`
+	Analytics AnalyticsConfig `koanf:"analytics"`
+	Runtime   RuntimeConfig   `koanf:"runtime"`
 
 	// Env is the environment the config was loaded for.
 	Env string `koanf:"-"`
@@ -113,8 +117,38 @@ type RuntimeConfig struct {
 
 // BrokerConfig chooses the transport.
 type BrokerConfig struct {
-	// Kind is amqp (RabbitMQ, with the PostgreSQL outbox) or memory.
+	// Kind is amqp (RabbitMQ) or kafka (Kafka consumer groups, group =
+	// queue name), both fed by the PostgreSQL outbox, or memory.
 	Kind string `koanf:"kind"`
+}
+
+// AnalyticsConfig is the event log beside RabbitMQ.
+type AnalyticsConfig struct {
+	Kafka AnalyticsKafkaConfig `koanf:"kafka"`
+}
+
+// AnalyticsKafkaConfig sets the second relay, to Kafka.
+type AnalyticsKafkaConfig struct {
+	// Enabled starts a relay that publishes every event to Kafka too, with
+	// its own position in the outbox, and moves the replayable plugins'
+	// subscriptions there (one consumer group per plugin, named after it),
+	// where `moenda replay` can read them again.
+	Enabled bool `koanf:"enabled"`
+	// RelayGroup names the Kafka relay's position in the outbox.
+	RelayGroup string `koanf:"relay_group"`
+}
+
+// usesKafka reports whether anything in this configuration talks to Kafka.
+func (c *Config) usesKafka() bool {
+	return c.Broker.Kind == BrokerKafka || c.Analytics.Kafka.Enabled
+}
+
+// kafkaRelayGroup is the outbox position of the relay that feeds Kafka.
+func (c *Config) kafkaRelayGroup() string {
+	if c.Broker.Kind == BrokerKafka {
+		return c.Outbox.ConsumerGroup
+	}
+	return c.Analytics.Kafka.RelayGroup
 }
 
 // HandlersConfig picks the plugins; every other key is a plugin's section.
@@ -144,16 +178,18 @@ func (c *Resolved) migrations() []migrations.Set {
 // gives its own, so configs/ holds only what an environment changes.
 func defaults() *Config {
 	return &Config{
-		Log:      LogConfig{Level: "info", Format: "text"},
-		HTTP:     HTTPConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second},
-		Broker:   BrokerConfig{Kind: BrokerAMQP},
-		Postgres: postgres.DefaultConfig(),
-		AMQP:     amqp.DefaultConfig(),
-		Outbox:   outbox.DefaultConfig(),
-		Inbox:    InboxConfig{Retention: 7 * 24 * time.Hour, PruneInterval: time.Hour},
-		Router:   router.DefaultConfig(),
-		Topology: topology.DefaultConfig(),
-		Runtime:  RuntimeConfig{GCPercent: 400},
+		Log:       LogConfig{Level: "info", Format: "text"},
+		HTTP:      HTTPConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second},
+		Broker:    BrokerConfig{Kind: BrokerAMQP},
+		Postgres:  postgres.DefaultConfig(),
+		AMQP:      amqp.DefaultConfig(),
+		Kafka:     kafka.DefaultConfig(),
+		Outbox:    outbox.DefaultConfig(),
+		Inbox:     InboxConfig{Retention: 7 * 24 * time.Hour, PruneInterval: time.Hour},
+		Router:    router.DefaultConfig(),
+		Topology:  topology.DefaultConfig(),
+		Runtime:   RuntimeConfig{GCPercent: 400},
+		Analytics: AnalyticsConfig{Kafka: AnalyticsKafkaConfig{RelayGroup: "moenda-relay-kafka"}},
 	}
 }
 
@@ -288,9 +324,24 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 	if !slices.Contains(brokerKinds, c.Broker.Kind) {
 		add(fmt.Errorf("broker.kind %q must be one of %s", c.Broker.Kind, strings.Join(brokerKinds, ", ")))
 	}
-	if c.Broker.Kind == BrokerAMQP {
+	if c.Broker.Kind != BrokerMemory {
 		add(c.Postgres.Validate())
+	}
+	if c.Broker.Kind == BrokerAMQP {
 		add(c.AMQP.Validate())
+	}
+	if c.usesKafka() {
+		add(c.Kafka.Validate())
+	}
+	if a := c.Analytics.Kafka; a.Enabled {
+		switch {
+		case c.Broker.Kind == BrokerMemory:
+			add(errors.New("analytics.kafka.enabled: the Kafka relay reads the PostgreSQL outbox, which broker.kind memory does not keep; use an environment with broker.kind amqp (local, compose)"))
+		case a.RelayGroup == "":
+			add(errors.New("analytics.kafka.relay_group is empty"))
+		case c.Broker.Kind == BrokerAMQP && a.RelayGroup == c.Outbox.ConsumerGroup:
+			add(fmt.Errorf("analytics.kafka.relay_group %q must differ from outbox.consumer_group: each relay keeps its own position", a.RelayGroup))
+		}
 	}
 	add(c.Outbox.Validate())
 	add(c.Inbox.validate())

@@ -116,9 +116,9 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", nil, "http:\n  adr: x\n", []string{"unknown key http.adr"}},
 		{"unknown key in a list item", nil, "topology:\n  exchanges:\n    - name: x\n      events: [a]\n      durable: true\n", []string{"unknown key topology.exchanges[0].durable"}},
 		{"unknown key in a plugin section", []string{"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URLL=x"}, "", []string{"unknown key handlers.notificacoes.webhook.urll"}},
-		{"section of no plugin", []string{"MOENDA_HANDLERS__NOPE__X=1"}, "", []string{`unknown key handlers.nope: no plugin is named "nope" (known: tarefas, notificacoes)`}},
-		{"bad broker kind", []string{"MOENDA_BROKER__KIND=rabbit"}, "", []string{`broker.kind "rabbit" must be one of amqp, memory`}},
-		{"unknown plugin enabled", []string{"MOENDA_HANDLERS__ENABLED=tarefas,nope"}, "", []string{`handlers.enabled: unknown plugin "nope" (known: tarefas, notificacoes)`}},
+		{"section of no plugin", []string{"MOENDA_HANDLERS__NOPE__X=1"}, "", []string{`unknown key handlers.nope: no plugin is named "nope" (known: tarefas, notificacoes, analytics)`}},
+		{"bad broker kind", []string{"MOENDA_BROKER__KIND=rabbit"}, "", []string{`broker.kind "rabbit" must be one of amqp, kafka, memory`}},
+		{"unknown plugin enabled", []string{"MOENDA_HANDLERS__ENABLED=tarefas,nope"}, "", []string{`handlers.enabled: unknown plugin "nope" (known: tarefas, notificacoes, analytics)`}},
 		{"webhook without url", []string{"MOENDA_HANDLERS__NOTIFICACOES__NOTIFIER=webhook"}, "", []string{`handlers.notificacoes.webhook.url "" must be an http(s) URL`}},
 		{"a duration that is not one", []string{"MOENDA_OUTBOX__POLL_INTERVAL=soon"}, "", []string{"outbox.poll_interval"}},
 		{"every problem at once", []string{"MOENDA_HTTP__ADDR=nope", "MOENDA_AMQP__PREFETCH=0", "MOENDA_POSTGRES__URL=mysql://x"}, "", []string{

@@ -116,10 +116,13 @@ func TestHealthReadinessAndCatalog(t *testing.T) {
 	}
 	e := events[0].(map[string]any)
 	subs := e["subscribers"].([]any)
-	if e["event_name"] != "tarefa.concluida.v1" || e["routing_key"] != "tarefa.concluida" || e["exchange"] != "eventos.dominio" || len(subs) != 1 {
+	if e["event_name"] != "tarefa.concluida.v1" || e["routing_key"] != "tarefa.concluida" || e["exchange"] != "eventos.dominio" || len(subs) != 2 {
 		t.Fatalf("catalog entry = %v", e)
 	}
 	if s := subs[0].(map[string]any); s["queue"] != "notificacoes.tarefas-concluidas" || s["plugin"] != "notificacoes" || s["handler"] != "tarefas-concluidas" || s["dead_letter_queue"] != "notificacoes.tarefas-concluidas.dlq" {
+		t.Fatalf("catalog subscriber = %v", s)
+	}
+	if s := subs[1].(map[string]any); s["queue"] != "analytics.metricas" || s["plugin"] != "analytics" || s["events"].([]any)[0] != "#" {
 		t.Fatalf("catalog subscriber = %v", s)
 	}
 }

@@ -15,14 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/memory"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/migrations"
 	"github.com/moenda/moenda/router"
 )
 
@@ -30,16 +28,21 @@ import (
 // running plugin handlers, the outbox relay, and the connections
 // they share.
 type Platform struct {
-	cfg      *Resolved
-	logger   *slog.Logger
-	top      *topology.Topology
-	pool     *pgxpool.Pool // nil with the memory broker
-	broker   broker
-	tx       handlers.Transactor
-	inbox    inbox
-	stats    *router.Stats
-	router   *message.Router
-	relay    *outbox.Relay // nil with the memory broker
+	cfg    *Resolved
+	logger *slog.Logger
+	top    *topology.Topology
+	pool   *pgxpool.Pool // nil with the memory broker
+	broker broker
+	tx     handlers.Transactor
+	inbox  inbox
+	stats  *router.Stats
+	// stream is Kafka beside RabbitMQ (analytics.kafka.enabled), where
+	// replayable plugins read; nil otherwise.
+	stream *broker
+	router *message.Router
+	// relays move outbox rows to RabbitMQ, Kafka, or both; none with the
+	// memory broker.
+	relays   []*outbox.Relay
 	listener net.Listener
 	server   *http.Server
 	closers  []func() error
@@ -155,50 +158,30 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, 
 	routable := p.top.Routable
 
 	switch cfg.Broker.Kind {
-	case BrokerAMQP:
-		if err = postgres.EnsureDatabase(ctx, cfg.Postgres, logger); err != nil {
+	case BrokerAMQP, BrokerKafka:
+		if err = p.connectPostgres(ctx); err != nil {
 			return nil, err
 		}
-		if p.pool, err = postgres.Connect(ctx, cfg.Postgres); err != nil {
+		if err = p.connectBrokers(ctx); err != nil {
 			return nil, err
 		}
-		p.closers = append(p.closers, func() error { p.pool.Close(); return nil })
-		if _, err = migrations.Up(ctx, p.pool, logger, cfg.migrations()...); err != nil {
-			return nil, err
-		}
-		if err = amqp.Declare(ctx, cfg.AMQP.URL, p.top); err != nil {
-			return nil, err
-		}
-		b, err := amqp.Connect(cfg.AMQP, p.top, logger)
-		if err != nil {
-			return nil, err
-		}
-		p.broker = broker{subscriber: b.Subscriber, sink: b.Sink, ready: b.Ready, close: b.Close}
-		dest, err := amqp.NewBatchPublisher(cfg.AMQP.URL, "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
-		if err != nil {
-			return nil, err
-		}
-		p.closers = append(p.closers, dest.Close)
-		if p.relay, err = outbox.NewRelay(p.pool, dest, routable, cfg.Outbox, logger); err != nil {
-			return nil, err
-		}
-		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.relay.Wake)
+		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.wakeRelays)
 		p.tx, p.inbox = txr, txr
 	case BrokerMemory:
 		b := memory.NewBroker(p.top, wlog)
 		p.broker = broker{subscriber: b.Subscriber, sink: b, ready: func() error { return nil }, close: b.Close}
+		p.closers = append(p.closers, p.broker.close)
 		txr := memory.NewTransactor(b.Publisher, routable)
 		p.tx, p.inbox = txr, txr
 	default:
 		return nil, fmt.Errorf("broker.kind %q is not supported", cfg.Broker.Kind)
 	}
-	p.closers = append(p.closers, p.broker.close)
 
 	if p.router, err = router.New(cfg.Router, wlog); err != nil {
 		return nil, err
 	}
 	deps := handlers.Deps{Logger: logger, Tx: p.tx}
-	var routes []router.Route
+	var routes, streamRoutes []router.Route
 	var plugins []handlers.Plugin
 	for _, ep := range cfg.plugins {
 		built, err := ep.def.Build(ep.cfg, deps)
@@ -212,11 +195,19 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, 
 		for _, s := range ep.def.Subscriptions {
 			q := ep.def.Queue(s)
 			pol, _ := p.top.Policy(q)
-			routes = append(routes, router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]})
+			rt := router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]}
+			if p.stream != nil && ep.def.Replayable {
+				streamRoutes = append(streamRoutes, rt)
+			} else {
+				routes = append(routes, rt)
+			}
 		}
 	}
 	p.stats = router.NewStats()
 	router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger}, routes)
+	if p.stream != nil {
+		router.AddRoutes(p.router, router.Deps{Subscriber: p.stream.subscriber, Sink: p.stream.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger}, streamRoutes)
+	}
 
 	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
 		return nil, fmt.Errorf("http: listen on %s (http.addr): %w", cfg.HTTP.Addr, err)
@@ -248,8 +239,8 @@ func (p *Platform) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRelay()
-	if p.relay != nil {
-		g.Go(func() error { return p.relay.Run(relayCtx) })
+	for _, r := range p.relays {
+		g.Go(func() error { return r.Run(relayCtx) })
 	}
 	g.Go(func() error { p.pruneInbox(gctx); return nil })
 	g.Go(func() error {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/analytics"
 	"github.com/moenda/moenda/handlers/notificacoes"
 	"github.com/moenda/moenda/handlers/tarefas"
 )
@@ -13,5 +14,6 @@ func Plugins() (*handlers.Registry, error) {
 	return handlers.NewRegistry(
 		tarefas.Plugin(),
 		notificacoes.Plugin(),
+		analytics.Plugin(),
 	)
 }

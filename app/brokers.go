@@ -1,0 +1,146 @@
+package app
+
+import (
+	"context"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/kafka"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/migrations"
+)
+
+// connectPostgres opens the pool, creating the database if it is missing,
+// and applies the migrations.
+func (p *Platform) connectPostgres(ctx context.Context) error {
+	if err := postgres.EnsureDatabase(ctx, p.cfg.Postgres, p.logger); err != nil {
+		return err
+	}
+	pool, err := postgres.Connect(ctx, p.cfg.Postgres)
+	if err != nil {
+		return err
+	}
+	p.pool = pool
+	p.closers = append(p.closers, func() error { pool.Close(); return nil })
+	_, err = migrations.Up(ctx, pool, p.logger, p.cfg.migrations()...)
+	return err
+}
+
+// connectBrokers connects the transports the configuration names, and a
+// relay from the outbox to each: RabbitMQ (broker.kind amqp), Kafka
+// (broker.kind kafka), or RabbitMQ with Kafka beside it
+// (analytics.kafka.enabled), where each relay keeps its own position so
+// either broker can be away without holding the other back.
+func (p *Platform) connectBrokers(ctx context.Context) error {
+	cfg := p.cfg
+	if cfg.Broker.Kind == BrokerAMQP {
+		if err := amqp.Declare(ctx, cfg.AMQP.URL, p.top); err != nil {
+			return err
+		}
+		b, err := amqp.Connect(cfg.AMQP, p.top, p.logger)
+		if err != nil {
+			return err
+		}
+		p.broker = broker{subscriber: b.Subscriber, sink: b.Sink, ready: b.Ready, close: b.Close}
+		p.closers = append(p.closers, p.broker.close)
+		dest, err := amqp.NewBatchPublisher(cfg.AMQP.URL, "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
+		if err != nil {
+			return err
+		}
+		p.closers = append(p.closers, dest.Close)
+		if err := p.addRelay(dest, cfg.Outbox.ConsumerGroup); err != nil {
+			return err
+		}
+	}
+	if !cfg.usesKafka() {
+		return nil
+	}
+	if _, err := p.startEmbeddedKafka(ctx); err != nil {
+		return err
+	}
+	queues, group := p.kafkaReaders()
+	dest, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda outbox relay", p.logger)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, dest.Close)
+	failures, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda failures", p.logger)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, failures.Close)
+	sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, nil, p.logger)
+	if err != nil {
+		return err
+	}
+	b := broker{subscriber: sub, sink: failures, ready: func() error { return kafka.Ping(cfg.Kafka) }, close: sub.Close}
+	p.closers = append(p.closers, b.close)
+	if cfg.Broker.Kind == BrokerKafka {
+		p.broker = b
+	} else {
+		p.stream = &b // not part of readiness: RabbitMQ delivery goes on without it
+	}
+	return p.addRelay(dest, cfg.kafkaRelayGroup())
+}
+
+// kafkaReaders returns the queues that read Kafka and their consumer
+// group: with broker.kind kafka every queue, in a group named after it;
+// beside RabbitMQ the replayable plugins' queues, in a group named after
+// the plugin (seed 001: the group id is the service's name).
+func (p *Platform) kafkaReaders() ([]string, func(queue string) string) {
+	groups := map[string]string{}
+	var queues []string
+	for _, ep := range p.cfg.plugins {
+		if p.cfg.Broker.Kind != BrokerKafka && !ep.def.Replayable {
+			continue
+		}
+		for _, s := range ep.def.Subscriptions {
+			q := ep.def.Queue(s)
+			queues = append(queues, q)
+			groups[q] = ep.def.Name
+			if p.cfg.Broker.Kind == BrokerKafka {
+				groups[q] = q
+			}
+		}
+	}
+	return queues, func(queue string) string { return groups[queue] }
+}
+
+// startEmbeddedKafka runs the in-process cluster when kafka.embedded asks
+// for it, and reports whether this process started it. A cluster this
+// process starts is empty, so the relay that feeds it starts again from the
+// outbox's first row: the outbox keeps every event, and the readers' inbox
+// and idempotent writes absorb the repeats.
+func (p *Platform) startEmbeddedKafka(ctx context.Context) (bool, error) {
+	if !p.cfg.Kafka.Embedded {
+		return false, nil
+	}
+	stop, started, err := kafka.StartEmbedded(p.cfg.Kafka, p.logger)
+	if err != nil {
+		return false, err
+	}
+	p.closers = append(p.closers, func() error { stop(); return nil })
+	if !started {
+		return false, nil
+	}
+	return true, outbox.ResetPosition(ctx, p.pool, p.cfg.kafkaRelayGroup())
+}
+
+// addRelay adds a relay from the outbox to dest, with its own position.
+func (p *Platform) addRelay(dest outbox.Destination, group string) error {
+	cfg := p.cfg.Outbox
+	cfg.ConsumerGroup = group
+	r, err := outbox.NewRelay(p.pool, dest, p.top.Routable, cfg, p.logger)
+	if err != nil {
+		return err
+	}
+	p.relays = append(p.relays, r)
+	return nil
+}
+
+// wakeRelays tells every relay that rows were committed.
+func (p *Platform) wakeRelays() {
+	for _, r := range p.relays {
+		r.Wake()
+	}
+}

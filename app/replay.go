@@ -1,0 +1,249 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/moenda/moenda/adapters/kafka"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/router"
+)
+
+// replayCommand parses `replay PLUGIN --from earliest|TIME`.
+func replayCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return nil, false
+	}
+	fl := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	fromText := fl.String("from", "", "")
+	if err := fl.Parse(args[1:]); err != nil || fl.NArg() > 0 {
+		return nil, false
+	}
+	return func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+		from, err := parseFrom(*fromText)
+		if err != nil {
+			return err
+		}
+		return replay(ctx, cfg, args[0], from, stdout, stderr)
+	}, true
+}
+
+// parseFrom reads --from: earliest (the zero time) or an RFC 3339 time.
+func parseFrom(text string) (time.Time, error) {
+	if text == "earliest" {
+		return time.Time{}, nil
+	}
+	at, err := time.Parse(time.RFC3339, text)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("replay: --from must be earliest or an RFC 3339 time like 2026-11-30T00:00:00Z, got %q", text)
+	}
+	return at, nil
+}
+
+// replay rebuilds what a replayable plugin derived from events: the plugin
+// forgets what occurred at or after from (Rewind), then its handlers read
+// those events again from Kafka, through the same chain as when serving,
+// in a consumer group of their own (<queue>.replay) whose offsets are set
+// to from, until they reach the end the log had when the replay began.
+// Live readers carry on meanwhile; the plugin's idempotent writes make the
+// two meet.
+func replay(ctx context.Context, cfg *Resolved, name string, from time.Time, stdout, stderr io.Writer) (err error) {
+	if !cfg.usesKafka() {
+		return errors.New("replay reads the event log in Kafka, which this environment does not use: set analytics.kafka.enabled: true (MOENDA_ANALYTICS__KAFKA__ENABLED=true) or broker.kind: kafka")
+	}
+	i := slices.IndexFunc(cfg.plugins, func(ep enabledPlugin) bool { return ep.def.Name == name && ep.def.Replayable })
+	if i < 0 {
+		var names []string
+		for _, ep := range cfg.plugins {
+			if ep.def.Replayable {
+				names = append(names, ep.def.Name)
+			}
+		}
+		return fmt.Errorf("replay: %q is not an enabled replayable plugin (these are: %s)", name, strings.Join(names, ", "))
+	}
+	ep := cfg.plugins[i]
+	logger := cfg.Log.Logger(stderr)
+	wlog := watermill.NewSlogLogger(logger)
+	p := &Platform{cfg: cfg, logger: logger}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	if p.top, err = cfg.BuildTopology(); err != nil {
+		return err
+	}
+	if err = p.connectPostgres(ctx); err != nil {
+		return err
+	}
+	txr := postgres.NewTransactor(p.pool, outbox.New(p.top.Routable, wlog), p.wakeRelays)
+	built, err := ep.def.Build(ep.cfg, handlers.Deps{Logger: logger, Tx: txr})
+	if err != nil {
+		return err
+	}
+	if built.Close != nil {
+		p.closers = append(p.closers, built.Close)
+	}
+	var queues []string
+	for _, s := range ep.def.Subscriptions {
+		queues = append(queues, ep.def.Queue(s))
+	}
+	if err = p.fillEmbedded(ctx, queues); err != nil {
+		return err
+	}
+	failures, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda replay failures", logger)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, failures.Close)
+
+	if err = built.Rewind(ctx, from); err != nil {
+		return fmt.Errorf("replay %s: rewind: %w", name, err)
+	}
+	var reps []*kafka.Replay
+	var routes []router.Route
+	groups := map[string]string{}
+	for _, s := range ep.def.Subscriptions {
+		q := ep.def.Queue(s)
+		groups[q] = q + ".replay"
+		if err = txr.ForgetConsumer(ctx, groups[q]); err != nil {
+			return err
+		}
+		rep, err := kafka.Rewind(cfg.Kafka, p.top, q, groups[q], from)
+		if err != nil {
+			return err
+		}
+		reps = append(reps, rep)
+		pol, _ := p.top.Policy(q)
+		routes = append(routes, router.Route{Queue: q, Consumer: groups[q], Handler: ep.def.Name + "/" + s.Name, Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]})
+	}
+	sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, func(q string) string { return groups[q] }, func(d kafka.Done) {
+		for _, r := range reps {
+			r.Record(d)
+		}
+	}, logger)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, sub.Close)
+	r, err := router.New(cfg.Router, wlog)
+	if err != nil {
+		return err
+	}
+	router.AddRoutes(r, router.Deps{Subscriber: sub, Sink: failures, Inbox: txr, Stats: router.NewStats(), Logger: logger}, routes)
+	failed := make(chan error, 1)
+	go func() { failed <- r.Run(context.WithoutCancel(ctx)) }()
+
+	began := time.Now()
+	read, err := follow(ctx, name, reps, failed, stderr, logger)
+	err = errors.Join(err, r.Close())
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", name, err)
+	}
+	took := time.Since(began)
+	fromText := "earliest"
+	if !from.IsZero() {
+		fromText = from.Format(time.RFC3339)
+	}
+	_, err = fmt.Fprintf(stdout, "replay %s: %d events read from %s in %s (%.0f events/s); its projection is rebuilt\n",
+		name, read, fromText, took.Round(time.Millisecond), float64(read)/max(took.Seconds(), 1e-3))
+	return err
+}
+
+// fillEmbedded relays the outbox into an embedded cluster this process
+// had to start (no serve process runs one), so the replay has a log to
+// read; it returns once the relay has caught up, and leaves it running.
+func (p *Platform) fillEmbedded(ctx context.Context, queues []string) error {
+	started, err := p.startEmbeddedKafka(ctx)
+	if err != nil || !started {
+		return err
+	}
+	dest, err := kafka.NewProducer(p.cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda outbox relay", p.logger)
+	if err != nil {
+		return err
+	}
+	p.closers = append(p.closers, dest.Close)
+	if err := p.addRelay(dest, p.cfg.kafkaRelayGroup()); err != nil {
+		return err
+	}
+	relayCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { _ = p.relays[0].Run(relayCtx); close(done) }()
+	p.closers = append(p.closers, func() error { stop(); <-done; return nil })
+	p.logger.Info("replay: filling the embedded cluster from the outbox")
+	return poll.Until(ctx, time.Hour, "the outbox to be relayed into the embedded cluster", func() (bool, error) {
+		return outbox.CaughtUp(ctx, p.pool, p.cfg.kafkaRelayGroup())
+	})
+}
+
+// follow shows the replay's progress until every partition is read to its
+// end, and returns how many records were read: a bar on a terminal, a log
+// line every two seconds otherwise.
+func follow(ctx context.Context, name string, reps []*kafka.Replay, failed <-chan error, stderr io.Writer, logger *slog.Logger) (int64, error) {
+	progress := func() (read, total int64) {
+		for _, r := range reps {
+			n, t := r.Progress()
+			read, total = read+n, total+t
+		}
+		return read, total
+	}
+	finished := make(chan struct{})
+	go func() {
+		for _, r := range reps {
+			<-r.Finished()
+		}
+		close(finished)
+	}()
+	_, total := progress()
+	var bar *progressbar.ProgressBar
+	every := 2 * time.Second
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("replay "+name),
+			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("events"),
+			progressbar.OptionSetPredictTime(true), progressbar.OptionFullWidth(), progressbar.OptionClearOnFinish())
+		every = 100 * time.Millisecond
+	}
+	began := time.Now()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			read, _ := progress()
+			return read, ctx.Err()
+		case err := <-failed:
+			read, _ := progress()
+			return read, fmt.Errorf("the router stopped: %w", err)
+		case <-finished:
+			read, _ := progress()
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			return read, nil
+		case <-tick.C:
+			read, _ := progress()
+			if bar != nil {
+				_ = bar.Set64(read)
+				continue
+			}
+			rate := float64(read) / time.Since(began).Seconds()
+			args := []any{"plugin", name, "read", read, "of", total, "events_per_s", int(rate)}
+			if rate > 0 {
+				args = append(args, "eta", (time.Duration(float64(total-read)/rate) * time.Second).Round(time.Second))
+			}
+			logger.Info("replay: reading", args...)
+		}
+	}
+}
