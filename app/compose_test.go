@@ -21,6 +21,7 @@ func TestComposeFile(t *testing.T) {
 	var compose struct {
 		Services map[string]struct {
 			Image       string            `yaml:"image"`
+			Profiles    []string          `yaml:"profiles"`
 			Build       string            `yaml:"build"`
 			Environment map[string]string `yaml:"environment"`
 			DependsOn   map[string]struct {
@@ -37,6 +38,9 @@ func TestComposeFile(t *testing.T) {
 	pg, mq, app := compose.Services["postgres"], compose.Services["rabbitmq"], compose.Services["moenda"]
 	if pg.Image != "postgres:16" || !strings.Contains(mq.Image, "management") || app.Build != "." {
 		t.Fatalf("services: postgres %q, rabbitmq %q, moenda build %q", pg.Image, mq.Image, app.Build)
+	}
+	if k := compose.Services["kafka"]; !strings.HasPrefix(k.Image, "apache/kafka:") || len(k.Profiles) != 1 || k.Profiles[0] != "analytics" {
+		t.Fatalf("kafka: image %q, profiles %v; want apache/kafka behind the analytics profile", k.Image, k.Profiles)
 	}
 	for name, s := range compose.Services {
 		if len(s.Healthcheck.Test) == 0 {
@@ -65,6 +69,9 @@ func TestComposeFile(t *testing.T) {
 	cfg, err := Load(Source{Env: "compose", Files: configs.FS, Environ: environ}, registry(t))
 	if err != nil {
 		t.Fatalf("compose configuration does not load: %v", err)
+	}
+	if len(cfg.Kafka.Brokers) != 1 || cfg.Kafka.Brokers[0] != "kafka:9092" || cfg.Kafka.Embedded || cfg.Analytics.Kafka.Enabled {
+		t.Fatalf("compose kafka config: %+v, analytics %+v; want kafka:9092, not embedded, off unless asked", cfg.Kafka, cfg.Analytics)
 	}
 	if cfg.HTTP.Addr != "0.0.0.0:8080" || !strings.Contains(cfg.Postgres.URL, "@postgres:5432/") || !strings.Contains(cfg.AMQP.URL, "@rabbitmq:5672/") {
 		t.Fatalf("compose config: %+v %q %q", cfg.HTTP, cfg.Postgres.URL, cfg.AMQP.URL)

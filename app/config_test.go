@@ -121,6 +121,11 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown plugin enabled", []string{"MOENDA_HANDLERS__ENABLED=tarefas,nope"}, "", []string{`handlers.enabled: unknown plugin "nope" (known: tarefas, notificacoes, analytics)`}},
 		{"webhook without url", []string{"MOENDA_HANDLERS__NOTIFICACOES__NOTIFIER=webhook"}, "", []string{`handlers.notificacoes.webhook.url "" must be an http(s) URL`}},
 		{"a duration that is not one", []string{"MOENDA_OUTBOX__POLL_INTERVAL=soon"}, "", []string{"outbox.poll_interval"}},
+		{"analytics on Kafka without an outbox", []string{"MOENDA_BROKER__KIND=memory", "MOENDA_ANALYTICS__KAFKA__ENABLED=true"}, "", []string{"analytics.kafka.enabled: the Kafka relay reads the PostgreSQL outbox"}},
+		{"one relay position for two relays", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true", "MOENDA_ANALYTICS__KAFKA__RELAY_GROUP=moenda-relay"}, "", []string{`analytics.kafka.relay_group "moenda-relay" must differ from outbox.consumer_group`}},
+		{"kafka settings checked when Kafka is used", []string{"MOENDA_BROKER__KIND=kafka", "MOENDA_KAFKA__BROKERS=nohost", "MOENDA_KAFKA__PARTITIONS=0"}, "", []string{
+			`kafka.brokers[0] "nohost" must be host:port`, "kafka.partitions must be at least 1",
+		}},
 		{"every problem at once", []string{"MOENDA_HTTP__ADDR=nope", "MOENDA_AMQP__PREFETCH=0", "MOENDA_POSTGRES__URL=mysql://x"}, "", []string{
 			`http.addr "nope" must be host:port`, "amqp.prefetch must be at least 1", "postgres.url",
 		}},

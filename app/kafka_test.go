@@ -7,14 +7,18 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // kafkaEnv is the configuration of a test that uses Kafka: a database, a
@@ -208,6 +212,7 @@ func TestReplayOnAFreshMachineRebuildsTheLiveCounts(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("round %d: replay exit %d\nstdout: %s\nstderr: %s", round, code, stdout, stderr)
 		}
+		t.Log(stdout)
 		if !strings.Contains(stdout, "replay analytics: 12 events read from earliest") {
 			t.Fatalf("round %d: replay summary = %q", round, stdout)
 		}
@@ -227,4 +232,287 @@ func equalMaps(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// onKafka moves the probe stack to Kafka (broker.kind kafka).
+func (s *probeStack) onKafka(t *testing.T) testenv.KafkaCluster {
+	t.Helper()
+	k := testenv.Kafka(t)
+	s.extra = append(s.extra, "MOENDA_BROKER__KIND=kafka", "MOENDA_KAFKA__BROKERS="+strings.Join(k.Config.Brokers, ","), "MOENDA_KAFKA__TOPIC_PREFIX="+k.Config.TopicPrefix)
+	return k
+}
+
+// topicReader reads every partition of a topic from its oldest record
+// and returns what arrived so far.
+func topicReader(t *testing.T, k testenv.KafkaCluster, topic string) func() []*sarama.ConsumerMessage {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	var mu sync.Mutex
+	var got []*sarama.ConsumerMessage
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		var c sarama.Consumer
+		var parts []int32
+		for ctx.Err() == nil { // the topic appears when the platform starts
+			var err error
+			if c, err = sarama.NewConsumer(k.Config.Brokers, sc); err == nil {
+				if parts, err = c.Partitions(k.Config.Topic(topic)); err == nil && len(parts) > 0 {
+					break
+				}
+				_ = c.Close()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		defer c.Close()
+		for _, p := range parts {
+			pc, err := c.ConsumePartition(k.Config.Topic(topic), p, sarama.OffsetOldest)
+			if err != nil {
+				t.Errorf("consume %s/%d: %v", topic, p, err)
+				return
+			}
+			go func() {
+				defer pc.Close()
+				for {
+					select {
+					case m := <-pc.Messages():
+						mu.Lock()
+						got = append(got, m)
+						mu.Unlock()
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+		<-ctx.Done()
+	}()
+	return func() []*sarama.ConsumerMessage {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*sarama.ConsumerMessage(nil), got...)
+	}
+}
+
+func header(m *sarama.ConsumerMessage, key string) string {
+	for _, h := range m.Headers {
+		if string(h.Key) == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// On Kafka a failing handler follows the same schedule through the retry
+// topics, then exactly one dead letter reaches the DLQ topic with every
+// failure header.
+func TestKafkaRetryTopicsFollowTheScheduleThenDeadLetter(t *testing.T) {
+	s := newProbeStack(t)
+	k := s.onKafka(t)
+	p := s.start(t)
+	dead := topicReader(t, k, "probe.slow.dlq")
+	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
+	testenv.Eventually(t, 30*time.Second, "the dead letter", func() bool { return len(dead()) > 0 })
+	time.Sleep(time.Second) // no second dead letter, no further run
+	runs := s.runs.of(id)
+	if len(runs) != 4 {
+		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
+	}
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
+		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want*2 {
+			t.Errorf("redelivery %d came after %s, want %s (-30%%, +100%%)", i+1, gap, want)
+		}
+	}
+	if got := dead(); len(got) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(got))
+	}
+	d := dead()[0]
+	want := map[string]string{
+		event.HeaderReason: event.ReasonRetriesExhausted, event.HeaderError: "probe: failing as asked",
+		event.HeaderQueue: "probe.slow", event.HeaderHandler: "probe/slow", event.HeaderAttempts: "4",
+		event.HeaderOriginalExchange: "probe.events", event.HeaderOriginalRoutingKey: "probe.slow.hit",
+		event.HeaderEventID: id,
+	}
+	for k, v := range want {
+		if header(d, k) != v {
+			t.Errorf("header %s = %q, want %q", k, header(d, k), v)
+		}
+	}
+	if s.effects(t, id) != 0 {
+		t.Fatalf("a dead-lettered event left %d effects", s.effects(t, id))
+	}
+}
+
+// A record that is not an envelope goes to the DLQ topic at once, and the
+// records behind it in its partition are handled: a poison record never
+// blocks its partition.
+func TestKafkaPoisonRecordDoesNotBlockItsPartition(t *testing.T) {
+	s := newProbeStack(t)
+	k := s.onKafka(t)
+	p := s.start(t)
+	dead := topicReader(t, k, "probe.work.dlq")
+	publish(t, p, "probe.work.hit.v1", probeOrder{}) // the platform is up and the topic exists
+	testenv.Eventually(t, 30*time.Second, "the first event handled", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
+
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.Producer.Return.Successes = true
+	prod, err := sarama.NewSyncProducer(k.Config.Brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	rec := func(id string, body []byte) *sarama.ProducerMessage {
+		return &sarama.ProducerMessage{Topic: k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
+			Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
+	}
+	poison := uuid.NewString()
+	msgs := []*sarama.ProducerMessage{rec(poison, []byte("{not json"))}
+	var behind []string
+	for range 5 {
+		id := uuid.NewString()
+		behind = append(behind, id)
+		msgs = append(msgs, rec(id, envelope(t, id, "probe.work.hit.v1", probeOrder{})))
+	}
+	if err := prod.SendMessages(msgs); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the 5 records behind the poison handled", func() bool {
+		for _, id := range behind {
+			if s.effects(t, id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	testenv.Eventually(t, 10*time.Second, "the dead letter", func() bool { return len(dead()) == 1 })
+	d := dead()[0]
+	if header(d, event.HeaderReason) != event.ReasonDecode || header(d, event.HeaderQueue) != "probe.work" || header(d, event.HeaderEventID) != poison || string(d.Value) != "{not json" {
+		t.Fatalf("dead letter: headers %v, body %q", d.Headers, d.Value)
+	}
+}
+
+// With Kafka away, RabbitMQ delivery goes on and the service stays ready;
+// once Kafka is back, the Kafka relay catches up and the projection counts
+// every event. The fake cluster comes back empty on the same port, the
+// harsher case: everything published before must not be needed again.
+func TestKafkaAwayRabbitMQGoesOnAndAnalyticsCatchesUp(t *testing.T) {
+	k := testenv.Kafka(t)
+	if k.Fake == nil {
+		t.Skip("KAFKA_BROKERS is set: a test does not stop a real cluster")
+	}
+	_, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
+	p := start(t, "test", environ...)
+	notified := func() int { return strings.Count(p.logs.String(), "foi concluída pelo usuário 6") }
+	concludeTasks(t, p.base, 6, 5)
+	testenv.Eventually(t, 30*time.Second, "5 counted", func() bool { return counted(t, p.base) == 5 })
+
+	port := k.Config.Brokers[0][strings.LastIndex(k.Config.Brokers[0], ":")+1:]
+	k.Fake.Close()
+	concludeTasks(t, p.base, 6, 5)
+	testenv.Eventually(t, 30*time.Second, "10 notifications over RabbitMQ while Kafka is away", func() bool { return notified() == 10 })
+	if code, body := call(t, "GET", p.base+"/readyz", ""); code != http.StatusOK {
+		t.Fatalf("/readyz = %d %v while only Kafka is away", code, body)
+	}
+	if n := counted(t, p.base); n != 5 {
+		t.Fatalf("%d counted while Kafka was away, want 5", n)
+	}
+
+	n, _ := strconv.Atoi(port)
+	back, err := kfake.NewCluster(kfake.Ports(n), kfake.NumBrokers(1), kfake.DefaultNumPartitions(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(back.Close)
+	testenv.Eventually(t, time.Minute, "the projection to count all 10 once Kafka is back", func() bool { return counted(t, p.base) == 10 })
+}
+
+// replayFrom runs `moenda replay analytics --from from` and returns its
+// summary line.
+func replayFrom(t *testing.T, environ []string, from string) string {
+	t.Helper()
+	code, stdout, stderr := run(t, environ, "--env", "test", "replay", "analytics", "--from", from)
+	if code != 0 {
+		t.Fatalf("replay --from %s: exit %d\nstdout: %s\nstderr: %s", from, code, stdout, stderr)
+	}
+	return stdout
+}
+
+// A replay from a time rebuilds what occurred from then on and leaves the
+// rest alone.
+func TestReplayFromATimeRebuildsOnlyWhatFollows(t *testing.T) {
+	k := testenv.Kafka(t)
+	db, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
+	p := start(t, "test", environ...)
+	concludeTasks(t, p.base, 7, 6)
+	from := time.Now().Add(time.Second).Truncate(time.Second)
+	time.Sleep(time.Until(from) + 10*time.Millisecond)
+	concludeTasks(t, p.base, 7, 6)
+	testenv.Eventually(t, 30*time.Second, "12 counted", func() bool { return counted(t, p.base) == 12 })
+	live := facts(t, db.URL)
+
+	// Lose two facts from before the time and two from after it.
+	for _, cmp := range []string{"<", ">="} {
+		if _, err := db.Pool.Exec(context.Background(), `DELETE FROM analytics_eventos WHERE event_id IN (
+			SELECT event_id FROM analytics_eventos WHERE ocorrido_em `+cmp+` $1 LIMIT 2)`, from); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := replayFrom(t, environ, from.Format(time.RFC3339))
+	if !strings.Contains(out, "replay analytics: 6 events read from "+from.Format(time.RFC3339)) {
+		t.Fatalf("replay summary = %q", out)
+	}
+	got := facts(t, db.URL)
+	if len(got) != 10 {
+		t.Fatalf("after a replay from %s the projection holds %d facts, want 10 (the 6 after it rebuilt, the 2 lost before it still lost)", from, len(got))
+	}
+	for id, v := range got {
+		if live[id] != v {
+			t.Fatalf("fact %s = %q, live had %q", id, v, live[id])
+		}
+	}
+}
+
+// A replay that runs while live traffic flows ends with the counts a
+// rebuild from scratch gives.
+func TestReplayDuringLiveTrafficMatchesARebuild(t *testing.T) {
+	k := testenv.Kafka(t)
+	db, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
+	p := start(t, "test", environ...)
+	concludeTasks(t, p.base, 8, 100)
+	testenv.Eventually(t, 30*time.Second, "100 counted", func() bool { return counted(t, p.base) == 100 })
+
+	// The replay runs in the background while this goroutine concludes
+	// tasks until it ends.
+	replayed := make(chan string, 1)
+	go func() {
+		var stdout, stderr strings.Builder
+		code := Main(context.Background(), []string{"--env", "test", "replay", "analytics", "--from", "earliest"}, environ, &stdout, &stderr)
+		replayed <- fmt.Sprintf("exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}()
+	during := 0
+	var out string
+	for out == "" {
+		select {
+		case out = <-replayed:
+		default:
+			concludeTasks(t, p.base, 8, 1)
+			during++
+		}
+	}
+	if !strings.HasPrefix(out, "exit 0\n") {
+		t.Fatalf("replay during traffic: %s", out)
+	}
+	total := 100 + during
+	testenv.Eventually(t, 30*time.Second, "the live reader to catch up", func() bool { return counted(t, p.base) == total })
+	after := facts(t, db.URL)
+	replayFrom(t, environ, "earliest")
+	if rebuilt := facts(t, db.URL); !equalMaps(after, rebuilt) || len(rebuilt) != total {
+		t.Fatalf("after the replay during traffic: %d facts; a rebuild from scratch: %d; concluded: %d", len(after), len(rebuilt), total)
+	}
+	t.Logf("%d conclusions during the replay", during)
 }

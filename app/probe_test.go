@@ -133,6 +133,7 @@ type probeStack struct {
 	db    testenv.Database
 	vhost testenv.VHost
 	runs  *probeRuns
+	extra []string // more settings, such as Kafka's
 }
 
 func newProbeStack(t *testing.T) *probeStack {
@@ -145,7 +146,7 @@ func newProbeStack(t *testing.T) *probeStack {
 }
 
 func (s *probeStack) environ() []string {
-	return []string{"MOENDA_POSTGRES__URL=" + s.db.URL, "MOENDA_AMQP__URL=" + s.vhost.URL}
+	return append([]string{"MOENDA_POSTGRES__URL=" + s.db.URL, "MOENDA_AMQP__URL=" + s.vhost.URL}, s.extra...)
 }
 
 // start runs a platform with the probe plugin on the stack.

@@ -18,13 +18,10 @@ import (
 // already answers there (another moenda process's), it is used instead and
 // started is false. stop ends the cluster this call started.
 func StartEmbedded(cfg Config, logger *slog.Logger) (stop func(), started bool, err error) {
-	host, portText, err := net.SplitHostPort(cfg.Brokers[0])
-	if err != nil {
-		return nil, false, fmt.Errorf("kafka.embedded: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return nil, false, err
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, false, fmt.Errorf("kafka.embedded listens on this machine only: kafka.brokers[0] must be 127.0.0.1:<port>, got %s", cfg.Brokers[0])
-	}
+	_, portText, _ := net.SplitHostPort(cfg.Brokers[0])
 	port, err := strconv.Atoi(portText)
 	if err != nil {
 		return nil, false, fmt.Errorf("kafka.embedded: port %q: %w", portText, err)

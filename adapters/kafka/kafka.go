@@ -51,8 +51,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("kafka.brokers[%d] %q must be host:port, like 127.0.0.1:9092", i, b))
 		}
 	}
-	if c.Embedded && len(c.Brokers) != 1 {
-		errs = append(errs, fmt.Errorf("kafka.embedded runs one broker at kafka.brokers[0]; list exactly one address, got %d", len(c.Brokers)))
+	if c.Embedded {
+		if len(c.Brokers) != 1 {
+			errs = append(errs, fmt.Errorf("kafka.embedded runs one broker at kafka.brokers[0]; list exactly one address, got %d", len(c.Brokers)))
+		} else if host, _, err := net.SplitHostPort(c.Brokers[0]); err == nil && !loopback(host) {
+			errs = append(errs, fmt.Errorf("kafka.embedded listens on this machine only: kafka.brokers[0] must be 127.0.0.1:<port>, got %s", c.Brokers[0]))
+		}
 	}
 	if c.Partitions < 1 {
 		errs = append(errs, fmt.Errorf("kafka.partitions must be at least 1, got %d", c.Partitions))
@@ -61,6 +65,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("kafka.replication_factor must be at least 1, got %d", c.ReplicationFactor))
 	}
 	return errors.Join(errs...)
+}
+
+func loopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // Topic is the topic of an exchange, a retry tier or a dead-letter queue.
@@ -89,6 +98,11 @@ func (c Config) sarama(clientID string) *sarama.Config {
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Consumer.Offsets.AutoCommit.Interval = time.Second
+	// A queue's topics are read by one group member each (watermill-kafka
+	// subscribes per topic), so each join rebalances the others; members
+	// notice at their next heartbeat, and at the default 3 s a queue took
+	// several seconds to start reading.
+	sc.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 	return sc
 }
 

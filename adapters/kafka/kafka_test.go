@@ -3,6 +3,8 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,4 +163,68 @@ func TestAGroupMemberStoppingLosesNothing(t *testing.T) {
 		t.Fatalf("processed %d distinct events, published %d", n, len(ids))
 	}
 	t.Logf("member a processed %d before it stopped, member b %d", a.count(), b.count())
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := kafka.DefaultConfig()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("the defaults: %v", err)
+	}
+	tests := []struct {
+		name string
+		edit func(*kafka.Config)
+		want string
+	}{
+		{"no brokers", func(c *kafka.Config) { c.Brokers = nil }, "kafka.brokers is empty"},
+		{"no port", func(c *kafka.Config) { c.Brokers = []string{"kafka"} }, `kafka.brokers[0] "kafka" must be host:port`},
+		{"embedded elsewhere", func(c *kafka.Config) { c.Embedded, c.Brokers = true, []string{"kafka:9092"} }, "kafka.embedded listens on this machine only"},
+		{"embedded twice", func(c *kafka.Config) { c.Embedded, c.Brokers = true, []string{"127.0.0.1:1", "127.0.0.1:2"} }, "list exactly one address, got 2"},
+		{"no partitions", func(c *kafka.Config) { c.Partitions = 0 }, "kafka.partitions must be at least 1"},
+		{"no replicas", func(c *kafka.Config) { c.ReplicationFactor = 0 }, "kafka.replication_factor must be at least 1"},
+	}
+	for _, tt := range tests {
+		c := kafka.DefaultConfig()
+		tt.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestEmbeddedClusterIsSharedByTheProcessesOfOneMachine(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := kafka.DefaultConfig()
+	cfg.Embedded, cfg.Brokers = true, []string{l.Addr().String()}
+
+	// Something that is not Kafka holds the address.
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	if _, _, err := kafka.StartEmbedded(cfg, testenv.Logger()); err == nil || !strings.Contains(err.Error(), "is taken by something that is not Kafka") {
+		t.Fatalf("start over a foreign listener: %v", err)
+	}
+	_ = l.Close()
+
+	stop, started, err := kafka.StartEmbedded(cfg, testenv.Logger())
+	if err != nil || !started {
+		t.Fatalf("first start: started %v, %v", started, err)
+	}
+	defer stop()
+	again, started, err := kafka.StartEmbedded(cfg, testenv.Logger())
+	if err != nil || started {
+		t.Fatalf("second start: started %v, %v; want the running cluster used", started, err)
+	}
+	again()
+	if err := kafka.Ping(cfg); err != nil {
+		t.Fatalf("the first cluster stopped with the second caller: %v", err)
+	}
 }
