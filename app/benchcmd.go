@@ -41,6 +41,7 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 			PostgresURL: cfg.Postgres.URL,
 			AMQPURL:     cfg.AMQP.URL,
 			Settings:    bench.Settings{AMQP: cfg.AMQP, Outbox: cfg.Outbox, Router: cfg.Router, Failure: cfg.Topology.Failure},
+			Kafka:       cfg.Kafka,
 			Logger:      cfg.Log.Logger(stderr),
 		})
 		if runErr != nil {

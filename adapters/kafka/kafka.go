@@ -78,12 +78,13 @@ func (c Config) Topic(name string) string { return c.TopicPrefix + name }
 // Group is the consumer group id of a reader.
 func (c Config) Group(name string) string { return c.TopicPrefix + name }
 
-// sarama returns the client settings every connection uses: the
+// Sarama returns the client settings every connection uses (and the
+// benchmark's raw clients, so they are measured alike): the
 // idempotent producer with acks from every in-sync replica, so a retried
 // send neither duplicates nor reorders records; consumers start a new group
 // at the oldest record (auto.offset.reset=earliest) and commit the offsets
 // of processed records once a second.
-func (c Config) sarama(clientID string) *sarama.Config {
+func (c Config) Sarama(clientID string) *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	sc.ClientID = clientID

@@ -98,10 +98,13 @@ func (p *Producer) publishTo(ctx context.Context, topic string, msg *message.Mes
 // record is msg as a Kafka record stamped at: the envelope as value, the
 // metadata as headers, keyed by the event's aggregate (else its id).
 func record(topic string, msg *message.Message, at time.Time) (*sarama.ProducerMessage, error) {
-	clean := msg.Copy()
-	delete(clean.Metadata, event.MetaDeliveryExchange)
-	delete(clean.Metadata, event.MetaDeliveryRoutingKey)
-	rec, err := wkafka.DefaultMarshaler{}.Marshal(topic, clean)
+	if _, ok := msg.Metadata[event.MetaDeliveryExchange]; ok {
+		// A failure copy: where it was delivered from is not a header.
+		msg = msg.Copy()
+		delete(msg.Metadata, event.MetaDeliveryExchange)
+		delete(msg.Metadata, event.MetaDeliveryRoutingKey)
+	}
+	rec, err := wkafka.DefaultMarshaler{}.Marshal(topic, msg)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: event %s: %w", msg.UUID, err)
 	}
@@ -144,7 +147,7 @@ func (p *Producer) send(ctx context.Context, recs []*sarama.ProducerMessage) err
 }
 
 func (p *Producer) connect() error {
-	client, err := sarama.NewClient(p.cfg.Brokers, p.cfg.sarama(p.name))
+	client, err := sarama.NewClient(p.cfg.Brokers, p.cfg.Sarama(p.name))
 	if err != nil {
 		return fmt.Errorf("kafka: connect to %v: %w", p.cfg.Brokers, err)
 	}

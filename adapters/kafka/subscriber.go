@@ -123,7 +123,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 		return nil, err
 	}
 	group := s.cfg.Group(s.group(queue))
-	sc := s.cfg.sarama("moenda " + group)
+	sc := s.cfg.Sarama("moenda " + group)
 	ws, err := wkafka.NewSubscriber(wkafka.SubscriberConfig{
 		Brokers:               s.cfg.Brokers,
 		Unmarshaler:           wkafka.DefaultMarshaler{},
@@ -291,7 +291,7 @@ func (s *Subscriber) Close() error {
 
 // withClient runs fn with a client of its own.
 func withClient(cfg Config, name string, fn func(sarama.Client) error) error {
-	client, err := sarama.NewClient(cfg.Brokers, cfg.sarama(name))
+	client, err := sarama.NewClient(cfg.Brokers, cfg.Sarama(name))
 	if err != nil {
 		return fmt.Errorf("kafka: connect to %v: %w", cfg.Brokers, err)
 	}

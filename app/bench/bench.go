@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/moenda/moenda/adapters/kafka"
 )
 
 // Options size a run.
@@ -27,7 +29,11 @@ type Options struct {
 	PostgresURL, AMQPURL string
 	// Settings are moenda's, as the configuration sets them.
 	Settings Settings
-	Logger   *slog.Logger
+	// Kafka is the cluster of the Kafka measures (started when embedded);
+	// the run puts its topics under a prefix of its own and deletes them.
+	// Without brokers the run starts an embedded cluster of its own.
+	Kafka  kafka.Config
+	Logger *slog.Logger
 }
 
 // sizes are the amounts of work of each measure.
@@ -88,6 +94,7 @@ var steps = []measure{
 	{"consume through the whole chain with the inbox", inboxConsume},
 	{"1 % poisoned events", poisonConsume},
 	{"end-to-end latency", latency},
+	{"Kafka: relay drain and analytics replay", kafkaStream},
 }
 
 // Run runs every step and returns the rows.

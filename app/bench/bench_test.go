@@ -49,6 +49,8 @@ func TestQuickRun(t *testing.T) {
 		"moenda: consume through the router", "ceiling: amqp091 + pgx consume, inbox row and effect row",
 		"moenda: consume through the router, whole chain with the inbox", "moenda: healthy events with 1 % poisoned",
 		"moenda: end-to-end latency at 200 events/s, commit to handler, p99",
+		"ceiling: sarama SyncProducer", "moenda: Kafka relay drain of 2000 rows",
+		"ceiling: sarama consumer", "moenda: Kafka replay of the analytics projection",
 	}
 	for _, prefix := range wantPrefixes {
 		found := false
