@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -155,6 +154,13 @@ func (r *Relay) session(ctx context.Context) error {
 
 // lead relays on conn, the session holding the relay lock, until ctx ends
 // or a statement fails.
+//
+// While the broker confirms one batch, the next is read and decoded on
+// conn, so the broker and the database work at the same time; the
+// position of a batch is recorded once the broker has confirmed it, and
+// the next batch is published only after that, so a relay whose position
+// update fails (its lock lost) publishes nothing more, and rows go out in
+// order.
 func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	pos, err := r.load(ctx, conn)
 	if err != nil {
@@ -162,18 +168,55 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	}
 	r.logger.Info("outbox relay active")
 
+	var sent chan error // the batch being published, if any
+	var sentEnd position
+	// finish waits for the batch being published and records its end.
+	finish := func() error {
+		if sent == nil {
+			return nil
+		}
+		err := <-sent
+		sent = nil
+		if err != nil {
+			return err
+		}
+		return r.record(ctx, conn, sentEnd)
+	}
+	defer func() {
+		if sent != nil {
+			<-sent // the publisher's goroutine ends before the session does
+		}
+	}()
+
 	// After an empty read the relay looks again after 1, 2, 4 ... 32 ms:
 	// under load rows keep coming and it never sleeps longer. Then it
 	// sleeps until a writer wakes it or the idle poll comes round.
 	empty := 0
 	for {
-		n, next, err := r.relayBatch(ctx, conn, pos)
+		b, err := r.read(ctx, conn, pos)
 		if err != nil {
 			return err
 		}
-		pos = next
-		if n > 0 {
+		if err := finish(); err != nil {
+			return err
+		}
+		if b.rows > 0 {
 			empty = 0
+			pos = b.end
+			if len(b.msgs) == 0 { // every row skipped
+				if err := r.record(ctx, conn, pos); err != nil {
+					return err
+				}
+				continue
+			}
+			sent, sentEnd = make(chan error, 1), b.end
+			go func() {
+				if err := r.dest.PublishBatch(ctx, b.keys, b.msgs); err != nil {
+					sent <- fmt.Errorf("publish %d events: %w", len(b.msgs), err)
+					return
+				}
+				sent <- nil
+			}()
 			continue
 		}
 		empty++
@@ -207,10 +250,19 @@ func (r *Relay) load(ctx context.Context, conn *pgx.Conn) (position, error) {
 	return pos, nil
 }
 
-// relayBatch publishes the next batch after pos and records the new
-// position, both through conn, the session holding the relay lock; it
-// returns how many rows it read.
-func (r *Relay) relayBatch(ctx context.Context, conn *pgx.Conn, pos position) (int, position, error) {
+// batch is what one read found: the messages to publish with their
+// routing keys, how many rows were read (skipped ones included) and the
+// position of the last.
+type batch struct {
+	keys []string
+	msgs []*message.Message
+	rows int
+	end  position
+}
+
+// read reads the next batch after pos through conn, the session holding
+// the relay lock.
+func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) (batch, error) {
 	r.queries.Add(1)
 	// The range on the primary key (transaction_id, offset) from the
 	// position makes a read cost the same however long the backlog.
@@ -221,24 +273,21 @@ func (r *Relay) relayBatch(ctx context.Context, conn *pgx.Conn, pos position) (i
 		ORDER BY transaction_id, "offset"
 		LIMIT $3`, fmt.Sprint(pos.txID), pos.offset, r.cfg.BatchSize)
 	if err != nil {
-		return 0, pos, fmt.Errorf("read outbox: %w", err)
+		return batch{}, fmt.Errorf("read outbox: %w", err)
 	}
-	batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
 		var rw outboxRow
 		err := row.Scan(&rw.txID, &rw.offset, &rw.uuid, &rw.payload, &rw.metadata)
 		return rw, err
 	})
 	if err != nil {
-		return 0, pos, fmt.Errorf("read outbox: %w", err)
+		return batch{}, fmt.Errorf("read outbox: %w", err)
 	}
-	if len(batch) == 0 {
-		return 0, pos, nil
-	}
-	keys := make([]string, 0, len(batch))
-	msgs := make([]*message.Message, 0, len(batch))
-	for _, rw := range batch {
+	b := batch{rows: len(found), keys: make([]string, 0, len(found)), msgs: make([]*message.Message, 0, len(found))}
+	for _, rw := range found {
 		msg := message.NewMessage(rw.uuid, rw.payload)
-		err := json.Unmarshal(rw.metadata, &msg.Metadata)
+		var err error
+		msg.Metadata, err = decodeMetadata(rw.metadata)
 		key := msg.Metadata.Get(legacyRoutingKey) // as written; saves parsing the name
 		if err == nil && key == "" {
 			var name event.Name
@@ -255,15 +304,18 @@ func (r *Relay) relayBatch(ctx context.Context, conn *pgx.Conn, pos position) (i
 			continue
 		}
 		delete(msg.Metadata, legacyRoutingKey)
-		keys = append(keys, key)
-		msgs = append(msgs, msg)
+		b.keys = append(b.keys, key)
+		b.msgs = append(b.msgs, msg)
 	}
-	if len(msgs) > 0 {
-		if err := r.dest.PublishBatch(ctx, keys, msgs); err != nil {
-			return 0, pos, fmt.Errorf("publish %d events: %w", len(msgs), err)
-		}
+	if len(found) > 0 {
+		b.end = found[len(found)-1].position
 	}
-	last := batch[len(batch)-1].position
+	return b, nil
+}
+
+// record records pos as the group's position through conn, and only while
+// pg_locks shows conn holding the relay lock.
+func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position) error {
 	r.queries.Add(1)
 	// pg_locks shows a bigint advisory key as classid (its high half) and
 	// objid (its low half), with objsubid 1.
@@ -271,14 +323,14 @@ func (r *Relay) relayBatch(ctx context.Context, conn *pgx.Conn, pos position) (i
 	tag, err := conn.Exec(ctx, `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::text::xid8
 		WHERE consumer_group = $1 AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
 		  AND granted AND classid = $4 AND objid = $5 AND objsubid = 1)`,
-		r.cfg.ConsumerGroup, last.offset, fmt.Sprint(last.txID), uint32(key>>32), uint32(key))
+		r.cfg.ConsumerGroup, pos.offset, fmt.Sprint(pos.txID), uint32(key>>32), uint32(key))
 	if err != nil {
-		return 0, pos, fmt.Errorf("record outbox position: %w", err)
+		return fmt.Errorf("record outbox position: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return 0, pos, fmt.Errorf("record outbox position: %w", errLockLost)
+		return fmt.Errorf("record outbox position: %w", errLockLost)
 	}
-	return len(batch), last, nil
+	return nil
 }
 
 // ResetPosition sends group's relay back to the outbox's first row, for a
