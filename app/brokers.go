@@ -69,7 +69,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		return err
 	}
 	p.closers = append(p.closers, failures.Close)
-	sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, nil, p.logger)
+	sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, p.logger)
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,10 @@ type Receipt struct {
 // when retrying cannot help (bad payload); other errors are retried.
 type HandlerFunc func(ctx context.Context, e event.Event) error
 
+// BatchHandlerFunc handles events in order, all in one unit of work: the
+// bulk form of a HandlerFunc.
+type BatchHandlerFunc func(ctx context.Context, events []event.Event) error
+
 // Deps are what the platform gives a plugin when it is built. Database
 // work goes through Tx: a unit of work's transaction is the plugin's only
 // way to the database, so nothing it writes can skip the outbox, and a
@@ -91,6 +95,12 @@ type Plugin struct {
 	Routes func(chi.Router)
 	// Close releases what the plugin holds; nil when nothing.
 	Close func() error
+	// Batches optionally give a subscription's handler a bulk form, by
+	// subscription name: `moenda replay` then writes many events in one
+	// statement and one transaction instead of one transaction per event.
+	// It must have the handler's effect; a batch that fails runs event by
+	// event through the handler, as when serving.
+	Batches map[string]BatchHandlerFunc
 	// Rewind forgets what the plugin derived from events that occurred at
 	// or after from (the zero time: all of them), before `moenda replay`
 	// reads them again. Required of a Replayable plugin.
@@ -183,6 +193,11 @@ func (d Definition) Build(cfg any, deps Deps) (Plugin, error) {
 	for _, s := range d.Subscriptions {
 		if p.Handlers[s.Name] == nil {
 			return Plugin{}, fmt.Errorf("plugin %s: no handler for subscription %q", d.Name, s.Name)
+		}
+	}
+	for name := range p.Batches {
+		if !slices.ContainsFunc(d.Subscriptions, func(s Subscription) bool { return s.Name == name }) {
+			return Plugin{}, fmt.Errorf("plugin %s: a batch handler for %q, which is not a subscription", d.Name, name)
 		}
 	}
 	if d.Replayable && p.Rewind == nil {

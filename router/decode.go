@@ -21,34 +21,54 @@ var errNotDecoded = errors.New("the chain ran the handler without decoding the m
 // receives everything, and subscribers ignore unknown types. A handled
 // type in a version not in handles fails permanently (unknown_version).
 func Decode(handles []string, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
-	versions := map[string][]int{} // base name -> versions handled
-	for _, h := range handles {
-		if n, err := event.ParseName(h); err == nil {
-			versions[n.Base] = append(versions[n.Base], n.Version)
-		}
-	}
+	versions := versionsOf(handles)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			e, err := event.Decode(msg.Payload)
 			if err != nil {
 				return nil, err
 			}
-			if len(versions) > 0 {
-				n, _ := event.ParseName(e.Name) // valid: Decode checked it
-				handled, known := versions[n.Base]
-				if !known {
-					stats.Ignored.Add(1)
-					logger.DebugContext(msg.Context(), "event type not handled here: ignored",
-						"event_id", e.ID, "event_name", e.Name, "correlation_id", e.CorrelationID)
-					return nil, nil
-				}
-				if !slices.Contains(handled, n.Version) {
-					return nil, event.Reject(event.ReasonUnknownVersion,
-						fmt.Errorf("%s: this handler handles versions %v of %s", e.Name, handled, n.Base))
-				}
+			handled, err := accepts(versions, e)
+			if err != nil {
+				return nil, err
+			}
+			if !handled {
+				stats.Ignored.Add(1)
+				logger.DebugContext(msg.Context(), "event type not handled here: ignored",
+					"event_id", e.ID, "event_name", e.Name, "correlation_id", e.CorrelationID)
+				return nil, nil
 			}
 			msg.SetContext(withEvent(msg.Context(), e))
 			return h(msg)
 		}
 	}
+}
+
+// versionsOf maps each base name of handles to the versions handled.
+func versionsOf(handles []string) map[string][]int {
+	versions := map[string][]int{}
+	for _, h := range handles {
+		if n, err := event.ParseName(h); err == nil {
+			versions[n.Base] = append(versions[n.Base], n.Version)
+		}
+	}
+	return versions
+}
+
+// accepts says whether a route handling versions handles e: every event
+// when versions is empty, else those of a listed type, and a listed type
+// in another version is a permanent failure (unknown_version).
+func accepts(versions map[string][]int, e event.Event) (bool, error) {
+	if len(versions) == 0 {
+		return true, nil
+	}
+	n, _ := event.ParseName(e.Name) // valid: Decode checked it
+	handled, known := versions[n.Base]
+	if !known {
+		return false, nil
+	}
+	if !slices.Contains(handled, n.Version) {
+		return false, event.Reject(event.ReasonUnknownVersion, fmt.Errorf("%s: this handler handles versions %v of %s", e.Name, handled, n.Base))
+	}
+	return true, nil
 }

@@ -70,7 +70,7 @@ type reader struct {
 
 func read(t *testing.T, cfg kafka.Config, top *topology.Topology, queue, group string, handle func(*message.Message)) *reader {
 	t.Helper()
-	sub, err := kafka.NewSubscriber(cfg, top, func(string) string { return group }, nil, testenv.Logger())
+	sub, err := kafka.NewSubscriber(cfg, top, func(string) string { return group }, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

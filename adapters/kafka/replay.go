@@ -1,93 +1,76 @@
 package kafka
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
+	wkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers/event"
 )
 
-// partition names one partition of a topic.
-type partition struct {
-	topic string
-	id    int32
-}
-
-// Replay follows a consumer group that reads a queue's topics again, from
-// the offsets Rewind set, up to the end they had when it was set.
+// Replay reads a queue's exchange topics again, in a consumer group of its
+// own, from the offsets Rewind set up to the end the topics had then.
 type Replay struct {
+	cfg   Config
+	group string
+	parts []*partition
+
 	mu       sync.Mutex
-	start    map[partition]int64
-	end      map[partition]int64
-	next     map[partition]int64 // offset after the last record done
 	read     int64
 	finished chan struct{}
-	closed   bool
+}
+
+// partition is one partition a replay reads, and how far it has come.
+type partition struct {
+	src        source
+	id         int32
+	start, end int64
+	next       int64 // guarded by Replay.mu
 }
 
 // Rewind points group at the records of queue's exchange topics stamped at
-// or after from (the zero time: the oldest records), so that a consumer in
-// the group reads them again, and returns what the replay must read. The
-// queue's retry topics are set to their end: copies waiting there belong
-// to the live readers. Offsets are committed explicitly, so this works for
-// a new group and for one with committed offsets alike; the group must
-// have no member running.
+// or after from (the zero time: the oldest records), and returns the
+// replay that reads them, up to the end the topics have now. Offsets are
+// set explicitly, so this works for a new group and for one with committed
+// offsets alike; no member of the group may be running.
 func Rewind(cfg Config, top *topology.Topology, queue, group string, from time.Time) (*Replay, error) {
 	srcs, err := sources(cfg, top, queue)
 	if err != nil {
 		return nil, err
 	}
-	r := &Replay{start: map[partition]int64{}, end: map[partition]int64{}, next: map[partition]int64{}, finished: make(chan struct{})}
+	r := &Replay{cfg: cfg, group: group, finished: make(chan struct{})}
 	err = withClient(cfg, "moenda replay", func(client sarama.Client) error {
-		topics := make([]string, len(srcs))
-		for i, src := range srcs {
-			topics[i] = src.topic
-		}
-		if err := createTopics(client, cfg, topics); err != nil {
-			return err
-		}
-		commit := map[string]map[int32]sarama.OffsetAndMetadata{}
 		for _, src := range srcs {
+			if src.delay > 0 {
+				continue // retry copies belong to the live readers
+			}
+			if err := createTopics(client, cfg, []string{src.topic}); err != nil {
+				return err
+			}
 			ids, err := client.Partitions(src.topic)
 			if err != nil {
 				return fmt.Errorf("kafka: partitions of %s: %w", src.topic, err)
 			}
-			commit[src.topic] = map[int32]sarama.OffsetAndMetadata{}
 			for _, id := range ids {
 				end, err := client.GetOffset(src.topic, id, sarama.OffsetNewest)
 				if err != nil {
 					return fmt.Errorf("kafka: end of %s/%d: %w", src.topic, id, err)
 				}
-				start := end
-				if src.delay == 0 {
-					if start, err = offsetAt(client, src.topic, id, from, end); err != nil {
-						return err
-					}
-					p := partition{src.topic, id}
-					r.start[p], r.end[p], r.next[p] = start, end, start
+				start, err := offsetAt(client, src.topic, id, from, end)
+				if err != nil {
+					return err
 				}
-				commit[src.topic][id] = sarama.OffsetAndMetadata{Offset: start, LeaderEpoch: -1}
+				r.parts = append(r.parts, &partition{src: src, id: id, start: start, end: end, next: start})
 			}
 		}
-		admin, err := sarama.NewClusterAdminFromClient(client)
-		if err != nil {
-			return fmt.Errorf("kafka: admin: %w", err)
-		}
-		resp, err := admin.AlterConsumerGroupOffsets(cfg.Group(group), commit, nil)
-		if err != nil {
-			return fmt.Errorf("kafka: set the offsets of group %s: %w", cfg.Group(group), err)
-		}
-		for topic, parts := range resp.Errors {
-			for id, kerr := range parts {
-				if kerr != sarama.ErrNoError {
-					return fmt.Errorf("kafka: set the offset of group %s on %s/%d: %w (is a member of the group still running?)", cfg.Group(group), topic, id, kerr)
-				}
-			}
-		}
-		return nil
+		return r.commit(client)
 	})
 	if err != nil {
 		return nil, err
@@ -113,38 +96,166 @@ func offsetAt(client sarama.Client, topic string, id int32, from time.Time, end 
 	return off, nil
 }
 
-// Record takes note of a record the replay's handler is done with; give it
-// to NewSubscriber as onDone.
-func (r *Replay) Record(d Done) {
+// commit records every partition's position as the group's offsets, so
+// that Kafka's tools show how far the replay has come.
+func (r *Replay) commit(client sarama.Client) error {
+	offsets := map[string]map[int32]sarama.OffsetAndMetadata{}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := partition{d.Topic, d.Partition}
-	end, ok := r.end[p]
-	if !ok || d.Offset < r.next[p] || d.Offset >= end {
-		return // a retry copy, a redelivery, or live traffic past the end
+	for _, p := range r.parts {
+		if offsets[p.src.topic] == nil {
+			offsets[p.src.topic] = map[int32]sarama.OffsetAndMetadata{}
+		}
+		offsets[p.src.topic][p.id] = sarama.OffsetAndMetadata{Offset: p.next, LeaderEpoch: -1}
 	}
-	r.read += d.Offset + 1 - r.next[p]
-	r.next[p] = d.Offset + 1
-	r.checkLocked()
+	r.mu.Unlock()
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return fmt.Errorf("kafka: admin: %w", err)
+	}
+	group := r.cfg.Group(r.group)
+	resp, err := admin.AlterConsumerGroupOffsets(group, offsets, nil)
+	if err != nil {
+		return fmt.Errorf("kafka: set the offsets of group %s: %w", group, err)
+	}
+	for topic, parts := range resp.Errors {
+		for id, kerr := range parts {
+			if kerr != sarama.ErrNoError {
+				return fmt.Errorf("kafka: set the offset of group %s on %s/%d: %w (is another replay of it running?)", group, topic, id, kerr)
+			}
+		}
+	}
+	return nil
 }
 
+// Read reads every partition from its start to its end, a goroutine per
+// partition, and hands its records to handle in order, in batches of at
+// most max, each with the delivery metadata a Subscriber sets; records the
+// queue's bindings do not match count as read without reaching handle. A
+// batch counts as read once handle returns nil. The group's offsets are
+// committed every second and at the end. Read returns when every
+// partition is read, when ctx ends or when handle fails.
+func (r *Replay) Read(ctx context.Context, max int, handle func(ctx context.Context, msgs []*message.Message) error) error {
+	client, err := sarama.NewClient(r.cfg.Brokers, r.cfg.Sarama("moenda replay"))
+	if err != nil {
+		return fmt.Errorf("kafka: connect to %v: %w", r.cfg.Brokers, err)
+	}
+	defer client.Close()
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return fmt.Errorf("kafka: consumer: %w", err)
+	}
+	defer consumer.Close()
+	g, gctx := errgroup.WithContext(ctx)
+	for _, p := range r.parts {
+		if p.start >= p.end {
+			continue
+		}
+		g.Go(func() error { return r.readPartition(gctx, consumer, p, max, handle) })
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Wait() }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if cerr := r.commit(client); err == nil && cerr != nil {
+				err = cerr
+			}
+			return err
+		case <-tick.C:
+			if err := r.commit(client); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (r *Replay) readPartition(ctx context.Context, consumer sarama.Consumer, p *partition, max int, handle func(context.Context, []*message.Message) error) error {
+	pc, err := consumer.ConsumePartition(p.src.topic, p.id, p.start)
+	if err != nil {
+		return fmt.Errorf("kafka: read %s/%d from %d: %w", p.src.topic, p.id, p.start, err)
+	}
+	defer pc.Close()
+	next := p.start
+	for next < p.end {
+		var recs []*sarama.ConsumerMessage
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-pc.Errors():
+			return fmt.Errorf("kafka: read %s/%d: %w", p.src.topic, p.id, err)
+		case rec := <-pc.Messages():
+			recs = append(recs, rec)
+		}
+	more: // whatever has arrived, up to max and the end
+		for len(recs) < max && recs[len(recs)-1].Offset+1 < p.end {
+			select {
+			case rec := <-pc.Messages():
+				recs = append(recs, rec)
+			default:
+				break more
+			}
+		}
+		msgs := make([]*message.Message, 0, len(recs))
+		for _, rec := range recs {
+			msg, err := p.src.message(rec)
+			if err != nil {
+				return err
+			}
+			if msg != nil {
+				msgs = append(msgs, msg)
+			}
+		}
+		if len(msgs) > 0 {
+			if err := handle(ctx, msgs); err != nil {
+				return err
+			}
+		}
+		next = recs[len(recs)-1].Offset + 1
+		r.advance(p, next)
+	}
+	return nil
+}
+
+// message is a record of src as a delivery, or nil for one the queue's
+// bindings do not match.
+func (src source) message(rec *sarama.ConsumerMessage) (*message.Message, error) {
+	msg, err := wkafka.DefaultMarshaler{}.Unmarshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %s/%d@%d: %w", rec.Topic, rec.Partition, rec.Offset, err)
+	}
+	name, err := event.ParseName(msg.Metadata.Get(event.MetaName))
+	if err == nil && !matchesAny(src.patterns, name.Base) {
+		return nil, nil
+	}
+	msg.Metadata.Set(event.MetaDeliveryExchange, src.exchange)
+	msg.Metadata.Set(event.MetaDeliveryRoutingKey, name.Base)
+	return msg, nil
+}
+
+func (r *Replay) advance(p *partition, next int64) {
+	r.mu.Lock()
+	r.read += next - p.next
+	p.next = next
+	r.mu.Unlock()
+	r.check()
+}
+
+// check closes finished once every partition is read to its end.
 func (r *Replay) check() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.checkLocked()
-}
-
-func (r *Replay) checkLocked() {
-	if r.closed {
-		return
-	}
-	for p, end := range r.end {
-		if r.next[p] < end {
+	for _, p := range r.parts {
+		if p.next < p.end {
 			return
 		}
 	}
-	r.closed = true
-	close(r.finished)
+	select {
+	case <-r.finished:
+	default:
+		close(r.finished)
+	}
 }
 
 // Finished is closed once every partition has been read to its end.
@@ -154,8 +265,8 @@ func (r *Replay) Finished() <-chan struct{} { return r.finished }
 func (r *Replay) Progress() (read, total int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for p, end := range r.end {
-		total += end - r.start[p]
+	for _, p := range r.parts {
+		total += p.end - p.start
 	}
 	return r.read, total
 }

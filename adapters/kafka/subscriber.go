@@ -17,13 +17,6 @@ import (
 	"github.com/moenda/moenda/handlers/event"
 )
 
-// Done is a record whose handler has finished with it.
-type Done struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-}
-
 // Subscriber consumes a queue of the topology on Kafka: topic = queue
 // name, as for RabbitMQ. It reads the topics of the exchanges the queue is
 // bound on, in a consumer group, and hands on the events its bindings
@@ -36,7 +29,6 @@ type Subscriber struct {
 	cfg    Config
 	top    *topology.Topology
 	group  func(queue string) string
-	onDone func(Done)
 	logger *slog.Logger
 
 	closing   chan struct{}
@@ -47,16 +39,15 @@ type Subscriber struct {
 }
 
 // NewSubscriber returns a subscriber reading each queue in the consumer
-// group group(queue). onDone, when not nil, hears of every record the
-// handler is done with (a replay follows its progress so).
-func NewSubscriber(cfg Config, top *topology.Topology, group func(queue string) string, onDone func(Done), logger *slog.Logger) (*Subscriber, error) {
+// group group(queue).
+func NewSubscriber(cfg Config, top *topology.Topology, group func(queue string) string, logger *slog.Logger) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka subscriber: %w", err)
 	}
 	if top == nil || group == nil || logger == nil {
 		return nil, errors.New("kafka subscriber: the topology, the group naming and the logger are required")
 	}
-	return &Subscriber{cfg: cfg, top: top, group: group, onDone: onDone, logger: logger, closing: make(chan struct{})}, nil
+	return &Subscriber{cfg: cfg, top: top, group: group, logger: logger, closing: make(chan struct{})}, nil
 }
 
 // source is one topic a queue reads, and what becomes of its records.
@@ -197,7 +188,6 @@ func (s *Subscriber) pump(ctx context.Context, ws *wkafka.Subscriber, src source
 		}
 	}
 	for msg := range ch {
-		done := s.doneOf(src.topic, msg)
 		if src.delay > 0 {
 			at, _ := wkafka.MessageTimestampFromCtx(msg.Context())
 			if !s.sleep(ctx, time.Until(at.Add(src.delay))) {
@@ -208,7 +198,6 @@ func (s *Subscriber) pump(ctx context.Context, ws *wkafka.Subscriber, src source
 			name, err := event.ParseName(msg.Metadata.Get(event.MetaName))
 			if err == nil && !matchesAny(src.patterns, name.Base) {
 				msg.Ack() // another queue's event on a shared topic
-				s.done(done)
 				continue
 			}
 			msg.Metadata.Set(event.MetaDeliveryExchange, src.exchange)
@@ -221,29 +210,6 @@ func (s *Subscriber) pump(ctx context.Context, ws *wkafka.Subscriber, src source
 		case <-s.closing:
 			return
 		}
-		if s.onDone != nil {
-			go func() {
-				select {
-				case <-msg.Acked():
-					s.done(done)
-				case <-msg.Nacked():
-				case <-s.closing:
-				}
-			}()
-		}
-	}
-}
-
-func (s *Subscriber) doneOf(topic string, msg *message.Message) Done {
-	d := Done{Topic: topic}
-	d.Partition, _ = wkafka.MessagePartitionFromCtx(msg.Context())
-	d.Offset, _ = wkafka.MessagePartitionOffsetFromCtx(msg.Context())
-	return d
-}
-
-func (s *Subscriber) done(d Done) {
-	if s.onDone != nil {
-		s.onDone(d)
 	}
 }
 

@@ -204,6 +204,29 @@ func TestCountsOnEveryStore(t *testing.T) {
 	}
 }
 
+// The batch form, which a replay uses, counts what the handler counts, and
+// a batch holding one event twice, or events already counted, counts each
+// once.
+func TestBatchCountsWhatTheHandlerCounts(t *testing.T) {
+	for name, newTx := range transactors(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newTx())
+			es := events()
+			batch := append(append([]event.Event{}, es...), es[0], es[2])
+			f.handle(es[1])
+			err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+				return f.plugin.Batches["metricas"](ctx, batch)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.counts(""); !reflect.DeepEqual(got, want) {
+				t.Fatalf("counts after a batch = %+v\nwant     %+v", got, want)
+			}
+		})
+	}
+}
+
 // A handler's facts are part of its delivery's unit of work: when that
 // unit rolls back, nothing is counted, and the redelivery counts once.
 func TestFactCommitsWithItsDelivery(t *testing.T) {
@@ -305,6 +328,7 @@ func TestMunicipio(t *testing.T) {
 		{`{"municipio_ibge":["1"]}`, ""},
 		{`{"municipio_ibge":""}`, ""},
 		{`{"municipio_ibge":"a\u0000b"}`, ""},
+		{`{"municipio\u005fibge":"42"}`, "42"}, // an escaped key is still the key
 		{`["municipio_ibge"]`, ""},
 		{`"3550308"`, ""},
 		{`null`, ""},

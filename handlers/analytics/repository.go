@@ -14,8 +14,8 @@ import (
 
 // repository stores facts inside one unit of work.
 type repository interface {
-	// Add stores f unless a fact with its event id is already stored.
-	Add(ctx context.Context, f fato) error
+	// Add stores each fact unless one with its event id is already stored.
+	Add(ctx context.Context, facts ...fato) error
 	// DeleteFrom removes the facts that occurred at or after from; the
 	// zero time removes all.
 	DeleteFrom(ctx context.Context, from time.Time) error
@@ -27,13 +27,17 @@ type repository interface {
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
 
-func (r postgresRepository) Add(ctx context.Context, f fato) error {
+func (r postgresRepository) Add(ctx context.Context, facts ...fato) error {
+	ids, eventos, em, municipios := make([]string, len(facts)), make([]string, len(facts)), make([]time.Time, len(facts)), make([]*string, len(facts))
+	for i, f := range facts {
+		ids[i], eventos[i], em[i], municipios[i] = f.EventID, f.Evento, f.OcorridoEm, f.MunicipioIBGE
+	}
 	_, err := r.tx.Exec(ctx, `
 		INSERT INTO analytics_eventos (event_id, evento, ocorrido_em, municipio_ibge)
-		VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING`,
-		f.EventID, f.Evento, f.OcorridoEm, f.MunicipioIBGE)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[])
+		ON CONFLICT (event_id) DO NOTHING`, ids, eventos, em, municipios)
 	if err != nil {
-		return fmt.Errorf("analytics: insert event %s: %w", f.EventID, err)
+		return fmt.Errorf("analytics: insert %d events from %s: %w", len(facts), ids[0], err)
 	}
 	return nil
 }
@@ -175,18 +179,19 @@ func (r *memoryRepository) visible() []fato {
 	return out
 }
 
-func (r *memoryRepository) Add(_ context.Context, f fato) error {
-	if _, ok := r.added[f.EventID]; ok {
-		return nil
-	}
+func (r *memoryRepository) Add(_ context.Context, facts ...fato) error {
 	r.s.mu.Lock()
-	old, ok := r.s.rows[f.EventID]
-	r.s.mu.Unlock()
-	if ok && !r.gone(old) {
-		return nil
+	defer r.s.mu.Unlock()
+	for _, f := range facts {
+		if _, ok := r.added[f.EventID]; ok {
+			continue
+		}
+		if old, ok := r.s.rows[f.EventID]; ok && !r.gone(old) {
+			continue
+		}
+		f.OcorridoEm = f.OcorridoEm.Round(time.Microsecond)
+		r.added[f.EventID] = f
 	}
-	f.OcorridoEm = f.OcorridoEm.Round(time.Microsecond)
-	r.added[f.EventID] = f
 	return nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -125,20 +124,52 @@ type Name struct {
 	Version int    // 1
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9_-]+(\.[a-z0-9_-]+)*\.v([1-9][0-9]*)$`)
-
-// ParseName checks that name is dot-separated lower-case words ending in a
-// version suffix .vN (N >= 1).
+// ParseName checks that name is dot-separated words of lower-case
+// letters, digits, _ and -, ending in a version suffix .vN (N >= 1). It is
+// on every message's path, so it scans rather than matching a regular
+// expression (a tenth of the time; a fuzz test holds the two equal).
 func ParseName(name string) (Name, error) {
-	m := nameRE.FindStringSubmatch(name)
-	if m == nil {
+	i := strings.LastIndex(name, ".v")
+	if i <= 0 || !validBase(name[:i]) || !validVersion(name[i+2:]) {
 		return Name{}, fmt.Errorf("event_name %q must be lower-case dot-separated words ending in a version, like tarefa.concluida.v1", name)
 	}
-	v, err := strconv.Atoi(m[2])
+	v, err := strconv.Atoi(name[i+2:])
 	if err != nil {
 		return Name{}, fmt.Errorf("event_name %q: version: %w", name, err)
 	}
-	return Name{Base: strings.TrimSuffix(name, ".v"+m[2]), Version: v}, nil
+	return Name{Base: name[:i], Version: v}, nil
+}
+
+// validBase reports whether s is words of [a-z0-9_-] joined by dots.
+func validBase(s string) bool {
+	word := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '.':
+			if word == 0 {
+				return false
+			}
+			word = 0
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '-':
+			word++
+		default:
+			return false
+		}
+	}
+	return word > 0
+}
+
+// validVersion reports whether s is a number from 1 without leading zeros.
+func validVersion(s string) bool {
+	if s == "" || s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Reason classes say why a message was dead-lettered. They travel in the

@@ -3,6 +3,8 @@ package event
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +150,26 @@ func TestAggregateIDTravels(t *testing.T) {
 	if err != nil || back.AggregateID != "7" || back.ID != e.ID {
 		t.Fatalf("decoded %+v, %v; want aggregate 7 and id %s", back, err, e.ID)
 	}
+}
+
+// ParseName must accept exactly what the grammar's regular expression does.
+func FuzzParseName(f *testing.F) {
+	grammar := regexp.MustCompile(`^[a-z0-9_-]+(\.[a-z0-9_-]+)*\.v([1-9][0-9]*)$`)
+	for _, s := range []string{"tarefa.concluida.v1", "a.v1.v2", "a.v01", "a..b.v1", ".a.v1", "a.v", "v1", ".v1", "a.b.v10", "A.v1", "a-b_c.v3", "a.v1x", "a.v99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseName(s)
+		m := grammar.FindStringSubmatch(s)
+		if m == nil {
+			if err == nil {
+				t.Fatalf("%q accepted as %+v; the grammar refuses it", s, n)
+			}
+			return
+		}
+		v, verr := strconv.Atoi(m[2])
+		if (err != nil) != (verr != nil) || (err == nil && (n.Version != v || n.Base+".v"+m[2] != s)) {
+			t.Fatalf("%q: %+v, %v; the grammar says version %s", s, n, err, m[2])
+		}
+	})
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/app/replay"
 	"github.com/moenda/moenda/handlers"
-	"github.com/moenda/moenda/router"
 )
 
 // replayCommand parses `replay PLUGIN --from earliest|TIME`.
@@ -40,7 +40,7 @@ func replayCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdo
 		if err != nil {
 			return err
 		}
-		return replay(ctx, cfg, args[0], from, stdout, stderr)
+		return rebuild(ctx, cfg, args[0], from, stdout, stderr)
 	}, true
 }
 
@@ -56,14 +56,10 @@ func parseFrom(text string) (time.Time, error) {
 	return at, nil
 }
 
-// replay rebuilds what a replayable plugin derived from events: the plugin
-// forgets what occurred at or after from (Rewind), then its handlers read
-// those events again from Kafka, through the same chain as when serving,
-// in a consumer group of their own (<queue>.replay) whose offsets are set
-// to from, until they reach the end the log had when the replay began.
-// Live readers carry on meanwhile; the plugin's idempotent writes make the
-// two meet.
-func replay(ctx context.Context, cfg *Resolved, name string, from time.Time, stdout, stderr io.Writer) (err error) {
+// rebuild runs `moenda replay`: it connects what the plugin needs, fills an
+// embedded cluster it had to start, and rebuilds the plugin's projection
+// (see package replay) while it shows the progress.
+func rebuild(ctx context.Context, cfg *Resolved, name string, from time.Time, stdout, stderr io.Writer) (err error) {
 	if !cfg.usesKafka() {
 		return errors.New("replay reads the event log in Kafka, which this environment does not use: set analytics.kafka.enabled: true (MOENDA_ANALYTICS__KAFKA__ENABLED=true) or broker.kind: kafka")
 	}
@@ -109,46 +105,12 @@ func replay(ctx context.Context, cfg *Resolved, name string, from time.Time, std
 	}
 	p.closers = append(p.closers, failures.Close)
 
-	if err = built.Rewind(ctx, from); err != nil {
-		return fmt.Errorf("replay %s: rewind: %w", name, err)
-	}
-	var reps []*kafka.Replay
-	var routes []router.Route
-	groups := map[string]string{}
-	for _, s := range ep.def.Subscriptions {
-		q := ep.def.Queue(s)
-		groups[q] = q + ".replay"
-		if err = txr.ForgetConsumer(ctx, groups[q]); err != nil {
-			return err
-		}
-		rep, err := kafka.Rewind(cfg.Kafka, p.top, q, groups[q], from)
-		if err != nil {
-			return err
-		}
-		reps = append(reps, rep)
-		pol, _ := p.top.Policy(q)
-		routes = append(routes, router.Route{Queue: q, Consumer: groups[q], Handler: ep.def.Name + "/" + s.Name, Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]})
-	}
-	sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, func(q string) string { return groups[q] }, func(d kafka.Done) {
-		for _, r := range reps {
-			r.Record(d)
-		}
-	}, logger)
+	run, err := replay.Start(ctx, replay.Deps{Kafka: cfg.Kafka, Topology: p.top, Store: txr, Sink: failures, Logger: logger}, ep.def, built, from)
 	if err != nil {
 		return err
 	}
-	p.closers = append(p.closers, sub.Close)
-	r, err := router.New(cfg.Router, wlog)
-	if err != nil {
-		return err
-	}
-	router.AddRoutes(r, router.Deps{Subscriber: sub, Sink: failures, Inbox: txr, Stats: router.NewStats(), Logger: logger}, routes)
-	failed := make(chan error, 1)
-	go func() { failed <- r.Run(context.WithoutCancel(ctx)) }()
-
 	began := time.Now()
-	read, err := follow(ctx, name, reps, failed, stderr, logger)
-	err = errors.Join(err, r.Close())
+	read, err := follow(ctx, name, run, stderr, logger)
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", name, err)
 	}
@@ -188,25 +150,13 @@ func (p *Platform) fillEmbedded(ctx context.Context, queues []string) error {
 	})
 }
 
-// follow shows the replay's progress until every partition is read to its
-// end, and returns how many records were read: a bar on a terminal, a log
-// line every two seconds otherwise.
-func follow(ctx context.Context, name string, reps []*kafka.Replay, failed <-chan error, stderr io.Writer, logger *slog.Logger) (int64, error) {
-	progress := func() (read, total int64) {
-		for _, r := range reps {
-			n, t := r.Progress()
-			read, total = read+n, total+t
-		}
-		return read, total
-	}
-	finished := make(chan struct{})
-	go func() {
-		for _, r := range reps {
-			<-r.Finished()
-		}
-		close(finished)
-	}()
-	_, total := progress()
+// follow reads the replay to its end, showing its progress: a bar on a
+// terminal, a log line every two seconds otherwise. It returns how many
+// events were read.
+func follow(ctx context.Context, name string, run *replay.Replay, stderr io.Writer, logger *slog.Logger) (int64, error) {
+	done := make(chan error, 1)
+	go func() { done <- run.Read(ctx) }()
+	_, total := run.Progress()
 	var bar *progressbar.ProgressBar
 	every := 2 * time.Second
 	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
@@ -220,20 +170,14 @@ func follow(ctx context.Context, name string, reps []*kafka.Replay, failed <-cha
 	defer tick.Stop()
 	for {
 		select {
-		case <-ctx.Done():
-			read, _ := progress()
-			return read, ctx.Err()
-		case err := <-failed:
-			read, _ := progress()
-			return read, fmt.Errorf("the router stopped: %w", err)
-		case <-finished:
-			read, _ := progress()
-			if bar != nil {
+		case err := <-done:
+			read, _ := run.Progress()
+			if bar != nil && err == nil {
 				_ = bar.Finish()
 			}
-			return read, nil
+			return read, err
 		case <-tick.C:
-			read, _ := progress()
+			read, _ := run.Progress()
 			if bar != nil {
 				_ = bar.Set64(read)
 				continue
