@@ -34,6 +34,10 @@ func TestMainFailsWithOneClearLine(t *testing.T) {
 		{"unknown command", nil, []string{"deploy"}, 2, `moenda: unknown command "deploy"`},
 		{"no command", nil, nil, 2, "moenda: no command given"},
 		{"flag after the command", nil, []string{"serve", "--env", "memory"}, 2, "moenda: flags go before the command: moenda --env ENV serve"},
+		{"replay without a plugin", nil, []string{"replay"}, 2, "moenda: usage: moenda replay PLUGIN --from earliest|TIME"},
+		{"replay from no time", nil, []string{"replay", "analytics", "--from", "yesterday"}, 1, `moenda: replay: --from must be earliest or an RFC 3339 time like 2026-11-30T00:00:00Z, got "yesterday"`},
+		{"replay without Kafka", nil, []string{"replay", "analytics", "--from", "earliest"}, 1, "moenda: replay reads the event log in Kafka, which this environment does not use: set analytics.kafka.enabled: true"},
+		{"replay of a plugin that is not replayable", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true"}, []string{"replay", "tarefas", "--from", "earliest"}, 1, `moenda: replay: "tarefas" is not an enabled replayable plugin (these are: analytics)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
