@@ -155,12 +155,11 @@ func (r *Relay) session(ctx context.Context) error {
 // lead relays on conn, the session holding the relay lock, until ctx ends
 // or a statement fails.
 //
-// While the broker confirms one batch, the next is read and decoded on
-// conn, so the broker and the database work at the same time; the
-// position of a batch is recorded once the broker has confirmed it, and
-// the next batch is published only after that, so a relay whose position
-// update fails (its lock lost) publishes nothing more, and rows go out in
-// order.
+// While one batch is decoded and published, the next is read on conn, so
+// the broker and the database work at the same time; the position of a
+// batch is recorded once the broker has confirmed it, and the next batch
+// is published only after that, so a relay whose position update fails
+// (its lock lost) publishes nothing more, and rows go out in order.
 func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	pos, err := r.load(ctx, conn)
 	if err != nil {
@@ -193,30 +192,18 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	// sleeps until a writer wakes it or the idle poll comes round.
 	empty := 0
 	for {
-		b, err := r.read(ctx, conn, pos)
+		rows, err := r.read(ctx, conn, pos)
 		if err != nil {
 			return err
 		}
 		if err := finish(); err != nil {
 			return err
 		}
-		if b.rows > 0 {
+		if len(rows) > 0 {
 			empty = 0
-			pos = b.end
-			if len(b.msgs) == 0 { // every row skipped
-				if err := r.record(ctx, conn, pos); err != nil {
-					return err
-				}
-				continue
-			}
-			sent, sentEnd = make(chan error, 1), b.end
-			go func() {
-				if err := r.dest.PublishBatch(ctx, b.keys, b.msgs); err != nil {
-					sent <- fmt.Errorf("publish %d events: %w", len(b.msgs), err)
-					return
-				}
-				sent <- nil
-			}()
+			pos = rows[len(rows)-1].position
+			sent, sentEnd = make(chan error, 1), pos
+			go func() { sent <- r.publish(ctx, rows) }()
 			continue
 		}
 		empty++
@@ -250,19 +237,9 @@ func (r *Relay) load(ctx context.Context, conn *pgx.Conn) (position, error) {
 	return pos, nil
 }
 
-// batch is what one read found: the messages to publish with their
-// routing keys, how many rows were read (skipped ones included) and the
-// position of the last.
-type batch struct {
-	keys []string
-	msgs []*message.Message
-	rows int
-	end  position
-}
-
-// read reads the next batch after pos through conn, the session holding
-// the relay lock.
-func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) (batch, error) {
+// read reads the rows after pos through conn, the session holding the
+// relay lock: a batch at most.
+func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) ([]outboxRow, error) {
 	r.queries.Add(1)
 	// The range on the primary key (transaction_id, offset) from the
 	// position makes a read cost the same however long the backlog.
@@ -273,7 +250,7 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) (batch, 
 		ORDER BY transaction_id, "offset"
 		LIMIT $3`, fmt.Sprint(pos.txID), pos.offset, r.cfg.BatchSize)
 	if err != nil {
-		return batch{}, fmt.Errorf("read outbox: %w", err)
+		return nil, fmt.Errorf("read outbox: %w", err)
 	}
 	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
 		var rw outboxRow
@@ -281,10 +258,19 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) (batch, 
 		return rw, err
 	})
 	if err != nil {
-		return batch{}, fmt.Errorf("read outbox: %w", err)
+		return nil, fmt.Errorf("read outbox: %w", err)
 	}
-	b := batch{rows: len(found), keys: make([]string, 0, len(found)), msgs: make([]*message.Message, 0, len(found))}
-	for _, rw := range found {
+	return found, nil
+}
+
+// publish decodes rows into messages and publishes them, returning once
+// the broker has confirmed them all. A row whose metadata names no event,
+// or whose event no exchange carries, is skipped with an error log: it
+// stays in the table.
+func (r *Relay) publish(ctx context.Context, rows []outboxRow) error {
+	keys := make([]string, 0, len(rows))
+	msgs := make([]*message.Message, 0, len(rows))
+	for _, rw := range rows {
 		msg := message.NewMessage(rw.uuid, rw.payload)
 		var err error
 		msg.Metadata, err = decodeMetadata(rw.metadata)
@@ -304,13 +290,16 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) (batch, 
 			continue
 		}
 		delete(msg.Metadata, legacyRoutingKey)
-		b.keys = append(b.keys, key)
-		b.msgs = append(b.msgs, msg)
+		keys = append(keys, key)
+		msgs = append(msgs, msg)
 	}
-	if len(found) > 0 {
-		b.end = found[len(found)-1].position
+	if len(msgs) == 0 {
+		return nil
 	}
-	return b, nil
+	if err := r.dest.PublishBatch(ctx, keys, msgs); err != nil {
+		return fmt.Errorf("publish %d events: %w", len(msgs), err)
+	}
+	return nil
 }
 
 // record records pos as the group's position through conn, and only while
