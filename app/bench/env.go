@@ -190,6 +190,10 @@ func (e *env) machine(ctx context.Context) map[string]string {
 	if v, ok := e.conn.Properties["version"].(string); ok {
 		m["rabbitmq"] = v
 	}
+	m["kafka"] = strings.Join(e.opts.Kafka.Brokers, ",")
+	if e.opts.Kafka.Embedded || len(e.opts.Kafka.Brokers) == 0 {
+		m["kafka"] = "embedded (kfake, in the bench process)"
+	}
 	return m
 }
 
