@@ -34,7 +34,11 @@ func (p *Platform) connectPostgres(ctx context.Context) error {
 func (p *Platform) connectBrokers(ctx context.Context) error {
 	cfg := p.cfg
 	if cfg.Broker.Kind == BrokerAMQP {
-		if err := amqp.Declare(ctx, cfg.AMQP.URL, p.top); err != nil {
+		declared, err := cfg.RabbitTopology()
+		if err != nil {
+			return err
+		}
+		if err := amqp.Declare(ctx, cfg.AMQP.URL, declared); err != nil {
 			return err
 		}
 		b, err := amqp.Connect(cfg.AMQP, p.top, p.logger)

@@ -175,7 +175,7 @@ func migrateUp(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) err
 }
 
 func topologyPrint(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error {
-	top, err := cfg.BuildTopology()
+	top, err := cfg.RabbitTopology()
 	if err != nil {
 		return err
 	}

@@ -91,6 +91,14 @@ func TestTopologyPrintNeedsNoService(t *testing.T) {
 			t.Errorf("topology print lacks %q:\n%s", want, stdout)
 		}
 	}
+	// analytics.metricas is RabbitMQ's unless it reads Kafka.
+	if !strings.Contains(stdout, "queue analytics.metricas durable") {
+		t.Errorf("topology print lacks analytics.metricas:\n%s", stdout)
+	}
+	_, stdout, _ = run(t, []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true"}, "topology", "print")
+	if strings.Contains(stdout, "analytics.metricas") || !strings.Contains(stdout, "queue notificacoes.tarefas-concluidas durable") {
+		t.Errorf("with analytics on Kafka, topology print still declares analytics.metricas on RabbitMQ, or lost the rest:\n%s", stdout)
+	}
 }
 
 func TestMigrateUpTwiceIsANoOp(t *testing.T) {

@@ -65,8 +65,24 @@ type inbox interface {
 // BuildTopology derives the broker layout from the configuration and the
 // enabled plugins, without connecting to anything.
 func (c *Resolved) BuildTopology() (*topology.Topology, error) {
+	return c.buildTopology(func(enabledPlugin) bool { return true })
+}
+
+// RabbitTopology is the part of the layout declared on RabbitMQ: all of
+// it, except, when replayable plugins read Kafka (analytics.kafka.enabled),
+// their queues, which nobody would consume there.
+func (c *Resolved) RabbitTopology() (*topology.Topology, error) {
+	return c.buildTopology(func(p enabledPlugin) bool { return !c.Analytics.Kafka.Enabled || !p.def.Replayable })
+}
+
+// buildTopology derives the layout with the subscriptions of the plugins
+// include accepts.
+func (c *Resolved) buildTopology(include func(enabledPlugin) bool) (*topology.Topology, error) {
 	var subs []topology.Subscription
 	for _, p := range c.plugins {
+		if !include(p) {
+			continue
+		}
 		for _, s := range p.def.Subscriptions {
 			subs = append(subs, topology.Subscription{Queue: p.def.Queue(s), Patterns: s.Events})
 		}
