@@ -41,6 +41,9 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		if err := amqp.Declare(ctx, cfg.AMQP.URL, declared); err != nil {
 			return err
 		}
+		if err := p.warnOfUnreadQueues(); err != nil {
+			return err
+		}
 		b, err := amqp.Connect(cfg.AMQP, p.top, p.logger)
 		if err != nil {
 			return err
@@ -85,6 +88,22 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		p.stream = &b // not part of readiness: RabbitMQ delivery goes on without it
 	}
 	return p.addRelay(dest, cfg.kafkaRelayGroup())
+}
+
+// warnOfUnreadQueues logs a warning for each queue of a replayable plugin
+// left on RabbitMQ from before analytics.kafka.enabled: nothing reads it
+// now, and it keeps a copy of every event its bindings match.
+func (p *Platform) warnOfUnreadQueues() error {
+	if !p.cfg.Analytics.Kafka.Enabled {
+		return nil
+	}
+	queues, _ := p.kafkaReaders()
+	left, err := amqp.ExistingQueues(p.cfg.AMQP.URL, queues)
+	for _, q := range left {
+		p.logger.Warn("a queue of a plugin that now reads Kafka is still on RabbitMQ and fills up unread; delete it once it is empty or no longer needed",
+			"queue", q, "command", "rabbitmqctl delete_queue "+q)
+	}
+	return err
 }
 
 // kafkaReaders returns the queues that read Kafka and their consumer

@@ -128,8 +128,25 @@ func TestAnalyticsReadsKafkaBesideRabbitMQ(t *testing.T) {
 		t.Fatalf("RabbitMQ queues:\n%s\nwant notificacoes.tarefas-concluidas and no analytics.metricas", queues)
 	}
 	groups := consumerGroups(t, k)
+	if strings.Contains(p.logs.String(), "still on RabbitMQ") {
+		t.Fatalf("a warning about a queue that is not there:\n%s", p.logs.String())
+	}
 	if !groups[k.Config.Group("analytics")] {
 		t.Fatalf("consumer groups on the cluster = %v, want one named analytics", groups)
+	}
+}
+
+// A queue left on RabbitMQ from before the flag was turned on is named in
+// a warning with the command that deletes it.
+func TestAQueueLeftOnRabbitMQIsReported(t *testing.T) {
+	k := testenv.Kafka(t)
+	_, vhost, environ := kafkaEnv(t, k)
+	if _, err := testenv.Channel(t, vhost.URL).QueueDeclare("analytics.metricas", true, false, false, false, nil); err != nil {
+		t.Fatal(err) // as serve left it before the flag was turned on
+	}
+	on := start(t, "test", append(environ, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")...)
+	if !contains(on.logs.String(), "level=WARN", "still on RabbitMQ", "queue=analytics.metricas", `command="rabbitmqctl delete_queue analytics.metricas"`) {
+		t.Fatalf("no warning about analytics.metricas left in vhost %s:\n%s", vhost.Name, on.logs.String())
 	}
 }
 

@@ -72,3 +72,35 @@ func conflict(kind, name string, err error) error {
 	}
 	return fmt.Errorf("amqp: declare %s %q: %w", kind, name, err)
 }
+
+// ExistingQueues returns those of names that exist on the broker: a queue
+// the configuration no longer declares is not deleted by moenda, and goes
+// on receiving what its bindings route to it.
+func ExistingQueues(url string, names []string) ([]string, error) {
+	conn, err := amqp091.DialConfig(url, amqp091.Config{
+		Dial:       amqp091.DefaultDial(5 * time.Second),
+		Properties: amqp091.Table{"connection_name": "moenda topology"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("amqp: connect to look for queues: %w", err)
+	}
+	defer conn.Close()
+	var out []string
+	for _, name := range names {
+		ch, err := conn.Channel() // a missing queue closes the channel it was asked on
+		if err != nil {
+			return nil, fmt.Errorf("amqp: open channel: %w", err)
+		}
+		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		var aerr *amqp091.Error
+		switch {
+		case err == nil:
+			out = append(out, name)
+			_ = ch.Close()
+		case errors.As(err, &aerr) && aerr.Code == amqp091.NotFound:
+		default:
+			return nil, fmt.Errorf("amqp: look for queue %q: %w", name, err)
+		}
+	}
+	return out, nil
+}
