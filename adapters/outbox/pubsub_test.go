@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -48,7 +49,7 @@ func TestUniversalPubSub(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pub, sub
+		return pub, &closeWaiter{Subscriber: sub, closing: make(chan struct{})}
 	}
 	tests.TestPubSub(t, tests.Features{
 		ConsumerGroups:      true,
@@ -58,4 +59,45 @@ func TestUniversalPubSub(t *testing.T) {
 	}, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		return newPubSub(t, "")
 	}, newPubSub)
+}
+
+// closeWaiter makes Close return only once every channel Subscribe gave
+// is closed, as the suite checks. watermill-sql v4.1.3's subscriber marks
+// a subscription done before it closes its channel (consume defers
+// subscribeWg.Done, and close(out) runs after consume returns), so its
+// Close can return with a channel still open; under load the suite then
+// fails "messages channel is not closed (blocked)".
+type closeWaiter struct {
+	*wsql.Subscriber
+	closing chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+func (c *closeWaiter) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	in, err := c.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(out)
+		for msg := range in {
+			select {
+			case out <- msg:
+			case <-c.closing:
+				msg.Nack() // closing: nobody reads any more
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (c *closeWaiter) Close() error {
+	c.once.Do(func() { close(c.closing) })
+	err := c.Subscriber.Close()
+	c.wg.Wait()
+	return err
 }
