@@ -22,7 +22,7 @@ import (
 	"github.com/moenda/moenda/migrations"
 )
 
-const usage = `usage: moenda [--env ENV] [--config-dir DIR] COMMAND
+const usage = `usage: moenda [--env ENV] [--config-dir DIR] [--config FILE]... COMMAND
 
 Commands:
   serve            run the HTTP API, the consumers and the outbox relay
@@ -40,9 +40,9 @@ Commands:
 
 The environment is --env, else MOENDA_ENV, else "local"; its settings are
 the built-in defaults, then configs/base.yaml, then configs/ENV.yaml, then
-MOENDA_* variables
-(MOENDA_POSTGRES__URL sets postgres.url). The files are built into the
-binary; --config-dir reads them from a directory instead.
+--config files, in order, then MOENDA_* variables (MOENDA_POSTGRES__URL
+sets postgres.url). The environments' files are built into the binary;
+--config-dir reads them from a directory instead.
 `
 
 // Main runs the command line and returns the exit code: 0 on success, 1 on
@@ -52,6 +52,11 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	fl.SetOutput(io.Discard)
 	envName := fl.String("env", lookup(environ, "MOENDA_ENV"), "environment")
 	configDir := fl.String("config-dir", "", "read configs from this directory")
+	var extra []string
+	fl.Func("config", "a YAML file layered after the environment's", func(path string) error {
+		extra = append(extra, path)
+		return nil
+	})
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -95,7 +100,7 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	reg, err := Plugins()
 	if err == nil {
 		var cfg *Resolved
-		cfg, err = Load(Source{Env: *envName, Files: files, Environ: environ}, reg)
+		cfg, err = Load(Source{Env: *envName, Files: files, Extra: extra, Environ: environ}, reg)
 		if err == nil {
 			if lookup(environ, "GOGC") == "" {
 				debug.SetGCPercent(cfg.Runtime.GCPercent)

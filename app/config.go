@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"reflect"
 	"slices"
 	"sort"
@@ -41,7 +42,8 @@ const (
 var brokerKinds = []string{BrokerAMQP, BrokerKafka, BrokerMemory}
 
 // Config is the resolved configuration: the packages' defaults, then
-// configs/base.yaml, then configs/<env>.yaml, then MOENDA_* variables.
+// configs/base.yaml, then configs/<env>.yaml, then --config files, then
+// MOENDA_* variables.
 type Config struct {
 	Log       LogConfig       `koanf:"log"`
 	HTTP      HTTPConfig      `koanf:"http"`
@@ -195,8 +197,12 @@ func defaults() *Config {
 
 // Source says where configuration comes from.
 type Source struct {
-	Env     string   // environment name: configs/<Env>.yaml
-	Files   fs.FS    // holds base.yaml and the overlays
+	Env   string // environment name: configs/<Env>.yaml
+	Files fs.FS  // holds base.yaml and the overlays
+	// Extra are files on disk (--config) layered after the environment's
+	// overlay, in order: what one deployment adds, such as queues for its
+	// own adapters.
+	Extra   []string
 	Environ []string // KEY=value pairs; those starting MOENDA_ override keys
 }
 
@@ -216,6 +222,15 @@ func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 		}
 		if err := k.Load(rawbytes.Provider(b), yaml.Parser()); err != nil {
 			return nil, fmt.Errorf("config: %s: %w", name, err)
+		}
+	}
+	for _, path := range src.Extra {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: --config: %w", err)
+		}
+		if err := k.Load(rawbytes.Provider(b), yaml.Parser()); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", path, err)
 		}
 	}
 	if err := k.Load(env.Provider(".", env.Opt{

@@ -109,8 +109,13 @@ type Plugin struct {
 
 // Subscription is a queue the plugin consumes.
 type Subscription struct {
-	// Name is stable: the queue is named "<plugin>.<name>".
+	// Name is stable: the queue is named "<plugin>.<name>", unless Queue
+	// names it.
 	Name string
+	// Queue names the queue when a contract fixes it (a seed's
+	// processos.analista, an existing installation's); empty is
+	// "<plugin>.<name>".
+	Queue string
 	// Events are routing-key patterns (* one word, # any words).
 	Events []string
 	// Handles lists the versioned event names the handler understands, such
@@ -207,7 +212,12 @@ func (d Definition) Build(cfg any, deps Deps) (Plugin, error) {
 }
 
 // Queue is the durable queue name of one of the plugin's subscriptions.
-func (d Definition) Queue(s Subscription) string { return d.Name + "." + s.Name }
+func (d Definition) Queue(s Subscription) string {
+	if s.Queue != "" {
+		return s.Queue
+	}
+	return d.Name + "." + s.Name
+}
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
 
@@ -243,6 +253,9 @@ func NewRegistry(defs ...Definition) (*Registry, error) {
 				errs = append(errs, fmt.Errorf("plugin %q: subscription name %q must be unique lower-case words", d.Name, s.Name))
 			}
 			subs[s.Name] = true
+			if s.Queue != "" && !nameRE.MatchString(s.Queue) {
+				errs = append(errs, fmt.Errorf("plugin %q: subscription %q: queue %q must be lower-case words joined by . _ or -", d.Name, s.Name, s.Queue))
+			}
 			if len(s.Events) == 0 {
 				errs = append(errs, fmt.Errorf("plugin %q: subscription %q lists no events", d.Name, s.Name))
 			}

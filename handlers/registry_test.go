@@ -68,6 +68,17 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
+// A subscription's queue is "<plugin>.<name>" unless a contract names it.
+func TestQueueNames(t *testing.T) {
+	d := plugin("car")
+	if got := d.Queue(handlers.Subscription{Name: "analista"}); got != "car.analista" {
+		t.Fatalf("default queue = %q", got)
+	}
+	if got := d.Queue(handlers.Subscription{Name: "analista", Queue: "processos.analista"}); got != "processos.analista" {
+		t.Fatalf("named queue = %q", got)
+	}
+}
+
 func TestRegistryRejectsBadDefinitions(t *testing.T) {
 	missing := handlers.Define(handlers.Spec{Name: "m", Subscriptions: []handlers.Subscription{{Name: "s", Events: []string{"a"}}}}, cfg{},
 		func(cfg, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
@@ -91,6 +102,7 @@ func TestRegistryRejectsBadDefinitions(t *testing.T) {
 		{[]handlers.Definition{{Spec: handlers.Spec{Name: "raw"}}}, "not made with handlers.Define"},
 		{[]handlers.Definition{plugin("p", handlers.Subscription{Name: "s"})}, "lists no events"},
 		{[]handlers.Definition{handlers.Define(handlers.Spec{Name: "v", Publishes: []string{"a.b"}}, cfg{}, nil)}, "ending in a version"},
+		{[]handlers.Definition{plugin("q", handlers.Subscription{Name: "s", Queue: "Bad Queue", Events: []string{"a"}})}, `queue "Bad Queue" must be lower-case`},
 	}
 	for _, tt := range tests {
 		if _, err := handlers.NewRegistry(tt.defs...); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -29,6 +29,10 @@ type Config struct {
 	Failure FailureConfig `koanf:"failure"`
 	// Subscriptions override the failure handling of single queues.
 	Subscriptions []SubscriptionConfig `koanf:"subscriptions"`
+	// Queues are declared for consumers outside moenda (an adapter
+	// service): durable queues bound as listed, with no retry or
+	// dead-letter tier of moenda's, since moenda does not consume them.
+	Queues []QueueConfig `koanf:"queues"`
 	// Unrouted names the alternate exchange and queue that keep messages no
 	// binding matched ("{exchange}" is replaced); empty turns it off.
 	Unrouted string `koanf:"unrouted"`
@@ -48,6 +52,18 @@ func DefaultConfig() Config {
 		},
 		Unrouted: "{exchange}.unrouted",
 	}
+}
+
+// QueueConfig is a queue that a service outside moenda consumes.
+type QueueConfig struct {
+	Name     string          `koanf:"name"`
+	Bindings []BindingConfig `koanf:"bindings"`
+}
+
+// BindingConfig binds a queue to an exchange that carries events.
+type BindingConfig struct {
+	Exchange string `koanf:"exchange"`
+	Key      string `koanf:"key"`
 }
 
 // ExchangeConfig is one topic exchange, the events published to it, and
@@ -88,6 +104,26 @@ func (c Config) Validate() error {
 		}
 		queues[s.Queue] = true
 		errs = append(errs, s.Failure.validate(path+".failure", false))
+	}
+	for i, q := range c.Queues {
+		path := fmt.Sprintf("topology.queues[%d]", i)
+		if q.Name == "" {
+			errs = append(errs, fmt.Errorf("%s.name is empty", path))
+		} else if queues[q.Name] {
+			errs = append(errs, fmt.Errorf("%s.name: %q is listed twice", path, q.Name))
+		}
+		queues[q.Name] = true
+		if len(q.Bindings) == 0 {
+			errs = append(errs, fmt.Errorf("%s.bindings is empty: the queue would receive nothing", path))
+		}
+		for j, b := range q.Bindings {
+			if b.Exchange == "" {
+				errs = append(errs, fmt.Errorf("%s.bindings[%d].exchange is empty", path, j))
+			}
+			if err := ValidatePattern(b.Key); err != nil {
+				errs = append(errs, fmt.Errorf("%s.bindings[%d].key: %w", path, j, err))
+			}
+		}
 	}
 	if c.Unrouted != "" && !strings.Contains(c.Unrouted, "{exchange}") {
 		errs = append(errs, fmt.Errorf("topology.unrouted %q must contain {exchange}, e.g. {exchange}.unrouted", c.Unrouted))
@@ -222,6 +258,20 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 		}
 		t.policies[s.Queue] = pol
 		errs = append(errs, t.declareFailure(&d, s.Queue, pol))
+	}
+	for i, q := range cfg.Queues {
+		if queues[q.Name] {
+			errs = append(errs, fmt.Errorf("topology.queues[%d]: queue %q is also a subscription's", i, q.Name))
+			continue
+		}
+		d.queue(Queue{Name: q.Name})
+		for j, b := range q.Bindings {
+			if _, ok := d.exchanges[b.Exchange]; !ok {
+				errs = append(errs, fmt.Errorf("topology.queues[%d].bindings[%d]: exchange %q carries no event of an enabled plugin, so it is not declared", i, j, b.Exchange))
+				continue
+			}
+			d.bind(Binding{Exchange: b.Exchange, Queue: q.Name, Key: b.Key})
+		}
 	}
 	for i, o := range cfg.Subscriptions {
 		if !queues[o.Queue] {

@@ -249,3 +249,48 @@ func TestRetryQueueNames(t *testing.T) {
 		}
 	}
 }
+
+// Queues for consumers outside moenda are declared and bound as listed,
+// with nothing of moenda's failure handling, on an exchange that carries
+// events.
+func TestQueuesForOutsideConsumers(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Exchanges = []ExchangeConfig{{Name: "car.events", Events: []string{"processo.*"}}}
+	cfg.Queues = []QueueConfig{
+		{Name: "adapter.whatsapp", Bindings: []BindingConfig{{Exchange: "car.events", Key: "canal.mensageria.*"}}},
+		{Name: "adapter.telegram", Bindings: []BindingConfig{{Exchange: "car.events", Key: "canal.mensageria.*"}}},
+	}
+	top, err := Build(cfg, []Subscription{{Queue: "processos.analista", Patterns: []string{"processo.*"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"adapter.whatsapp", "adapter.telegram"} {
+		if got := top.QueuesFor("car.events", "canal.mensageria.enviada"); !slices.Contains(got, q) {
+			t.Errorf("canal.mensageria.enviada reaches %v, not %s", got, q)
+		}
+		i := slices.IndexFunc(top.Queues, func(x Queue) bool { return x.Name == q })
+		if i < 0 || len(top.Queues[i].Args) != 0 {
+			t.Errorf("queue %s declared as %+v, want a plain durable queue", q, top.Queues)
+		}
+		if _, ok := top.Policy(q); ok || slices.ContainsFunc(top.Queues, func(x Queue) bool { return strings.HasPrefix(x.Name, q+".") }) {
+			t.Errorf("queue %s got moenda's failure handling", q)
+		}
+	}
+
+	for _, tt := range []struct {
+		queues []QueueConfig
+		want   string
+	}{
+		{[]QueueConfig{{Name: "x", Bindings: []BindingConfig{{Exchange: "nowhere", Key: "a.*"}}}}, `exchange "nowhere" carries no event`},
+		{[]QueueConfig{{Name: "processos.analista", Bindings: []BindingConfig{{Exchange: "car.events", Key: "#"}}}}, `queue "processos.analista" is also a subscription's`},
+		{[]QueueConfig{{Name: "y"}}, "topology.queues[0].bindings is empty"},
+		{[]QueueConfig{{Name: "z", Bindings: []BindingConfig{{Exchange: "car.events", Key: "a..b"}}}}, "topology.queues[0].bindings[0].key"},
+	} {
+		bad := cfg
+		bad.Queues = tt.queues
+		_, err = Build(bad, []Subscription{{Queue: "processos.analista", Patterns: []string{"processo.*"}}})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("error %v does not say %q", err, tt.want)
+		}
+	}
+}
