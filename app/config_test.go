@@ -147,3 +147,24 @@ func TestLoadErrors(t *testing.T) {
 		})
 	}
 }
+
+// --config files come after the environment's overlay and before the
+// variables; a missing one is an error naming it.
+func TestExtraConfigFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "extra.yaml")
+	if err := os.WriteFile(path, []byte("log: {level: error}\nhttp: {addr: '127.0.0.1:9999'}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(Source{Env: "local", Files: configs.FS, Extra: []string{path}, Environ: []string{"MOENDA_HTTP__ADDR=127.0.0.1:7777"}}, registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Log.Level != "error" || cfg.HTTP.Addr != "127.0.0.1:7777" {
+		t.Fatalf("log.level %q (want the file's error over local's debug), http.addr %q (want the variable's)", cfg.Log.Level, cfg.HTTP.Addr)
+	}
+	_, err = Load(Source{Env: "local", Files: configs.FS, Extra: []string{filepath.Join(dir, "missing.yaml")}}, registry(t))
+	if err == nil || !strings.Contains(err.Error(), "config: --config: open ") || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Fatalf("a missing --config file: %v", err)
+	}
+}
