@@ -39,6 +39,12 @@ func startWith(t *testing.T, reg *handlers.Registry, files fs.FS, env string, en
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startResolved(t, cfg)
+}
+
+// startResolved serves cfg until the test ends.
+func startResolved(t *testing.T, cfg *Resolved) running {
+	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testenv.LogWriter()), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, cancel := context.WithCancel(context.Background())
