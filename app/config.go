@@ -70,6 +70,8 @@ type Config struct {
 type Resolved struct {
 	*Config
 	plugins []enabledPlugin
+	// queues are the queues of every registered plugin, enabled or not.
+	queues map[string]bool
 }
 
 // LogConfig sets the one logger everything writes to.
@@ -250,7 +252,14 @@ func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Resolved{Config: cfg, plugins: plugins}, nil
+	queues := map[string]bool{}
+	for _, name := range reg.Names() {
+		d, _ := reg.Lookup(name)
+		for _, s := range d.Subscriptions {
+			queues[d.Queue(s)] = true
+		}
+	}
+	return &Resolved{Config: cfg, plugins: plugins, queues: queues}, nil
 }
 
 // envKey maps MOENDA_POSTGRES__URL to postgres.url. MOENDA_ENV chooses the

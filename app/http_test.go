@@ -111,10 +111,15 @@ func TestHealthReadinessAndCatalog(t *testing.T) {
 		t.Fatalf("catalog = %d", code)
 	}
 	events := body["events"].([]any)
-	if len(events) != 1 {
-		t.Fatalf("catalog events = %v", events)
+	var names []string
+	for _, e := range events {
+		names = append(names, e.(map[string]any)["event_name"].(string))
 	}
-	e := events[0].(map[string]any)
+	want := []string{"canal.web.mensagem.v1", "documento.anexado.v1", "processo.regular.v1", "processo.submetido.v1", "tarefa.concluida.v1"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("catalog events = %v, want %v", names, want)
+	}
+	e := events[4].(map[string]any)
 	subs := e["subscribers"].([]any)
 	if e["event_name"] != "tarefa.concluida.v1" || e["routing_key"] != "tarefa.concluida" || e["exchange"] != "eventos.dominio" || len(subs) != 2 {
 		t.Fatalf("catalog entry = %v", e)

@@ -20,6 +20,7 @@ import (
 const seedLayouts = `log: {level: warn}
 handlers: {enabled: [notificacoes, processos, notification]}
 topology:
+  subscriptions: []   # none of base.yaml's: its queues are not in this registry
   exchanges:
     - name: eventos.dominio
       events: ["tarefa.#"]

@@ -10,8 +10,6 @@ import (
 	"github.com/moenda/moenda/app/internal/lembretes"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
-	"github.com/moenda/moenda/handlers/notificacoes"
-	"github.com/moenda/moenda/handlers/tarefas"
 )
 
 // A plugin that lives in its folder alone (app/internal/lembretes: a
@@ -19,7 +17,7 @@ import (
 // subscription) runs on RabbitMQ and in memory with the shipped configs/
 // and migrations/ as they are: registering it and enabling it is all.
 func TestAPluginIsOneFolder(t *testing.T) {
-	reg, err := handlers.NewRegistry(tarefas.Plugin(), notificacoes.Plugin(), lembretes.Plugin())
+	reg, err := handlers.NewRegistry(append(shipped(), lembretes.Plugin())...)
 	if err != nil {
 		t.Fatal(err)
 	}

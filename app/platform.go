@@ -79,15 +79,24 @@ func (c *Resolved) RabbitTopology() (*topology.Topology, error) {
 // include accepts.
 func (c *Resolved) buildTopology(include func(enabledPlugin) bool) (*topology.Topology, error) {
 	var subs []topology.Subscription
+	included := map[string]bool{}
 	for _, p := range c.plugins {
 		if !include(p) {
 			continue
 		}
 		for _, s := range p.def.Subscriptions {
 			subs = append(subs, topology.Subscription{Queue: p.def.Queue(s), Patterns: s.Events})
+			included[p.def.Queue(s)] = true
 		}
 	}
-	top, err := topology.Build(c.routedByPlugins(), subs)
+	cfg := c.routedByPlugins()
+	// The settings of a queue this layout leaves out (its plugin is not
+	// enabled, or reads Kafka) wait for the day it is in; a queue no
+	// registered plugin has stays an error, as a misspelling.
+	cfg.Subscriptions = slices.DeleteFunc(slices.Clone(cfg.Subscriptions), func(o topology.SubscriptionConfig) bool {
+		return c.queues[o.Queue] && !included[o.Queue]
+	})
+	top, err := topology.Build(cfg, subs)
 	if err != nil {
 		return nil, fmt.Errorf("topology: %w", err)
 	}

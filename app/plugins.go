@@ -3,17 +3,22 @@ package app
 import (
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/analytics"
+	"github.com/moenda/moenda/handlers/car"
 	"github.com/moenda/moenda/handlers/notificacoes"
 	"github.com/moenda/moenda/handlers/tarefas"
 )
 
-// Plugins is the registry of every plugin this binary carries; a new plugin
-// is one folder under handlers/ and one line here. Which of them run is
-// chosen per environment by handlers.enabled.
-func Plugins() (*handlers.Registry, error) {
-	return handlers.NewRegistry(
+// Plugins is the registry of every plugin this binary carries. Which of
+// them run is chosen per environment by handlers.enabled.
+func Plugins() (*handlers.Registry, error) { return handlers.NewRegistry(shipped()...) }
+
+// shipped lists the plugins: a new plugin is one folder under handlers/
+// and one line here.
+func shipped() []handlers.Definition {
+	return []handlers.Definition{
 		tarefas.Plugin(),
 		notificacoes.Plugin(),
 		analytics.Plugin(),
-	)
+		car.Plugin(),
+	}
 }

@@ -1,0 +1,654 @@
+package car
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/moenda/moenda/adapters/memory"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/migrations"
+)
+
+// collector keeps what the memory transactor publishes: only what
+// committed.
+type collector struct {
+	mu   sync.Mutex
+	msgs []*message.Message
+}
+
+func (c *collector) Publish(_ string, msgs ...*message.Message) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs = append(c.msgs, msgs...)
+	return nil
+}
+func (c *collector) Close() error { return nil }
+
+func (c *collector) bodies() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([][]byte, len(c.msgs))
+	for i, m := range c.msgs {
+		out[i] = m.Payload
+	}
+	return out
+}
+
+var routeAll = func(string) error { return nil }
+
+// store is a transactor over one of the stores the plugin runs on, and a
+// way to read the events its units of work committed, in order.
+type store struct {
+	tx        handlers.Transactor
+	committed func() [][]byte
+}
+
+// stores returns every store the plugin runs on, so the same behaviour is
+// checked against each.
+func stores(t *testing.T) map[string]func(routable func(string) error) store {
+	return map[string]func(func(string) error) store{
+		"memory": func(routable func(string) error) store {
+			pub := &collector{}
+			return store{tx: memory.NewTransactor(pub, routable), committed: pub.bodies}
+		},
+		"postgres": func(routable func(string) error) store {
+			db := testenv.Postgres(t)
+			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), migrations.Set{Name: "car", Files: Migrations()}); err != nil {
+				t.Fatal(err)
+			}
+			out := outbox.New(routable, watermill.NewSlogLogger(testenv.Logger()))
+			return store{tx: postgres.NewTransactor(db.Pool, out, nil), committed: func() [][]byte {
+				rows, err := db.Pool.Query(context.Background(), `SELECT payload FROM watermill_outbox ORDER BY "offset"`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bodies, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return bodies
+			}}
+		},
+	}
+}
+
+// fixture is the plugin built as the platform builds it, over one store,
+// with a clock that moves one second at each reading.
+type fixture struct {
+	t         *testing.T
+	store     store
+	plugin    handlers.Plugin
+	router    chi.Router
+	delivered int // events of store.committed already delivered by pump
+}
+
+func newFixture(t *testing.T, s store) *fixture {
+	t.Helper()
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC)
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		clock = clock.Add(time.Second)
+		return clock
+	}
+	p, err := buildWithClock(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.tx}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	p.Routes(r)
+	return &fixture{t: t, store: s, plugin: p, router: r}
+}
+
+// do answers one request.
+func (f *fixture) do(method, path, body string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	f.router.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+	return rec
+}
+
+// must answers one request that must answer code, decoding the answer
+// into out when it is not nil.
+func (f *fixture) must(code int, method, path, body string, out any) {
+	f.t.Helper()
+	rec := f.do(method, path, body)
+	if rec.Code != code {
+		f.t.Fatalf("%s %s %s = %d %s, want %d", method, path, body, rec.Code, rec.Body, code)
+	}
+	if out != nil {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			f.t.Fatalf("%s %s: %v in %s", method, path, err, rec.Body)
+		}
+	}
+}
+
+func (f *fixture) submeter(municipio string) Processo {
+	f.t.Helper()
+	var p Processo
+	f.must(http.StatusCreated, "POST", "/processos", fmt.Sprintf(`{"requerente_id":"req-1","municipio_ibge":%q}`, municipio), &p)
+	return p
+}
+
+func (f *fixture) ficha(id string) Ficha {
+	f.t.Helper()
+	var out Ficha
+	f.must(http.StatusOK, "GET", "/processos/"+id, "", &out)
+	return out
+}
+
+// events decodes every committed event.
+func (f *fixture) events() []event.Event {
+	f.t.Helper()
+	var out []event.Event
+	for _, b := range f.store.committed() {
+		e, err := event.Decode(b)
+		if err != nil {
+			f.t.Fatalf("a committed event does not decode: %v", err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// deliver hands e to a subscription's handler as the router does: inside
+// a unit of work the handler joins.
+func (f *fixture) deliver(sub string, e event.Event) error {
+	return f.store.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+		return f.plugin.Handlers[sub](ctx, e)
+	})
+}
+
+// routes lists the subscriptions a published event reaches and whose
+// handler handles it: the bindings' topic patterns, then Handles.
+func routes(e event.Event) []string {
+	var subs []string
+	for _, s := range Plugin().Subscriptions {
+		if slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) && slices.Contains(s.Handles, e.Name) {
+			subs = append(subs, s.Name)
+		}
+	}
+	return subs
+}
+
+// pump delivers every event committed since the last pump to the
+// subscriptions it reaches, in order, until none is left.
+func (f *fixture) pump() {
+	f.t.Helper()
+	for es := f.events(); f.delivered < len(es); es = f.events() {
+		e := es[f.delivered]
+		f.delivered++
+		for _, sub := range routes(e) {
+			if err := f.deliver(sub, e); err != nil {
+				f.t.Fatalf("deliver %s to %s: %v", e.Name, sub, err)
+			}
+		}
+	}
+}
+
+func TestSpec(t *testing.T) {
+	def := Plugin()
+	if def.Name != "car" || def.Exchange != "car.events" {
+		t.Fatalf("spec = %+v", def.Spec)
+	}
+	want := []string{"processo.submetido.v1", "processo.regular.v1", "documento.anexado.v1", "canal.web.mensagem.v1"}
+	if !reflect.DeepEqual(def.Publishes, want) {
+		t.Fatalf("publishes %v, want %v", def.Publishes, want)
+	}
+	queues := map[string]string{}
+	for _, s := range def.Subscriptions {
+		queues[s.Name] = def.Queue(s)
+	}
+	wantQueues := map[string]string{
+		"analista": "processos.analista", "notificacao": "processos.notificacao", "ocr": "documentos.ocr",
+		"sicar": "integracao.sicar", "mensagens": "canal.web.mensagens",
+	}
+	if !reflect.DeepEqual(queues, wantQueues) {
+		t.Fatalf("queues %v, want %v", queues, wantQueues)
+	}
+	if _, err := fs.Stat(def.Migrations, "00001_car.sql"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handlers.NewRegistry(def); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The seed's bindings: * is one word.
+	routing := []struct {
+		name string
+		subs []string
+	}{
+		{"processo.submetido.v1", []string{"analista", "notificacao"}},
+		{"processo.regular.v1", []string{"notificacao", "sicar"}},
+		{"documento.anexado.v1", []string{"ocr"}},
+		{"canal.web.mensagem.v1", []string{"mensagens"}},
+		{"canal.web.mensagem.resposta.v1", nil},
+		{"processo.submetido.v2", nil}, // bound, but a version no handler lists
+	}
+	for _, tt := range routing {
+		if got := routes(event.Event{Name: tt.name}); !slices.Equal(got, tt.subs) {
+			t.Errorf("%s reaches %v, want %v", tt.name, got, tt.subs)
+		}
+	}
+	// processo.regular is bound twice to different queues, *.regular among them.
+	if !topology.Match("*.regular", "processo.regular") || topology.Match("processo.*", "canal.web.mensagem") {
+		t.Error("the topic patterns do not match as the seed means")
+	}
+}
+
+func TestConfig(t *testing.T) {
+	tests := []struct {
+		name      string
+		analistas []string
+		want      string // "" when valid
+	}{
+		{"defaults", defaultConfig().Analistas, ""},
+		{"one analyst", []string{"ana"}, ""},
+		{"none", nil, "handlers.car.analistas is empty"},
+		{"an empty name", []string{"ana", ""}, "handlers.car.analistas[1] is empty"},
+		{"a blank name", []string{" ", "ana"}, "handlers.car.analistas[0] is empty"},
+		{"twice", []string{"ana", "bruno", "ana"}, `handlers.car.analistas[2] "ana" is listed twice`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Config{Analistas: tt.analistas}.Validate()
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("Validate = %v, want %q", err, tt.want)
+			}
+			def := Plugin()
+			_, err = def.Build(&Config{Analistas: tt.analistas}, handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)})
+			if (err == nil) != (tt.want == "") {
+				t.Fatalf("Build = %v", err)
+			}
+		})
+	}
+	if got := Plugin().NewConfig().(*Config).Analistas; !slices.Equal(got, []string{"ana", "bruno", "carla"}) {
+		t.Fatalf("default analistas = %v", got)
+	}
+}
+
+// The routes answer in Portuguese, naming fields as they are on the wire.
+func TestRoutes(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore(routeAll))
+			p := f.submeter("2111300")
+			unknown := uuid.NewString()
+			tests := []struct {
+				method, path, body string
+				code               int
+				want               string // a part of the answer
+			}{
+				{"POST", "/processos", `{"requerente_id":"req-9","municipio_ibge":"3550308"}`, http.StatusCreated, `"requerente_id":"req-9","municipio_ibge":"3550308","status":"submetido",`},
+				{"POST", "/processos", `{"requerente_id":" ","municipio_ibge":"123"}`, http.StatusBadRequest, `{"error":"requisição inválida: requerente_id é obrigatório\nrequisição inválida: municipio_ibge deve ter exatamente 7 dígitos`},
+				{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"21113000"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos (o código IBGE do município, como 2111300)`},
+				{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"211130a"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos`},
+				{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"２１１１３００"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos`},
+				{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":2111300}`, http.StatusBadRequest, `field municipio_ibge must be a string, got a number`},
+				{"POST", "/processos", `{"requerente_id":"` + strings.Repeat("é", 101) + `","municipio_ibge":"2111300"}`, http.StatusBadRequest, `requerente_id tem mais de 100 caracteres`},
+				{"POST", "/processos", `{"requerente":"r","municipio_ibge":"2111300"}`, http.StatusBadRequest, `unknown field \"requerente\"`},
+				{"POST", "/processos", ``, http.StatusBadRequest, `body is empty`},
+				{"GET", "/processos/" + p.ID, "", http.StatusOK, `"status":"submetido","submetido_em":"2026-01-15T10:30:01Z","regularizado_em":null,"analista":null,"notificacoes":[],"documentos":[],"sicar":null,"mensagens":[]}`},
+				{"GET", "/processos/" + strings.ToUpper(p.ID), "", http.StatusOK, `"id":"` + p.ID + `"`},
+				{"GET", "/processos/" + unknown, "", http.StatusNotFound, `{"error":"processo não encontrado"}`},
+				{"GET", "/processos/123", "", http.StatusBadRequest, `{"error":"requisição inválida: id no caminho deve ser um UUID, como 550e8400-e29b-41d4-a716-446655440000"}`},
+				{"POST", "/processos/" + unknown + "/regularizar", "", http.StatusNotFound, `{"error":"processo não encontrado"}`},
+				{"POST", "/processos/x/regularizar", "", http.StatusBadRequest, `id no caminho deve ser um UUID`},
+				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"planta.pdf"}`, http.StatusCreated, `"nome":"planta.pdf","anexado_em":"2026-01-15T10:30:`},
+				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"planta.pdf"}`, http.StatusCreated, `"ocr":null}`},
+				{"POST", "/processos/" + unknown + "/documentos", `{"nome":"planta.pdf"}`, http.StatusNotFound, `{"error":"processo não encontrado"}`},
+				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":""}`, http.StatusBadRequest, `{"error":"requisição inválida: nome é obrigatório"}`},
+				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"` + strings.Repeat("a", 256) + `"}`, http.StatusBadRequest, `{"error":"requisição inválida: nome tem mais de 255 caracteres"}`},
+				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"a","tipo":"pdf"}`, http.StatusBadRequest, `unknown field \"tipo\"`},
+				{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"Olá"}`, http.StatusCreated, `"texto":"Olá","enviada_em":"2026-01-15T10:30:`},
+				{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"Olá"}`, http.StatusCreated, `"entregue_em":null}`},
+				{"POST", "/processos/" + unknown + "/mensagens", `{"texto":"Olá"}`, http.StatusNotFound, `{"error":"processo não encontrado"}`},
+				{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"\n"}`, http.StatusBadRequest, `{"error":"requisição inválida: texto é obrigatório"}`},
+				{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"` + strings.Repeat("a", 4001) + `"}`, http.StatusBadRequest, `{"error":"requisição inválida: texto tem mais de 4000 caracteres"}`},
+				{"POST", "/processos/" + p.ID + "/regularizar", "", http.StatusOK, `"status":"regular","submetido_em":"2026-01-15T10:30:01Z","regularizado_em":"2026-01-15T10:30:`},
+				{"POST", "/processos/" + p.ID + "/regularizar", "", http.StatusOK, `"status":"regular"`},
+			}
+			for _, tt := range tests {
+				rec := f.do(tt.method, tt.path, tt.body)
+				if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
+					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, cut(tt.body, 80), rec.Code, rec.Body, tt.code, tt.want)
+				}
+			}
+			if got := f.ficha(p.ID); got.Status != StatusRegular || len(got.Documentos) != 2 || len(got.Mensagens) != 2 {
+				t.Fatalf("after the routes: %+v", got)
+			}
+		})
+	}
+}
+
+// names lists the events' names.
+func names(es []event.Event) []string {
+	out := []string{}
+	for _, e := range es {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+// payload decodes an event's payload as a generic object.
+func payload(t *testing.T, e event.Event) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(e.Payload, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// Every write raises its event, once, in its unit of work, with the
+// seed's payload.
+func TestWritesRaiseTheirEvents(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore(routeAll))
+			p := f.submeter("2111300")
+			var d Documento
+			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
+			var m Mensagem
+			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá, requerente"}`, &m)
+			f.must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			f.must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+
+			ref := map[string]any{"processo_id": p.ID, "requerente_id": "req-1", "municipio_ibge": "2111300"}
+			with := func(extra map[string]any) map[string]any {
+				out := map[string]any{}
+				for k, v := range ref {
+					out[k] = v
+				}
+				for k, v := range extra {
+					out[k] = v
+				}
+				return out
+			}
+			want := []struct {
+				name, key string
+				payload   map[string]any
+			}{
+				{"processo.submetido.v1", "processo.submetido", ref},
+				{"documento.anexado.v1", "documento.anexado", with(map[string]any{"documento_id": d.ID, "nome": "planta.pdf"})},
+				{"canal.web.mensagem.v1", "canal.web.mensagem", with(map[string]any{"mensagem_id": m.ID, "texto": "Olá, requerente"})},
+				{"processo.regular.v1", "processo.regular", ref}, // once, though regularized twice
+			}
+			es := f.events()
+			if len(es) != len(want) {
+				t.Fatalf("events %v, want %d", names(es), len(want))
+			}
+			for i, w := range want {
+				e := es[i]
+				if e.Name != w.name || e.RoutingKey() != w.key || e.Source != "car" || e.AggregateID != p.ID || e.Validate() != nil {
+					t.Errorf("event %d = %+v, want %s", i, e, w.name)
+				}
+				if got := payload(t, e); !reflect.DeepEqual(got, w.payload) {
+					t.Errorf("%s payload = %v, want %v", w.name, got, w.payload)
+				}
+			}
+		})
+	}
+}
+
+// A write and its event are one unit: when the event cannot be written,
+// the write is not made either.
+func TestWriteAndEventCommitTogether(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			refuse := func(key string) error {
+				if key == "processo.submetido" {
+					return nil
+				}
+				return errors.New("outbox refuses " + key)
+			}
+			f := newFixture(t, newStore(refuse))
+			p := f.submeter("2111300")
+			for _, req := range []struct{ path, body string }{
+				{"/regularizar", ""},
+				{"/documentos", `{"nome":"planta.pdf"}`},
+				{"/mensagens", `{"texto":"Olá"}`},
+			} {
+				if rec := f.do("POST", "/processos/"+p.ID+req.path, req.body); rec.Code != http.StatusInternalServerError {
+					t.Errorf("POST %s without its event = %d %s, want 500", req.path, rec.Code, rec.Body)
+				}
+			}
+			got := f.ficha(p.ID)
+			if got.Status != StatusSubmetido || got.RegularizadoEm != nil || len(got.Documentos) != 0 || len(got.Mensagens) != 0 {
+				t.Fatalf("writes without their events were kept: %+v", got)
+			}
+			if es := f.events(); len(es) != 1 || es[0].Name != EventProcessoSubmetido {
+				t.Fatalf("events %v, want processo.submetido only", names(es))
+			}
+		})
+	}
+}
+
+// Every consumer's effect shows in GET /processos/{id}.
+func TestConsumersEffects(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore(routeAll))
+			p := f.submeter("2111300")
+			var d Documento
+			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
+			var m Mensagem
+			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, &m)
+			f.must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+
+			before := f.ficha(p.ID)
+			if before.Analista != nil || len(before.Notificacoes) != 0 || before.Documentos[0].OCR != nil || before.SICAR != nil || before.Mensagens[0].EntregueEm != nil {
+				t.Fatalf("effects before any delivery: %+v", before)
+			}
+			f.pump()
+			got := f.ficha(p.ID)
+			if got.Analista == nil || *got.Analista != "ana" {
+				t.Errorf("analista = %v, want ana", got.Analista)
+			}
+			var evs []string
+			for _, n := range got.Notificacoes {
+				evs = append(evs, n.Evento)
+				if n.RequerenteID != "req-1" || !strings.Contains(n.Texto, p.ID) || n.CriadaEm.IsZero() {
+					t.Errorf("notificacao = %+v", n)
+				}
+			}
+			if !slices.Equal(evs, []string{"processo.submetido", "processo.regular"}) {
+				t.Errorf("notificacoes of %v, want submetido then regular", evs)
+			}
+			if len(got.Documentos) != 1 || got.Documentos[0].ID != d.ID || got.Documentos[0].OCR == nil || got.Documentos[0].OCR.Status != "pendente" {
+				t.Errorf("documentos = %+v, want one with ocr pendente", got.Documentos)
+			}
+			if got.SICAR == nil || got.SICAR.Status != "solicitada" || got.SICAR.MunicipioIBGE != "2111300" || got.SICAR.SolicitadaEm.IsZero() {
+				t.Errorf("sicar = %+v", got.SICAR)
+			}
+			if len(got.Mensagens) != 1 || got.Mensagens[0].ID != m.ID || got.Mensagens[0].EntregueEm == nil || got.Mensagens[0].EntregueEm.Before(m.EnviadaEm) {
+				t.Errorf("mensagens = %+v, want one delivered after it was sent", got.Mensagens)
+			}
+			rec := f.do("GET", "/processos/"+p.ID, "")
+			for _, part := range []string{`"analista":"ana"`, `"ocr":{"status":"pendente"}`, `"sicar":{"status":"solicitada","municipio_ibge":"2111300","solicitada_em":"2026-01-15T10:30:`, `"entregue_em":"2026-01-15T10:30:`} {
+				if !strings.Contains(rec.Body.String(), part) {
+					t.Errorf("GET = %s, want %s", rec.Body, part)
+				}
+			}
+		})
+	}
+}
+
+// Analysts are assigned in turn, exactly: a processo keeps its analyst
+// whatever is redelivered, and a delivery that rolls back takes no turn.
+func TestRoundRobin(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore(routeAll))
+			var ps []Processo
+			for range 4 {
+				ps = append(ps, f.submeter("2111300"))
+			}
+			es := f.events()
+
+			failed := errors.New("the inbox claim failed")
+			err := f.store.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+				if err := f.plugin.Handlers[SubAnalista](ctx, es[0]); err != nil {
+					return err
+				}
+				return failed
+			})
+			if !errors.Is(err, failed) {
+				t.Fatalf("InTx = %v", err)
+			}
+			if a := f.ficha(ps[0].ID).Analista; a != nil {
+				t.Fatalf("a rolled-back delivery assigned %s", *a)
+			}
+
+			for i, e := range es[:3] {
+				if err := f.deliver(SubAnalista, e); err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 { // the same event again, and another event about the same processo
+					again := e
+					again.ID = uuid.NewString()
+					for _, x := range []event.Event{e, again} {
+						if err := f.deliver(SubAnalista, x); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			if err := f.deliver(SubAnalista, es[3]); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range ps {
+				if a := f.ficha(p.ID).Analista; a != nil {
+					got = append(got, *a)
+				} else {
+					got = append(got, "")
+				}
+			}
+			if want := []string{"ana", "bruno", "carla", "ana"}; !slices.Equal(got, want) {
+				t.Fatalf("analistas = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// The same event delivered twice has one effect, on every consumer.
+func TestSameEventTwiceHasOneEffect(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore(routeAll))
+			p := f.submeter("2111300")
+			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, nil)
+			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, nil)
+			f.must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			f.pump()
+			once := f.ficha(p.ID)
+			if len(once.Notificacoes) != 2 {
+				t.Fatalf("notificacoes = %+v", once.Notificacoes)
+			}
+			f.delivered = 0
+			f.pump() // every event again, later by the clock
+			if twice := f.ficha(p.ID); !reflect.DeepEqual(twice, once) {
+				t.Fatalf("after redelivery:\n%+v\nwant\n%+v", twice, once)
+			}
+			// The OCR job, the SICAR request and the delivery are per
+			// documento, processo and mensagem, not per event.
+			for _, e := range f.events() {
+				again := e
+				again.ID = uuid.NewString()
+				for _, sub := range routes(e) {
+					if sub == SubNotificacao {
+						continue // one notification per event, by design
+					}
+					if err := f.deliver(sub, again); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if got := f.ficha(p.ID); !reflect.DeepEqual(got, once) {
+				t.Fatalf("after other events about the same entities:\n%+v\nwant\n%+v", got, once)
+			}
+		})
+	}
+}
+
+// A payload that cannot be decoded or lacks its ids is permanent: it is
+// dead-lettered at once. A database error is not.
+func TestBadPayloadIsPermanent(t *testing.T) {
+	id, doc := uuid.NewString(), uuid.NewString()
+	ref := fmt.Sprintf(`"processo_id":%q,"requerente_id":"r","municipio_ibge":"2111300"`, id)
+	tests := []struct {
+		name, sub, event, payload string
+	}{
+		{"not JSON", SubAnalista, EventProcessoSubmetido, `{"processo_id":`},
+		{"an array", SubNotificacao, EventProcessoSubmetido, `[1]`},
+		{"null", SubSICAR, EventProcessoRegular, `null`},
+		{"no processo_id", SubAnalista, EventProcessoSubmetido, `{"requerente_id":"r","municipio_ibge":"2111300"}`},
+		{"a number for processo_id", SubNotificacao, EventProcessoRegular, `{"processo_id":7,"requerente_id":"r","municipio_ibge":"2111300"}`},
+		{"processo_id not a UUID", SubSICAR, EventProcessoRegular, `{"processo_id":"p1","requerente_id":"r","municipio_ibge":"2111300"}`},
+		{"no requerente_id", SubNotificacao, EventProcessoSubmetido, fmt.Sprintf(`{"processo_id":%q,"municipio_ibge":"2111300"}`, id)},
+		{"municipio_ibge of 6 digits", SubAnalista, EventProcessoSubmetido, fmt.Sprintf(`{"processo_id":%q,"requerente_id":"r","municipio_ibge":"211130"}`, id)},
+		{"no documento_id", SubOCR, EventDocumentoAnexado, `{` + ref + `,"nome":"a"}`},
+		{"documento_id not a UUID", SubOCR, EventDocumentoAnexado, `{` + ref + `,"documento_id":"d1"}`},
+		{"no mensagem_id", SubMensagens, EventMensagemWeb, `{` + ref + `,"texto":"a"}`},
+		{"a document for the notifier", SubNotificacao, EventDocumentoAnexado, `{` + ref + `,"documento_id":"` + doc + `"}`},
+	}
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore(routeAll))
+			for _, tt := range tests {
+				e := event.Event{ID: uuid.NewString(), Name: tt.event, OccurredAt: time.Now(), Payload: json.RawMessage(tt.payload)}
+				if err := f.deliver(tt.sub, e); !event.IsPermanent(err) {
+					t.Errorf("%s: %s = %v, want a permanent error", tt.name, tt.sub, err)
+				}
+			}
+		})
+	}
+
+	down := errors.New("connection refused")
+	p, err := buildWithClock(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: failing{down}}, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := map[string]string{
+		SubAnalista: EventProcessoSubmetido, SubNotificacao: EventProcessoSubmetido, SubSICAR: EventProcessoRegular,
+		SubOCR: EventDocumentoAnexado, SubMensagens: EventMensagemWeb,
+	}
+	body := fmt.Sprintf(`{%s,"documento_id":%q,"mensagem_id":%q}`, ref, doc, uuid.NewString())
+	for sub, name := range good {
+		e := event.Event{ID: uuid.NewString(), Name: name, OccurredAt: time.Now(), Payload: json.RawMessage(body)}
+		if err := p.Handlers[sub](context.Background(), e); !errors.Is(err, down) || event.IsPermanent(err) {
+			t.Errorf("%s with the database down = %v, want it retried", sub, err)
+		}
+	}
+}
+
+// failing is a transactor whose database is away.
+type failing struct{ err error }
+
+func (f failing) InTx(context.Context, func(context.Context, handlers.Tx) error) error { return f.err }

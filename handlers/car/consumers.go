@@ -1,0 +1,119 @@
+package car
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// The consumers. Each decodes its payload (a payload that cannot be
+// decoded or lacks its ids is permanent: retrying cannot fix it), then
+// writes its effect through InTx, which joins the delivery's unit of work.
+// Each effect is keyed by its natural key and written only once, so a
+// redelivery the inbox let through changes nothing. Database errors are
+// returned as they are: the platform retries them.
+
+// decode reads e's payload into p and checks it with valid.
+func decode[P any](e event.Event, p *P, valid func(P) error) error {
+	if err := json.Unmarshal(e.Payload, p); err != nil {
+		return permanent(e, err)
+	}
+	if err := valid(*p); err != nil {
+		return permanent(e, err)
+	}
+	return nil
+}
+
+// atribuirAnalista (processos.analista) assigns the next analyst in turn
+// to a submitted processo; a processo keeps its first analyst.
+func (s *Service) atribuirAnalista(ctx context.Context, e event.Event) error {
+	var p Referencia
+	if err := decode(e, &p, Referencia.Validate); err != nil {
+		return err
+	}
+	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		return s.repo(tx).Atribuir(ctx, canonical(p.ProcessoID), s.clock(), s.analistas)
+	})
+}
+
+// notificar (processos.notificacao) records one notification for the
+// requerente per event.
+func (s *Service) notificar(ctx context.Context, e event.Event) error {
+	var p Referencia
+	if err := decode(e, &p, Referencia.Validate); err != nil {
+		return err
+	}
+	var texto string
+	switch e.Name {
+	case EventProcessoSubmetido:
+		texto = fmt.Sprintf("Seu processo %s foi submetido e aguarda análise.", p.ProcessoID)
+	case EventProcessoRegular:
+		texto = fmt.Sprintf("Seu processo %s está regular.", p.ProcessoID)
+	default: // the subscription's Handles keep others away
+		return event.Permanent(fmt.Errorf("car: notificacao does not handle %s", e.Name))
+	}
+	n := Notificacao{EventID: e.ID, ProcessoID: canonical(p.ProcessoID), Evento: e.RoutingKey(), RequerenteID: p.RequerenteID, Texto: texto, CriadaEm: s.clock()}
+	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		return s.repo(tx).AddNotificacao(ctx, n)
+	})
+}
+
+// solicitarOCR (documentos.ocr) creates the documento's OCR job, pending.
+func (s *Service) solicitarOCR(ctx context.Context, e event.Event) error {
+	var p DocumentoAnexado
+	err := decode(e, &p, func(p DocumentoAnexado) error {
+		if err := p.Referencia.Validate(); err != nil {
+			return err
+		}
+		return checkUUID("documento_id", p.DocumentoID)
+	})
+	if err != nil {
+		return err
+	}
+	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		return s.repo(tx).AddOCR(ctx, canonical(p.DocumentoID), canonical(p.ProcessoID), s.clock())
+	})
+}
+
+// solicitarSICAR (integracao.sicar) records the request to integrate a
+// regular processo with SICAR.
+func (s *Service) solicitarSICAR(ctx context.Context, e event.Event) error {
+	var p Referencia
+	if err := decode(e, &p, Referencia.Validate); err != nil {
+		return err
+	}
+	req := SICAR{Status: SICARSolicitada, MunicipioIBGE: p.MunicipioIBGE, SolicitadaEm: s.clock()}
+	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		return s.repo(tx).AddSICAR(ctx, canonical(p.ProcessoID), req)
+	})
+}
+
+// entregarMensagem (canal.web.mensagens) delivers a message on the web
+// channel, the core's own interface: delivering is recording it as
+// delivered, with the time, for the requerente's page to show.
+func (s *Service) entregarMensagem(ctx context.Context, e event.Event) error {
+	var p MensagemWeb
+	err := decode(e, &p, func(p MensagemWeb) error {
+		if err := p.Referencia.Validate(); err != nil {
+			return err
+		}
+		return checkUUID("mensagem_id", p.MensagemID)
+	})
+	if err != nil {
+		return err
+	}
+	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		return s.repo(tx).AddEntrega(ctx, canonical(p.MensagemID), canonical(p.ProcessoID), s.clock())
+	})
+}
+
+// canonical writes a UUID already checked as one in its canonical form,
+// as PostgreSQL prints it, so both stores key it alike.
+func canonical(id string) string {
+	return uuid.MustParse(id).String()
+}

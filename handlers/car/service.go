@@ -1,0 +1,238 @@
+package car
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Bounds of the text fields, in characters.
+const (
+	MaxRequerenteID = 100
+	MaxNome         = 255
+	MaxTexto        = 4000
+)
+
+// Service holds the use cases and the consumers. Each runs in one unit of
+// work: the rows and the outbox rows commit together or not at all, and a
+// consumer's writes join its delivery's unit, with the inbox claim.
+type Service struct {
+	tx        handlers.Transactor
+	repo      func(handlers.Tx) Repository
+	now       func() time.Time
+	analistas []string
+}
+
+// newService returns a Service whose store is chosen per unit of work:
+// PostgreSQL when the unit has a transaction, else one memory store kept
+// for the life of the Service (the memory environment).
+func newService(tx handlers.Transactor, analistas []string, now func() time.Time) *Service {
+	mem := newMemoryStore()
+	return &Service{tx: tx, now: now, analistas: analistas, repo: func(tx handlers.Tx) Repository {
+		if ptx := tx.Postgres(); ptx != nil {
+			return postgresRepository{tx: ptx}
+		}
+		return mem.repository(tx)
+	}}
+}
+
+// clock is the time now as both stores keep it: UTC, to the microsecond.
+func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// SubmeterProcesso is the body of POST /processos.
+type SubmeterProcesso struct {
+	RequerenteID  string `json:"requerente_id"`
+	MunicipioIBGE string `json:"municipio_ibge"`
+}
+
+// Validate names every bad field.
+func (c SubmeterProcesso) Validate() error {
+	var errs []error
+	if strings.TrimSpace(c.RequerenteID) == "" {
+		errs = append(errs, fmt.Errorf("%w: requerente_id é obrigatório", ErrInvalida))
+	} else if utf8.RuneCountInString(c.RequerenteID) > MaxRequerenteID {
+		errs = append(errs, fmt.Errorf("%w: requerente_id tem mais de %d caracteres", ErrInvalida, MaxRequerenteID))
+	}
+	if !ibge(c.MunicipioIBGE) {
+		errs = append(errs, fmt.Errorf("%w: municipio_ibge deve ter exatamente 7 dígitos (o código IBGE do município, como 2111300)", ErrInvalida))
+	}
+	return errors.Join(errs...)
+}
+
+// Submeter creates a processo and raises processo.submetido.v1 with it.
+func (s *Service) Submeter(ctx context.Context, cmd SubmeterProcesso) (Processo, error) {
+	if err := cmd.Validate(); err != nil {
+		return Processo{}, err
+	}
+	p := Processo{ID: uuid.NewString(), RequerenteID: cmd.RequerenteID, MunicipioIBGE: cmd.MunicipioIBGE, Status: StatusSubmetido, SubmetidoEm: s.clock()}
+	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		e, err := newEvent(EventProcessoSubmetido, p.ID, p.SubmetidoEm, p.referencia())
+		if err != nil {
+			return err
+		}
+		if err := s.repo(tx).AddProcesso(ctx, p); err != nil {
+			return err
+		}
+		return tx.Publish(ctx, e)
+	})
+	if err != nil {
+		return Processo{}, err
+	}
+	return p, nil
+}
+
+// Regularizar marks the processo regular and raises processo.regular.v1.
+// A regular processo is left as it is, with no second event, so the
+// request can be repeated safely.
+func (s *Service) Regularizar(ctx context.Context, id string) (Processo, error) {
+	var out Processo
+	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		repo := s.repo(tx)
+		p, err := repo.GetProcesso(ctx, id)
+		if err != nil {
+			return err
+		}
+		if p.Status != StatusRegular {
+			now := s.clock()
+			p.Status, p.RegularizadoEm = StatusRegular, &now
+			e, err := newEvent(EventProcessoRegular, p.ID, now, p.referencia())
+			if err != nil {
+				return err
+			}
+			if err := repo.SaveProcesso(ctx, p); err != nil {
+				return err
+			}
+			if err := tx.Publish(ctx, e); err != nil {
+				return err
+			}
+		}
+		out = p
+		return nil
+	})
+	return out, err
+}
+
+// AnexarDocumento is the body of POST /processos/{id}/documentos.
+type AnexarDocumento struct {
+	Nome string `json:"nome"`
+}
+
+// Validate names every bad field.
+func (c AnexarDocumento) Validate() error {
+	return checkText("nome", c.Nome, MaxNome)
+}
+
+// Anexar attaches a documento to the processo and raises
+// documento.anexado.v1.
+func (s *Service) Anexar(ctx context.Context, processoID string, cmd AnexarDocumento) (Documento, error) {
+	if err := cmd.Validate(); err != nil {
+		return Documento{}, err
+	}
+	d := Documento{ID: uuid.NewString(), ProcessoID: processoID, Nome: cmd.Nome, AnexadoEm: s.clock()}
+	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		repo := s.repo(tx)
+		p, err := repo.GetProcesso(ctx, processoID)
+		if err != nil {
+			return err
+		}
+		e, err := newEvent(EventDocumentoAnexado, p.ID, d.AnexadoEm, DocumentoAnexado{Referencia: p.referencia(), DocumentoID: d.ID, Nome: d.Nome})
+		if err != nil {
+			return err
+		}
+		if err := repo.AddDocumento(ctx, d); err != nil {
+			return err
+		}
+		return tx.Publish(ctx, e)
+	})
+	if err != nil {
+		return Documento{}, err
+	}
+	return d, nil
+}
+
+// EnviarMensagem is the body of POST /processos/{id}/mensagens.
+type EnviarMensagem struct {
+	Texto string `json:"texto"`
+}
+
+// Validate names every bad field.
+func (c EnviarMensagem) Validate() error {
+	return checkText("texto", c.Texto, MaxTexto)
+}
+
+// Enviar records a message to the processo's requerente and raises
+// canal.web.mensagem.v1; the mensagens consumer delivers it.
+func (s *Service) Enviar(ctx context.Context, processoID string, cmd EnviarMensagem) (Mensagem, error) {
+	if err := cmd.Validate(); err != nil {
+		return Mensagem{}, err
+	}
+	m := Mensagem{ID: uuid.NewString(), ProcessoID: processoID, Texto: cmd.Texto, EnviadaEm: s.clock()}
+	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		repo := s.repo(tx)
+		p, err := repo.GetProcesso(ctx, processoID)
+		if err != nil {
+			return err
+		}
+		e, err := newEvent(EventMensagemWeb, p.ID, m.EnviadaEm, MensagemWeb{Referencia: p.referencia(), MensagemID: m.ID, Texto: m.Texto})
+		if err != nil {
+			return err
+		}
+		if err := repo.AddMensagem(ctx, m); err != nil {
+			return err
+		}
+		return tx.Publish(ctx, e)
+	})
+	if err != nil {
+		return Mensagem{}, err
+	}
+	return m, nil
+}
+
+// Buscar returns the processo with every effect of the consumers.
+func (s *Service) Buscar(ctx context.Context, id string) (Ficha, error) {
+	var f Ficha
+	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		var err error
+		f, err = s.repo(tx).Ficha(ctx, id)
+		return err
+	})
+	if err != nil {
+		return Ficha{}, err
+	}
+	// Empty lists, not null, whatever the store.
+	if f.Notificacoes == nil {
+		f.Notificacoes = []Notificacao{}
+	}
+	if f.Documentos == nil {
+		f.Documentos = []Documento{}
+	}
+	if f.Mensagens == nil {
+		f.Mensagens = []Mensagem{}
+	}
+	return f, nil
+}
+
+// checkText checks a required text field of at most max characters.
+func checkText(field, v string, max int) error {
+	switch {
+	case strings.TrimSpace(v) == "":
+		return fmt.Errorf("%w: %s é obrigatório", ErrInvalida, field)
+	case utf8.RuneCountInString(v) > max:
+		return fmt.Errorf("%w: %s tem mais de %d caracteres", ErrInvalida, field, max)
+	}
+	return nil
+}
+
+// permanent marks a payload retrying cannot fix: the message is
+// dead-lettered at once.
+func permanent(e event.Event, err error) error {
+	return event.Permanent(fmt.Errorf("car: payload of %s %s: %w", e.Name, e.ID, err))
+}
