@@ -278,6 +278,7 @@ func decode(raw any, out any, prefix string) error {
 		TagName:          "koanf",
 		Result:           out,
 		ErrorUnused:      true,
+		ZeroFields:       true, // a list replaces the default's, never writes into its array
 		WeaklyTypedInput: true,
 		DecodeHook: mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToTimeDurationHookFunc(),

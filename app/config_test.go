@@ -168,3 +168,28 @@ func TestExtraConfigFiles(t *testing.T) {
 		t.Fatalf("a missing --config file: %v", err)
 	}
 }
+
+// A list in a plugin's section replaces the default's: decoding never
+// writes into the default's array, which every later NewConfig copies.
+func TestAListSettingLeavesThePluginDefaultsAlone(t *testing.T) {
+	type listConfig struct {
+		Names []string `koanf:"names"`
+	}
+	def := handlers.Define(handlers.Spec{Name: "lista"}, listConfig{Names: []string{"a", "b", "c"}},
+		func(listConfig, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
+	reg, err := handlers.NewRegistry(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := fstest.MapFS{"base.yaml": {Data: []byte("handlers: {enabled: [lista]}\n")}, "x.yaml": {Data: []byte("handlers: {lista: {names: [z]}}\n")}}
+	cfg, err := Load(Source{Env: "x", Files: files}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.plugins[0].cfg.(*listConfig).Names; len(got) != 1 || got[0] != "z" {
+		t.Fatalf("decoded names = %v, want [z]", got)
+	}
+	if got := def.NewConfig().(*listConfig).Names; len(got) != 3 || got[0] != "a" {
+		t.Fatalf("defaults after a decode = %v, want [a b c]", got)
+	}
+}

@@ -150,6 +150,17 @@ type Spec struct {
 	Replayable bool
 }
 
+// MigrationsDir is the folder dir of fsys, where a plugin embeds its goose
+// files, as Spec.Migrations wants it. dir is the plugin's own constant, so
+// a bad one panics when the plugin is defined.
+func MigrationsDir(fsys fs.FS, dir string) fs.FS {
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(fmt.Sprintf("handlers: migrations in %q: %v", dir, err))
+	}
+	return sub
+}
+
 // Definition is a plugin as the registry holds it.
 type Definition struct {
 	Spec

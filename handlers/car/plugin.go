@@ -46,13 +46,7 @@ func (c Config) Validate() error {
 var migrationFiles embed.FS
 
 // Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the directory is embedded above
-	}
-	return sub
-}
+func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
 
 // Subscription names; the queues are the seed's.
 const (

@@ -18,13 +18,7 @@ type Config struct{}
 var migrationFiles embed.FS
 
 // Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		panic(err) // the directory is embedded above
-	}
-	return sub
-}
+func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
 
 // Plugin returns the plugin's definition.
 func Plugin() handlers.Definition {

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"strconv"
 	"sync"
@@ -46,7 +45,6 @@ var migrationFiles embed.FS
 
 // Plugin returns the plugin's definition.
 func Plugin() handlers.Definition {
-	files, _ := fs.Sub(migrationFiles, "migrations")
 	return handlers.Define(handlers.Spec{
 		Name:      "lembretes",
 		Publishes: []string{EventCriado},
@@ -54,7 +52,7 @@ func Plugin() handlers.Definition {
 		Subscriptions: []handlers.Subscription{
 			{Name: "criados", Events: []string{"lembrete.criado"}, Handles: []string{EventCriado}},
 		},
-		Migrations: files,
+		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 	}, Config{Marca: "visto"}, build)
 }
 
