@@ -4,13 +4,17 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/notificacoes"
+	"github.com/moenda/moenda/handlers/tarefas"
 )
 
 // publishRaw publishes body to the probe exchange on ch, as any AMQP
@@ -226,4 +230,37 @@ func contains(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// A queue configured for seed 001's envelope reads what a plain AMQP
+// client publishes in it: the event is handled once, its id keys the
+// inbox, an unknown field changes nothing, and an unknown type is ignored
+// without a failure or a dead letter.
+func TestSeed001EnvelopeFromAPlainClient(t *testing.T) {
+	s := newProbeStack(t)
+	reg, err := handlers.NewRegistry(tarefas.Plugin(), notificacoes.Plugin(), probePlugin(s.runs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := probeFiles(t)
+	files["probe.yaml"] = &fstest.MapFile{Data: []byte(strings.Replace(probeConfig, "  subscriptions:\n",
+		"  subscriptions:\n    - queue: probe.work\n      envelope: seed001\n", 1))}
+	p := startWith(t, reg, files, "probe", s.environ()...)
+	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
+	ch := testenv.Channel(t, s.vhost.URL)
+	seed001 := func(id, tipo string) []byte {
+		return []byte(`{"id":"` + id + `","tipo":"` + tipo + `","versao":1,"ocorridoEm":"2026-11-30T12:00:00Z","origem":"pedidos","dados":{"fail":0},"campoNovo":true}`)
+	}
+	id, other := uuid.NewString(), uuid.NewString()
+	publishRaw(t, ch, "probe.work.hit", id, seed001(id, "probe.work.hit"), nil)
+	publishRaw(t, ch, "probe.work.hit", id, seed001(id, "probe.work.hit"), nil) // delivered twice
+	publishRaw(t, ch, "probe.work.other", other, seed001(other, "probe.work.other"), nil)
+	st := p.stats.Queue("probe.work")
+	testenv.Eventually(t, 10*time.Second, "the event handled and the other type ignored", func() bool {
+		return st.Handled.Load() == 1 && st.Ignored.Load() == 1 && st.Duplicates.Load() == 1
+	})
+	time.Sleep(300 * time.Millisecond) // past the retry delays, had anything failed
+	if n := s.effects(t, id); n != 1 || len(dead()) != 0 || st.Failed.Load() != 0 {
+		t.Fatalf("effects %d (want 1), dead letters %d, failures %d", n, len(dead()), st.Failed.Load())
+	}
 }

@@ -220,7 +220,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, 
 		for _, s := range ep.def.Subscriptions {
 			q := ep.def.Queue(s)
 			pol, _ := p.top.Policy(q)
-			rt := router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]}
+			rt := router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Envelope: p.top.Envelope(q), Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]}
 			if p.stream != nil && ep.def.Replayable {
 				streamRoutes = append(streamRoutes, rt)
 			} else {

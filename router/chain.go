@@ -52,7 +52,7 @@ func AddRoutes(r *message.Router, deps Deps, routes []Route) {
 func chain(rt Route, deps Deps, stats *QueueStats, log *slog.Logger) []message.HandlerMiddleware {
 	return []message.HandlerMiddleware{
 		Failures(rt.Queue, rt.Handler, rt.Policy, deps.Sink, stats, log),
-		Decode(rt.Handles, stats, log),
+		Decode(rt.Envelope, rt.Handles, stats, log),
 		Retry(rt.Policy.ImmediateRetries, rt.Policy.ImmediateInterval, stats, log),
 		Dedup(rt.consumer(), deps.Inbox, stats, log),
 		middleware.Recoverer,

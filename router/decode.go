@@ -13,18 +13,19 @@ import (
 
 var errNotDecoded = errors.New("the chain ran the handler without decoding the message")
 
-// Decode decodes the envelope and puts the event, with its correlation and
-// causation ids, in the message's context. A body that is not a valid
+// Decode decodes the envelope, in the queue's format (event.DecodeAs), and
+// puts the event, with its correlation and causation ids, in the
+// message's context. A body that is not a valid
 // envelope fails permanently with its reason class. Of the events the
 // queue receives, those whose type is not in handles (when handles is not
 // empty) are acknowledged and counted as ignored: a queue bound with #
 // receives everything, and subscribers ignore unknown types. A handled
 // type in a version not in handles fails permanently (unknown_version).
-func Decode(handles []string, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
+func Decode(envelope string, handles []string, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
 	versions := versionsOf(handles)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			e, err := event.Decode(msg.Payload)
+			e, err := event.DecodeAs(envelope, msg.Payload)
 			if err != nil {
 				return nil, err
 			}

@@ -36,7 +36,7 @@ func TestDecode(t *testing.T) {
 			stats := NewStats().Queue("q")
 			var got event.Event
 			handled := false
-			_, err := Decode(tt.handles, stats, logger)(handlerFunc(func(msg *message.Message) error {
+			_, err := Decode("", tt.handles, stats, logger)(handlerFunc(func(msg *message.Message) error {
 				handled = true
 				got, _ = eventOf(msg.Context())
 				if event.CorrelationID(msg.Context()) != "c-1" || event.CausationID(msg.Context()) != got.ID {

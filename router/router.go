@@ -56,6 +56,9 @@ type Route struct {
 	// Handles are the versioned event names the handler understands; empty
 	// is every event the queue receives (handlers.Subscription.Handles).
 	Handles []string
+	// Envelope is the format of the queue's messages; empty is moenda's
+	// (event.Envelopes).
+	Envelope string
 	// Policy is the queue's failure handling.
 	Policy topology.Policy
 	Handle handlers.HandlerFunc

@@ -41,10 +41,15 @@ type DeadLetterConfig struct {
 	Queue    string `koanf:"queue"`
 }
 
-// SubscriptionConfig overrides the failure handling of one queue.
+// SubscriptionConfig overrides the failure handling of one queue, and
+// says which envelope its publishers write.
 type SubscriptionConfig struct {
 	Queue   string        `koanf:"queue"`
 	Failure FailureConfig `koanf:"failure"`
+	// Envelope is the format of the queue's messages: moenda (the
+	// default) or seed001, the envelope any AMQP client of seed 001
+	// publishes (event.Envelopes).
+	Envelope string `koanf:"envelope"`
 }
 
 // Policy is the failure handling of one queue, resolved.

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // Config is the part of the topology that configuration sets; queues and
@@ -104,6 +106,9 @@ func (c Config) Validate() error {
 		}
 		queues[s.Queue] = true
 		errs = append(errs, s.Failure.validate(path+".failure", false))
+		if s.Envelope != "" && !slices.Contains(event.Envelopes, s.Envelope) {
+			errs = append(errs, fmt.Errorf("%s.envelope %q must be one of %s", path, s.Envelope, strings.Join(event.Envelopes, ", ")))
+		}
 	}
 	for i, q := range c.Queues {
 		path := fmt.Sprintf("topology.queues[%d]", i)
@@ -182,8 +187,9 @@ type Topology struct {
 	Queues    []Queue
 	Bindings  []Binding
 
-	routes   []ExchangeConfig
-	policies map[string]Policy // by consuming queue
+	routes    []ExchangeConfig
+	policies  map[string]Policy // by consuming queue
+	envelopes map[string]string // by consuming queue, when not moenda's
 	// exchangeOf remembers ExchangeFor's answers for up to maxRemembered
 	// keys: the relay asks for every event, and matching splits the key and
 	// the patterns into words. The bound keeps clients that post many
@@ -206,7 +212,7 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	// An exchange listed for its failure settings alone, with no enabled
 	// plugin publishing to it, carries nothing: it is not declared.
 	cfg.Exchanges = slices.DeleteFunc(slices.Clone(cfg.Exchanges), func(x ExchangeConfig) bool { return len(x.Events) == 0 })
-	t := &Topology{routes: cfg.Exchanges, policies: map[string]Policy{}}
+	t := &Topology{routes: cfg.Exchanges, policies: map[string]Policy{}, envelopes: map[string]string{}}
 	d := declarations{}
 	var errs []error
 	for _, x := range cfg.Exchanges {
@@ -223,6 +229,9 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	overrides := map[string]FailureConfig{}
 	for _, o := range cfg.Subscriptions {
 		overrides[o.Queue] = o.Failure
+		if o.Envelope != "" {
+			t.envelopes[o.Queue] = o.Envelope
+		}
 	}
 	queues := map[string]bool{}
 	for _, s := range subs {
@@ -384,6 +393,14 @@ func (d *declarations) sorted() ([]Exchange, []Queue, []Binding) {
 func (t *Topology) Policy(queue string) (Policy, bool) {
 	p, ok := t.policies[queue]
 	return p, ok
+}
+
+// Envelope returns the format of queue's messages (event.Envelopes).
+func (t *Topology) Envelope(queue string) string {
+	if e, ok := t.envelopes[queue]; ok {
+		return e
+	}
+	return event.EnvelopeMoenda
 }
 
 // ExchangeFor returns the exchange an event with this routing key is

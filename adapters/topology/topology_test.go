@@ -294,3 +294,22 @@ func TestQueuesForOutsideConsumers(t *testing.T) {
 		}
 	}
 }
+
+// A queue's envelope format comes from its override; moenda's otherwise.
+func TestEnvelopePerQueue(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Exchanges = []ExchangeConfig{{Name: "pedidos", Events: []string{"pedido.*"}}}
+	cfg.Subscriptions = []SubscriptionConfig{{Queue: "estoque.pedidos", Envelope: "seed001"}}
+	subs := []Subscription{{Queue: "estoque.pedidos", Patterns: []string{"pedido.criado"}}, {Queue: "analise.pedidos", Patterns: []string{"pedido.#"}}}
+	top, err := Build(cfg, subs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top.Envelope("estoque.pedidos") != "seed001" || top.Envelope("analise.pedidos") != "moenda" {
+		t.Fatalf("envelopes %q and %q", top.Envelope("estoque.pedidos"), top.Envelope("analise.pedidos"))
+	}
+	cfg.Subscriptions[0].Envelope = "xml"
+	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `topology.subscriptions[0].envelope "xml" must be one of moenda, seed001`) {
+		t.Fatalf("an unknown envelope: %v", err)
+	}
+}

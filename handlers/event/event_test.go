@@ -173,3 +173,30 @@ func FuzzParseName(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeSeed001Envelope(t *testing.T) {
+	body := `{"id":"6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b10","tipo":"pedido.criado","versao":1,"ocorridoEm":"2026-11-30T12:00:00Z",
+		"origem":"pedidos","dados":{"pedidoId":981,"itens":[{"produtoId":7,"quantidade":2}]},"extra":"ignored"}`
+	e, err := DecodeAs(EnvelopeSeed001, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.ID != "6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b10" || e.Name != "pedido.criado.v1" || e.Source != "pedidos" ||
+		!e.OccurredAt.Equal(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)) || !strings.Contains(string(e.Payload), `"pedidoId":981`) {
+		t.Fatalf("decoded %+v", e)
+	}
+	for _, tt := range []struct{ body, reason string }{
+		{`{"tipo":"pedido.criado","versao":1,"ocorridoEm":"2026-11-30T12:00:00Z","dados":{}}`, ReasonMissingEventID},
+		{`{"id":"6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b10","tipo":"pedido.criado","ocorridoEm":"2026-11-30T12:00:00Z","dados":{}}`, ReasonInvalidEnvelope},
+		{`{"id":"x","tipo":"pedido.criado","versao":1,"ocorridoEm":"2026-11-30T12:00:00Z","dados":{}}`, ReasonInvalidEnvelope},
+		{`not json`, ReasonDecode},
+	} {
+		if _, err := DecodeAs(EnvelopeSeed001, []byte(tt.body)); ReasonOf(err) != tt.reason {
+			t.Errorf("%s: %v, want reason %s", tt.body, err, tt.reason)
+		}
+	}
+	// moenda's own format is the default.
+	if _, err := DecodeAs("", []byte(body)); ReasonOf(err) != ReasonMissingEventID {
+		t.Errorf("a seed 001 body read as moenda's: %v", err)
+	}
+}
