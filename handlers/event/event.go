@@ -124,6 +124,8 @@ const (
 	EnvelopeMoenda = "moenda"
 	// EnvelopeSeed001 is the envelope of seed 001's publishers, which any
 	// AMQP client can write: {id, tipo, versao, ocorridoEm, origem, dados}.
+	// A queue in this format reads moenda's envelope too, so moenda's own
+	// publishers and the others can share it.
 	EnvelopeSeed001 = "seed001"
 )
 
@@ -132,6 +134,7 @@ var Envelopes = []string{EnvelopeMoenda, EnvelopeSeed001}
 
 // seed001 is seed 001's envelope.
 type seed001 struct {
+	EventID    string          `json:"event_id"` // set: moenda's envelope
 	ID         string          `json:"id"`
 	Tipo       string          `json:"tipo"`
 	Versao     int             `json:"versao"`
@@ -155,6 +158,9 @@ func DecodeAs(format string, body []byte) (Event, error) {
 	var s seed001
 	if err := json.Unmarshal(body, &s); err != nil {
 		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode seed 001 envelope: %w", err))
+	}
+	if s.EventID != "" && s.ID == "" {
+		return Decode(body)
 	}
 	if s.ID == "" {
 		return Event{}, Reject(ReasonMissingEventID, errors.New("invalid envelope: id is missing"))

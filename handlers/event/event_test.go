@@ -199,4 +199,10 @@ func TestDecodeSeed001Envelope(t *testing.T) {
 	if _, err := DecodeAs("", []byte(body)); ReasonOf(err) != ReasonMissingEventID {
 		t.Errorf("a seed 001 body read as moenda's: %v", err)
 	}
+	// A seed 001 queue reads moenda's envelope too.
+	own, _ := New("pedido.criado.v1", "pedidos", map[string]int{"pedidoId": 1})
+	raw, _ := own.MarshalJSON()
+	if e, err := DecodeAs(EnvelopeSeed001, raw); err != nil || e.ID != own.ID || e.Name != own.Name {
+		t.Errorf("moenda's envelope on a seed 001 queue: %+v, %v", e, err)
+	}
 }
