@@ -49,7 +49,7 @@ func TestEventsEndpointRejectsBadInput(t *testing.T) {
 		{"causation_id over 128 bytes", `{"event_name":"tarefa.concluida.v1","causation_id":"` + strings.Repeat("c", 129) + `","payload":{"a":1}}`, http.StatusBadRequest, "causation_id is not a valid id"},
 		{"date without time", `{"event_name":"tarefa.concluida.v1","occurred_at":"2026-01-15","payload":{"a":1}}`, http.StatusBadRequest, "not an RFC 3339 string"},
 		{"time as a number", `{"event_name":"tarefa.concluida.v1","occurred_at":5,"payload":{"a":1}}`, http.StatusBadRequest, "not an RFC 3339 string"},
-		{"no exchange carries it", `{"event_name":"pedido.criado.v1","payload":{"a":1}}`, http.StatusBadRequest, `no exchange carries events with routing key "pedido.criado"`},
+		{"no exchange carries it", `{"event_name":"fatura.emitida.v1","payload":{"a":1}}`, http.StatusBadRequest, `no exchange carries events with routing key "fatura.emitida"`},
 		{"over the size limit", `{"event_name":"tarefa.concluida.v1","payload":{"x":"` + strings.Repeat("a", 70000) + `"}}`, http.StatusRequestEntityTooLarge, "larger than the limit of 65536 bytes"},
 	}
 	for _, tt := range tests {
@@ -115,11 +115,12 @@ func TestHealthReadinessAndCatalog(t *testing.T) {
 	for _, e := range events {
 		names = append(names, e.(map[string]any)["event_name"].(string))
 	}
-	want := []string{"canal.web.mensagem.v1", "documento.anexado.v1", "processo.regular.v1", "processo.submetido.v1", "tarefa.concluida.v1"}
+	want := []string{"canal.web.mensagem.v1", "documento.anexado.v1", "pedido.cancelado.v1", "pedido.criado.v1", "pedido.criado.v2", "pedido.pago.v1",
+		"processo.regular.v1", "processo.submetido.v1", "tarefa.concluida.v1"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("catalog events = %v, want %v", names, want)
 	}
-	e := events[4].(map[string]any)
+	e := events[len(events)-1].(map[string]any)
 	subs := e["subscribers"].([]any)
 	if e["event_name"] != "tarefa.concluida.v1" || e["routing_key"] != "tarefa.concluida" || e["exchange"] != "eventos.dominio" || len(subs) != 2 {
 		t.Fatalf("catalog entry = %v", e)

@@ -22,6 +22,8 @@ type running struct {
 	*Platform
 	base string
 	logs *syncBuffer
+	// stop stops the platform before the test ends; it runs once.
+	stop func()
 }
 
 // start loads env's configuration with environ on top, serves on a free
@@ -56,13 +58,17 @@ func startResolved(t *testing.T, cfg *Resolved) running {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	<-p.Running()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("platform: %v", err)
-		}
-	})
-	return running{Platform: p, base: "http://" + p.Addr(), logs: logs}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("platform: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return running{Platform: p, base: "http://" + p.Addr(), logs: logs, stop: stop}
 }
 
 // startAMQP starts the platform in the test environment on a fresh

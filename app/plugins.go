@@ -2,9 +2,12 @@ package app
 
 import (
 	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/analise"
 	"github.com/moenda/moenda/handlers/analytics"
 	"github.com/moenda/moenda/handlers/car"
+	"github.com/moenda/moenda/handlers/estoque"
 	"github.com/moenda/moenda/handlers/notificacoes"
+	"github.com/moenda/moenda/handlers/pedidos"
 	"github.com/moenda/moenda/handlers/tarefas"
 )
 
@@ -20,5 +23,8 @@ func shipped() []handlers.Definition {
 		notificacoes.Plugin(),
 		analytics.Plugin(),
 		car.Plugin(),
+		pedidos.Plugin(),
+		estoque.Plugin(),
+		analise.Plugin(),
 	}
 }

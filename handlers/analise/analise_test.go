@@ -1,0 +1,293 @@
+package analise
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/moenda/moenda/adapters/memory"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/pedidos"
+	"github.com/moenda/moenda/migrations"
+)
+
+// collector keeps what the memory transactor publishes: only what
+// committed.
+type collector struct {
+	mu   sync.Mutex
+	msgs []*message.Message
+}
+
+func (c *collector) Publish(_ string, msgs ...*message.Message) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs = append(c.msgs, msgs...)
+	return nil
+}
+func (c *collector) Close() error { return nil }
+
+func (c *collector) bodies() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([][]byte, len(c.msgs))
+	for i, m := range c.msgs {
+		out[i] = m.Payload
+	}
+	return out
+}
+
+var routeAll = func(string) error { return nil }
+
+// store is a transactor over one of the stores the plugin runs on, and a
+// way to read the events its units of work committed, in order.
+type store struct {
+	tx        handlers.Transactor
+	committed func() [][]byte
+}
+
+// stores returns every store the plugin runs on; the PostgreSQL one has
+// the tables of the pedidos plugin too, for the end-to-end test.
+func stores(t *testing.T) map[string]func() store {
+	return map[string]func() store{
+		"memory": func() store {
+			pub := &collector{}
+			return store{tx: memory.NewTransactor(pub, routeAll), committed: pub.bodies}
+		},
+		"postgres": func() store {
+			db := testenv.Postgres(t)
+			_, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(),
+				migrations.Set{Name: "analise", Files: Migrations()}, migrations.Set{Name: "pedidos", Files: pedidos.Migrations()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := outbox.New(routeAll, watermill.NewSlogLogger(testenv.Logger()))
+			return store{tx: postgres.NewTransactor(db.Pool, out, nil), committed: func() [][]byte {
+				rows, err := db.Pool.Query(context.Background(), `SELECT payload FROM watermill_outbox ORDER BY "offset"`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bodies, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return bodies
+			}}
+		},
+	}
+}
+
+type fixture struct {
+	t      *testing.T
+	store  store
+	plugin handlers.Plugin
+	router chi.Router
+}
+
+func newFixture(t *testing.T, s store) *fixture {
+	t.Helper()
+	p, err := buildWithClock(handlers.Deps{Logger: testenv.Logger(), Tx: s.tx}, func() time.Time {
+		return time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	p.Routes(r)
+	return &fixture{t: t, store: s, plugin: p, router: r}
+}
+
+// deliver hands e to the subscription's handler as the router does:
+// inside a unit of work the handler joins.
+func (f *fixture) deliver(e event.Event) error {
+	return f.store.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+		return f.plugin.Handlers[SubPedidos](ctx, e)
+	})
+}
+
+func (f *fixture) resumo() (string, Resumo) {
+	f.t.Helper()
+	rec := httptest.NewRecorder()
+	f.router.ServeHTTP(rec, httptest.NewRequest("GET", "/analise/pedidos", nil))
+	if rec.Code != http.StatusOK {
+		f.t.Fatalf("GET /analise/pedidos = %d %s", rec.Code, rec.Body)
+	}
+	var out Resumo
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		f.t.Fatal(err)
+	}
+	return strings.TrimSpace(rec.Body.String()), out
+}
+
+func ev(name, payload string) event.Event {
+	e, err := event.New(name, "pedidos", json.RawMessage(payload))
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
+
+// routes tells whether the subscription receives and handles e.
+func routes(e event.Event) bool {
+	s := Plugin().Subscriptions[0]
+	return slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) &&
+		(len(s.Handles) == 0 || slices.Contains(s.Handles, e.Name))
+}
+
+func TestSpec(t *testing.T) {
+	def := Plugin()
+	if def.Name != "analise" || len(def.Publishes) != 0 || len(def.Subscriptions) != 1 {
+		t.Fatalf("spec = %+v", def.Spec)
+	}
+	s := def.Subscriptions[0]
+	if def.Queue(s) != "analise.pedidos" || !reflect.DeepEqual(s.Events, []string{"pedido.#"}) || len(s.Handles) != 0 {
+		t.Fatalf("subscription %+v, queue %s", s, def.Queue(s))
+	}
+	if _, err := fs.Stat(def.Migrations, "00001_analise.sql"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handlers.NewRegistry(def, pedidos.Plugin()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{
+		"pedido.criado.v1": true, "pedido.criado.v2": true, "pedido.pago.v1": true, "pedido.cancelado.v1": true,
+		"pedido.criado.v9": true, "pedido.item.devolvido.v1": true, "produto.criado.v1": false, "pedidos.criado.v1": false,
+	} {
+		if got := routes(event.Event{Name: name}); got != want {
+			t.Errorf("%s reaches the handler: %v, want %v", name, got, want)
+		}
+	}
+}
+
+// Distinct pedidos per type: versions and redeliveries of one fact count
+// once; every event id is recorded once.
+func TestCountsDistinctPedidos(t *testing.T) {
+	criado := func(id int, v int) event.Event {
+		if v == 1 {
+			return ev("pedido.criado.v1", fmt.Sprintf(`{"pedidoId":%d,"itens":[{"produtoId":7,"quantidade":2}],"totalCentavos":1990}`, id))
+		}
+		return ev("pedido.criado.v2", fmt.Sprintf(`{"pedidoId":%d,"itens":[{"produtoId":7,"quantidade":2}],"total":{"valor":"19.90","moeda":"BRL"}}`, id))
+	}
+	pago := ev("pedido.pago.v1", `{"pedidoId":1}`)
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore())
+			if body, _ := f.resumo(); body != `{"por_tipo":{},"por_versao":{}}` {
+				t.Fatalf("empty: %s", body)
+			}
+			events := []event.Event{
+				criado(1, 1), criado(1, 2), criado(2, 1), criado(2, 2), criado(3, 2),
+				pago, pago, // a redelivery under the same id
+				ev("pedido.pago.v1", `{"pedidoId":1}`), // the same fact under another id
+				ev("pedido.cancelado.v1", `{"pedidoId":2,"itens":[{"produtoId":7,"quantidade":2}]}`),
+				ev("pedido.auditado.v1", `{"motivo":"x"}`),        // names no pedido
+				ev("pedido.criado.v3", `{"pedidoId":4,"novo":1}`), // a version nobody publishes yet
+			}
+			for _, e := range events {
+				if err := f.deliver(e); err != nil {
+					t.Fatalf("deliver %s: %v", e.Name, err)
+				}
+			}
+			body, got := f.resumo()
+			want := Resumo{
+				PorTipo:   map[string]int64{"pedido.criado": 4, "pedido.pago": 1, "pedido.cancelado": 1},
+				PorVersao: map[string]int64{"pedido.criado.v1": 2, "pedido.criado.v2": 3, "pedido.criado.v3": 1, "pedido.pago.v1": 2, "pedido.cancelado.v1": 1, "pedido.auditado.v1": 1},
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("resumo %s, want %+v", body, want)
+			}
+			if !strings.HasPrefix(body, `{"por_tipo":{"pedido.cancelado":1,"pedido.criado":4,"pedido.pago":1},`) {
+				t.Fatalf("resumo %s", body)
+			}
+		})
+	}
+}
+
+// A payload retrying cannot fix is permanent and records nothing.
+func TestMalformedIsPermanent(t *testing.T) {
+	tests := []struct {
+		name, payload, want string
+	}{
+		{"not an object", `"pedido"`, "cannot unmarshal"},
+		{"a list", `[1]`, "cannot unmarshal"},
+		{"pedidoId a string", `{"pedidoId":"1"}`, "cannot unmarshal"},
+		{"pedidoId a fraction", `{"pedidoId":1.5}`, "cannot unmarshal"},
+		{"pedidoId zero", `{"pedidoId":0}`, "pedidoId 0 is not positive"},
+		{"pedidoId negative", `{"pedidoId":-3}`, "pedidoId -3 is not positive"},
+	}
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore())
+			for _, tt := range tests {
+				e := ev("pedido.pago.v1", tt.payload)
+				err := f.deliver(e)
+				if !event.IsPermanent(err) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), e.ID) {
+					t.Errorf("%s: err = %v, want permanent with %q", tt.name, err, tt.want)
+				}
+			}
+			if body, _ := f.resumo(); body != `{"por_tipo":{},"por_versao":{}}` {
+				t.Fatalf("after permanent failures: %s", body)
+			}
+		})
+	}
+}
+
+// The pedidos plugin's events, as the broker would route them.
+func TestWithThePublisher(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			s := newStore()
+			f := newFixture(t, s)
+			def := pedidos.Plugin()
+			pub, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.tx})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := chi.NewRouter()
+			pub.Routes(r)
+			for _, req := range []string{"/pedidos", "/pedidos", "/pedidos", "/pedidos/1/pagar", "/pedidos/2/cancelar", "/pedidos/1/pagar"} {
+				rec := httptest.NewRecorder()
+				r.ServeHTTP(rec, httptest.NewRequest("POST", req, strings.NewReader(`{"itens":[{"produto_id":7,"quantidade":2}],"total_centavos":1990}`)))
+				if rec.Code/100 != 2 {
+					t.Fatalf("POST %s = %d %s", req, rec.Code, rec.Body)
+				}
+			}
+			for _, b := range s.committed() {
+				e, err := event.Decode(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if routes(e) {
+					if err := f.deliver(e); err != nil {
+						t.Fatalf("deliver %s: %v", e.Name, err)
+					}
+				}
+			}
+			body, _ := f.resumo()
+			if want := `{"por_tipo":{"pedido.cancelado":1,"pedido.criado":3,"pedido.pago":1},"por_versao":{"pedido.cancelado.v1":1,"pedido.criado.v1":3,"pedido.criado.v2":3,"pedido.pago.v1":1}}`; body != want {
+				t.Fatalf("resumo %s, want %s", body, want)
+			}
+		})
+	}
+}

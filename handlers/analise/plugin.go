@@ -1,0 +1,53 @@
+// Package analise is the analytics service of seed 001, a subscriber to
+// every pedido event (binding pedido.#) on its durable queue
+// analise.pedidos. It records each event once, whatever its type or
+// version, and counts the distinct pedidos per event type: v1 and v2 of
+// one creation are one fact, counted once.
+package analise
+
+import (
+	"embed"
+	"io/fs"
+	"time"
+
+	"github.com/moenda/moenda/handlers"
+)
+
+// Config is the plugin's section, handlers.analise; it has no keys yet.
+type Config struct{}
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations are the plugin's tables, applied in order by the platform.
+func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
+
+// SubPedidos is the subscription to the pedidos exchange; its queue is
+// analise.pedidos, the seed's.
+const SubPedidos = "pedidos"
+
+// Plugin returns the plugin's definition. Handles is empty: every version
+// of every pedido event is recorded, including types added later.
+func Plugin() handlers.Definition {
+	return handlers.Define(handlers.Spec{
+		Name: "analise",
+		Subscriptions: []handlers.Subscription{{
+			Name:   SubPedidos,
+			Events: []string{"pedido.#"},
+		}},
+		Migrations: Migrations(),
+	}, Config{}, build)
+}
+
+func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
+	return buildWithClock(deps, time.Now)
+}
+
+// buildWithClock is build with its clock as a test seam.
+func buildWithClock(deps handlers.Deps, now func() time.Time) (handlers.Plugin, error) {
+	svc := newService(deps.Tx, now)
+	return handlers.Plugin{
+		Handlers: map[string]handlers.HandlerFunc{SubPedidos: svc.registrar},
+		Routes:   api{svc: svc, logger: deps.Logger}.routes,
+	}, nil
+}

@@ -1,0 +1,98 @@
+package analise
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Registro is one event as the analytics keep it.
+type Registro struct {
+	EventID string
+	// Tipo is the routing key: the name without its version.
+	Tipo       string
+	Versao     int
+	PedidoID   *int64 // nil when the payload names no pedido
+	OcorridoEm time.Time
+}
+
+// Resumo answers GET /analise/pedidos.
+type Resumo struct {
+	// PorTipo counts the distinct pedidos per event type (routing key):
+	// both versions of one creation count once. Events that name no pedido
+	// are not counted.
+	PorTipo map[string]int64 `json:"por_tipo"`
+	// PorVersao counts the events recorded per versioned name, each event
+	// id once: while pedido.criado migrates, it shows both versions flow.
+	PorVersao map[string]int64 `json:"por_versao"`
+}
+
+// Service holds the consumer and the query. The consumer's write joins
+// its delivery's unit of work, with the inbox claim.
+type Service struct {
+	tx   handlers.Transactor
+	repo func(handlers.Tx) Repository
+	now  func() time.Time
+}
+
+// newService returns a Service whose store is chosen per unit of work:
+// PostgreSQL when the unit has a transaction, else one memory store kept
+// for the life of the Service (the memory environment).
+func newService(tx handlers.Transactor, now func() time.Time) *Service {
+	mem := newMemoryStore()
+	return &Service{tx: tx, now: now, repo: func(tx handlers.Tx) Repository {
+		if ptx := tx.Postgres(); ptx != nil {
+			return postgresRepository{tx: ptx}
+		}
+		return mem.repository(tx)
+	}}
+}
+
+// dados is the part of every pedido event's payload the analytics read.
+// Other fields are ignored, and a payload without pedidoId is recorded
+// without one.
+type dados struct {
+	PedidoID *int64 `json:"pedidoId"`
+}
+
+// registrar (analise.pedidos) records e once, by its event id. A payload
+// that is not a JSON object, or whose pedidoId is not a positive integer,
+// is permanent: retrying cannot fix it.
+func (s *Service) registrar(ctx context.Context, e event.Event) error {
+	name, err := event.ParseName(e.Name)
+	if err != nil {
+		return event.Permanent(fmt.Errorf("analise: event %s: %w", e.ID, err))
+	}
+	var d dados
+	if err := json.Unmarshal(e.Payload, &d); err != nil {
+		return permanent(e, err)
+	}
+	if d.PedidoID != nil && *d.PedidoID <= 0 {
+		return permanent(e, fmt.Errorf("pedidoId %d is not positive", *d.PedidoID))
+	}
+	r := Registro{EventID: e.ID, Tipo: name.Base, Versao: name.Version, PedidoID: d.PedidoID, OcorridoEm: e.OccurredAt.UTC().Truncate(time.Microsecond)}
+	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		return s.repo(tx).Add(ctx, r, s.now().UTC().Truncate(time.Microsecond))
+	})
+}
+
+// permanent marks a payload retrying cannot fix: the message is
+// dead-lettered at once.
+func permanent(e event.Event, err error) error {
+	return event.Permanent(fmt.Errorf("analise: payload of %s %s: %w", e.Name, e.ID, err))
+}
+
+// Resumo counts what was recorded.
+func (s *Service) Resumo(ctx context.Context) (Resumo, error) {
+	var out Resumo
+	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		var err error
+		out, err = s.repo(tx).Resumo(ctx)
+		return err
+	})
+	return out, err
+}

@@ -1,0 +1,112 @@
+package estoque
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Service holds the consumer and the queries. The consumer's writes join
+// its delivery's unit of work, with the inbox claim.
+type Service struct {
+	tx   handlers.Transactor
+	repo func(handlers.Tx) Repository
+	now  func() time.Time
+}
+
+// newService returns a Service whose store is chosen per unit of work:
+// PostgreSQL when the unit has a transaction, else one memory store kept
+// for the life of the Service (the memory environment).
+func newService(tx handlers.Transactor, now func() time.Time) *Service {
+	mem := newMemoryStore()
+	return &Service{tx: tx, now: now, repo: func(tx handlers.Tx) Repository {
+		if ptx := tx.Postgres(); ptx != nil {
+			return postgresRepository{tx: ptx}
+		}
+		return mem.repository(tx)
+	}}
+}
+
+// clock is the time now as both stores keep it: UTC, to the microsecond.
+func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// handle (estoque.pedidos) reserves on pedido.criado and releases on
+// pedido.cancelado. A payload that cannot be decoded or lacks its pedido
+// or items is permanent: retrying cannot fix it. Database errors are
+// returned as they are: the platform retries them.
+func (s *Service) handle(ctx context.Context, e event.Event) error {
+	switch e.Name {
+	case EventPedidoCriadoV1, EventPedidoCriadoV2:
+		var p pedidoCriado
+		if err := decode(e, &p, pedidoCriado.Validate); err != nil {
+			return err
+		}
+		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+			return s.repo(tx).Reservar(ctx, p.PedidoID, p.itens(), s.clock())
+		})
+	case EventPedidoCancelado:
+		var p pedidoCancelado
+		if err := decode(e, &p, pedidoCancelado.Validate); err != nil {
+			return err
+		}
+		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+			return s.repo(tx).Liberar(ctx, p.PedidoID, s.clock())
+		})
+	default: // the subscription's Handles keep others away
+		return event.Permanent(fmt.Errorf("estoque: does not handle %s (event %s)", e.Name, e.ID))
+	}
+}
+
+// decode reads e's payload into p and checks it with valid.
+func decode[P any](e event.Event, p *P, valid func(P) error) error {
+	if err := json.Unmarshal(e.Payload, p); err != nil {
+		return permanent(e, err)
+	}
+	if err := valid(*p); err != nil {
+		return permanent(e, err)
+	}
+	return nil
+}
+
+// permanent marks a payload retrying cannot fix: the message is
+// dead-lettered at once.
+func permanent(e event.Event, err error) error {
+	return event.Permanent(fmt.Errorf("estoque: payload of %s %s: %w", e.Name, e.ID, err))
+}
+
+// Reserva returns the pedido's reservation; ErrNaoEncontrada when the
+// stock has heard of no such pedido.
+func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) {
+	var r Reserva
+	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		var err error
+		r, err = s.repo(tx).Reserva(ctx, pedidoID)
+		return err
+	})
+	if err != nil {
+		return Reserva{}, err
+	}
+	if r.Itens == nil {
+		r.Itens = []Item{}
+	}
+	return r, nil
+}
+
+// Produto returns how much of the product is reserved and not released;
+// a product no reservation names has 0.
+func (s *Service) Produto(ctx context.Context, produtoID int64) (Produto, error) {
+	var n int64
+	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		var err error
+		n, err = s.repo(tx).Reservado(ctx, produtoID)
+		return err
+	})
+	if err != nil {
+		return Produto{}, err
+	}
+	return Produto{ProdutoID: produtoID, Reservado: n}, nil
+}

@@ -1,0 +1,390 @@
+package pedidos
+
+import (
+	"context"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/moenda/moenda/adapters/memory"
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/migrations"
+)
+
+// collector keeps what the memory transactor publishes: only what
+// committed.
+type collector struct {
+	mu   sync.Mutex
+	msgs []*message.Message
+}
+
+func (c *collector) Publish(_ string, msgs ...*message.Message) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs = append(c.msgs, msgs...)
+	return nil
+}
+func (c *collector) Close() error { return nil }
+
+func (c *collector) bodies() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([][]byte, len(c.msgs))
+	for i, m := range c.msgs {
+		out[i] = m.Payload
+	}
+	return out
+}
+
+var routeAll = func(string) error { return nil }
+
+// store is a transactor over one of the stores the plugin runs on, and a
+// way to read the events its units of work committed, in order.
+type store struct {
+	tx        handlers.Transactor
+	committed func() [][]byte
+}
+
+// stores returns every store the plugin runs on, so the same behaviour is
+// checked against each.
+func stores(t *testing.T) map[string]func() store {
+	return map[string]func() store{
+		"memory": func() store {
+			pub := &collector{}
+			return store{tx: memory.NewTransactor(pub, routeAll), committed: pub.bodies}
+		},
+		"postgres": func() store {
+			db := testenv.Postgres(t)
+			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), migrations.Set{Name: "pedidos", Files: Migrations()}); err != nil {
+				t.Fatal(err)
+			}
+			out := outbox.New(routeAll, watermill.NewSlogLogger(testenv.Logger()))
+			return store{tx: postgres.NewTransactor(db.Pool, out, nil), committed: func() [][]byte {
+				rows, err := db.Pool.Query(context.Background(), `SELECT payload FROM watermill_outbox ORDER BY "offset"`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bodies, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return bodies
+			}}
+		},
+	}
+}
+
+type fixture struct {
+	t      *testing.T
+	store  store
+	router chi.Router
+}
+
+// newFixture builds the plugin over s with cfg and a clock that moves one
+// second at each reading.
+func newFixture(t *testing.T, s store, cfg Config) *fixture {
+	t.Helper()
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC)
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		clock = clock.Add(time.Second)
+		return clock
+	}
+	p, err := buildWithClock(cfg, handlers.Deps{Logger: testenv.Logger(), Tx: s.tx}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	p.Routes(r)
+	return &fixture{t: t, store: s, router: r}
+}
+
+func (f *fixture) do(method, path, body string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	f.router.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+	return rec
+}
+
+func (f *fixture) must(code int, method, path, body string, out any) {
+	f.t.Helper()
+	rec := f.do(method, path, body)
+	if rec.Code != code {
+		f.t.Fatalf("%s %s %s = %d %s, want %d", method, path, body, rec.Code, rec.Body, code)
+	}
+	if out != nil {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			f.t.Fatalf("%s %s: %v in %s", method, path, err, rec.Body)
+		}
+	}
+}
+
+func (f *fixture) criar(body string) Pedido {
+	f.t.Helper()
+	var p Pedido
+	f.must(http.StatusCreated, "POST", "/pedidos", body, &p)
+	return p
+}
+
+func (f *fixture) events() []event.Event {
+	f.t.Helper()
+	var out []event.Event
+	for _, b := range f.store.committed() {
+		e, err := event.Decode(b)
+		if err != nil {
+			f.t.Fatalf("a committed event does not decode: %v", err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func TestSpec(t *testing.T) {
+	def := Plugin()
+	if def.Name != "pedidos" || def.Exchange != "pedidos" || len(def.Subscriptions) != 0 {
+		t.Fatalf("spec = %+v", def.Spec)
+	}
+	want := []string{"pedido.criado.v1", "pedido.criado.v2", "pedido.pago.v1", "pedido.cancelado.v1"}
+	if !reflect.DeepEqual(def.Publishes, want) {
+		t.Fatalf("publishes %v, want %v", def.Publishes, want)
+	}
+	if _, err := fs.Stat(def.Migrations, "00001_pedidos.sql"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handlers.NewRegistry(def); err != nil {
+		t.Fatal(err)
+	}
+	p, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)})
+	if err != nil || p.Routes == nil {
+		t.Fatalf("Build = %+v, %v", p, err)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		versoes []int
+		want    string // "" when valid
+	}{
+		{"defaults", defaultConfig().VersoesCriado, ""},
+		{"v1 only", []int{1}, ""},
+		{"v2 only", []int{2}, ""},
+		{"v2 then v1", []int{2, 1}, ""},
+		{"none", nil, "handlers.pedidos.versoes_criado is empty"},
+		{"v3", []int{1, 3}, "handlers.pedidos.versoes_criado[1] is 3: pedido.criado has versions 1 and 2 only"},
+		{"v0", []int{0}, "handlers.pedidos.versoes_criado[0] is 0"},
+		{"twice", []int{2, 1, 2}, "handlers.pedidos.versoes_criado[2] 2 is listed twice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Config{VersoesCriado: tt.versoes}.Validate()
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("Validate = %v, want %q", err, tt.want)
+			}
+			_, err = Plugin().Build(&Config{VersoesCriado: tt.versoes}, handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)})
+			if (err == nil) != (tt.want == "") {
+				t.Fatalf("Build = %v", err)
+			}
+		})
+	}
+	if got := Plugin().NewConfig().(*Config).VersoesCriado; !reflect.DeepEqual(got, []int{1, 2}) {
+		t.Fatalf("default versoes_criado = %v", got)
+	}
+}
+
+const seedPedido = `{"itens":[{"produto_id":7,"quantidade":2}],"total_centavos":1990}`
+
+func TestRoutes(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore(), defaultConfig())
+			p := f.criar(seedPedido)
+			if p.ID <= 0 {
+				t.Fatalf("id = %d", p.ID)
+			}
+			pago := f.criar(seedPedido)
+			cancelado := f.criar(seedPedido)
+			id := func(n int64) string { return "/pedidos/" + itoa(n) }
+			tests := []struct {
+				method, path, body string
+				code               int
+				want               string // a part of the answer
+			}{
+				{"POST", "/pedidos", `{"itens":[{"produto_id":1,"quantidade":1},{"produto_id":2,"quantidade":3}],"total_centavos":0}`, http.StatusCreated, `"itens":[{"produto_id":1,"quantidade":1},{"produto_id":2,"quantidade":3}],"total_centavos":0,"status":"criado","criado_em":"2026-01-15T10:30:`},
+				{"POST", "/pedidos", `{"itens":[],"total_centavos":10}`, http.StatusBadRequest, `{"error":"requisição inválida: itens deve ter pelo menos um item"}`},
+				{"POST", "/pedidos", `{"total_centavos":10}`, http.StatusBadRequest, `itens deve ter pelo menos um item`},
+				{"POST", "/pedidos", `{"itens":[{"produto_id":0,"quantidade":0}],"total_centavos":-1}`, http.StatusBadRequest, `{"error":"requisição inválida: itens[0].produto_id deve ser um número inteiro positivo\nrequisição inválida: itens[0].quantidade deve estar entre 1 e 1000000\nrequisição inválida: total_centavos não pode ser negativo"}`},
+				{"POST", "/pedidos", `{"itens":[{"produto_id":-7,"quantidade":-2}],"total_centavos":1}`, http.StatusBadRequest, `itens[0].produto_id deve ser um número inteiro positivo`},
+				{"POST", "/pedidos", `{"itens":[{"produto_id":7,"quantidade":1000001}],"total_centavos":1}`, http.StatusBadRequest, `itens[0].quantidade deve estar entre 1 e 1000000`},
+				{"POST", "/pedidos", `{"itens":[{"produto_id":7,"quantidade":1},{"produto_id":7,"quantidade":2}],"total_centavos":1}`, http.StatusBadRequest, `itens[1].produto_id 7 aparece mais de uma vez`},
+				{"POST", "/pedidos", `{"itens":[{"produtoId":7,"quantidade":2}],"total_centavos":1}`, http.StatusBadRequest, `unknown field \"produtoId\"`},
+				{"POST", "/pedidos", `{"itens":[{"produto_id":7,"quantidade":1.5}],"total_centavos":1}`, http.StatusBadRequest, `quantidade`},
+				{"POST", "/pedidos", ``, http.StatusBadRequest, `body is empty`},
+				{"GET", id(p.ID), "", http.StatusOK, `"itens":[{"produto_id":7,"quantidade":2}],"total_centavos":1990,"status":"criado","criado_em":"2026-01-15T10:30:01Z","pago_em":null,"cancelado_em":null}`},
+				{"GET", "/pedidos/999999", "", http.StatusNotFound, `{"error":"pedido não encontrado"}`},
+				{"GET", "/pedidos/abc", "", http.StatusBadRequest, `{"error":"requisição inválida: id no caminho deve ser um número inteiro positivo, como 981"}`},
+				{"GET", "/pedidos/0", "", http.StatusBadRequest, `id no caminho deve ser um número inteiro positivo`},
+				{"POST", "/pedidos/999999/pagar", "", http.StatusNotFound, `{"error":"pedido não encontrado"}`},
+				{"POST", "/pedidos/-1/cancelar", "", http.StatusBadRequest, `id no caminho deve ser um número inteiro positivo`},
+				{"POST", id(pago.ID) + "/pagar", "", http.StatusOK, `"status":"pago","criado_em":"2026-01-15T10:30:02Z","pago_em":"2026-01-15T10:30:`},
+				{"POST", id(pago.ID) + "/pagar", "", http.StatusOK, `"status":"pago"`},
+				{"POST", id(pago.ID) + "/cancelar", "", http.StatusConflict, `já foi pago e não pode ser cancelado`},
+				{"POST", id(cancelado.ID) + "/cancelar", "", http.StatusOK, `"status":"cancelado","criado_em":"2026-01-15T10:30:03Z","pago_em":null,"cancelado_em":"2026-01-15T10:30:`},
+				{"POST", id(cancelado.ID) + "/cancelar", "", http.StatusOK, `"status":"cancelado"`},
+				{"POST", id(cancelado.ID) + "/pagar", "", http.StatusConflict, `foi cancelado e não pode ser pago`},
+			}
+			for _, tt := range tests {
+				rec := f.do(tt.method, tt.path, tt.body)
+				if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
+					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, tt.body, rec.Code, rec.Body, tt.code, tt.want)
+				}
+			}
+			var got Pedido
+			f.must(http.StatusOK, "GET", id(p.ID), "", &got)
+			if got.Status != StatusCriado {
+				t.Fatalf("the first pedido changed: %+v", got)
+			}
+		})
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// raised is what the tests check of an event: its name, aggregate and
+// payload, verbatim.
+type raised struct {
+	name, aggregate, payload string
+}
+
+func raisedOf(es []event.Event) []raised {
+	out := []raised{}
+	for _, e := range es {
+		out = append(out, raised{e.Name, e.AggregateID, string(e.Payload)})
+	}
+	return out
+}
+
+// Every write raises its events, once, in its unit of work, with the
+// seed's payloads; pedido.criado in each configured version.
+func TestWritesRaiseTheirEvents(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, newStore(), defaultConfig())
+			a := f.criar(seedPedido)
+			b := f.criar(`{"itens":[{"produto_id":7,"quantidade":2},{"produto_id":9,"quantidade":1}],"total_centavos":5}`)
+			f.must(http.StatusOK, "POST", "/pedidos/"+itoa(a.ID)+"/pagar", "", nil)
+			f.must(http.StatusOK, "POST", "/pedidos/"+itoa(a.ID)+"/pagar", "", nil)
+			f.must(http.StatusOK, "POST", "/pedidos/"+itoa(b.ID)+"/cancelar", "", nil)
+			f.must(http.StatusOK, "POST", "/pedidos/"+itoa(b.ID)+"/cancelar", "", nil)
+			f.must(http.StatusConflict, "POST", "/pedidos/"+itoa(b.ID)+"/pagar", "", nil)
+			f.must(http.StatusBadRequest, "POST", "/pedidos", `{"itens":[],"total_centavos":1}`, nil)
+
+			A, B := itoa(a.ID), itoa(b.ID)
+			want := []raised{
+				{"pedido.criado.v1", A, `{"pedidoId":` + A + `,"itens":[{"produtoId":7,"quantidade":2}],"totalCentavos":1990}`},
+				{"pedido.criado.v2", A, `{"pedidoId":` + A + `,"itens":[{"produtoId":7,"quantidade":2}],"total":{"valor":"19.90","moeda":"BRL"}}`},
+				{"pedido.criado.v1", B, `{"pedidoId":` + B + `,"itens":[{"produtoId":7,"quantidade":2},{"produtoId":9,"quantidade":1}],"totalCentavos":5}`},
+				{"pedido.criado.v2", B, `{"pedidoId":` + B + `,"itens":[{"produtoId":7,"quantidade":2},{"produtoId":9,"quantidade":1}],"total":{"valor":"0.05","moeda":"BRL"}}`},
+				{"pedido.pago.v1", A, `{"pedidoId":` + A + `}`},
+				{"pedido.cancelado.v1", B, `{"pedidoId":` + B + `,"itens":[{"produtoId":7,"quantidade":2},{"produtoId":9,"quantidade":1}]}`},
+			}
+			es := f.events()
+			if got := raisedOf(es); !reflect.DeepEqual(got, want) {
+				t.Fatalf("raised\n%v\nwant\n%v", got, want)
+			}
+			for _, e := range es {
+				if e.Source != Source || e.RoutingKey() == e.Name || e.OccurredAt.IsZero() {
+					t.Errorf("event %+v", e)
+				}
+			}
+			// Both versions of one creation are one fact: same time, distinct ids.
+			if es[0].ID == es[1].ID || !es[0].OccurredAt.Equal(es[1].OccurredAt) || es[0].RoutingKey() != "pedido.criado" {
+				t.Errorf("v1 %+v and v2 %+v of one creation", es[0], es[1])
+			}
+		})
+	}
+}
+
+// A migration publishes what the config lists, in its order: subscribers
+// move from v1 to v2 one at a time, then v1 stops.
+func TestVersoesCriado(t *testing.T) {
+	for name, newStore := range stores(t) {
+		for _, versoes := range [][]int{{1}, {2}, {2, 1}} {
+			t.Run(name+"/"+strings.Trim(strings.ReplaceAll(string(must(json.Marshal(versoes))), ",", "_"), "[]"), func(t *testing.T) {
+				f := newFixture(t, newStore(), Config{VersoesCriado: versoes})
+				f.criar(seedPedido)
+				var got []string
+				for _, e := range f.events() {
+					got = append(got, e.Name)
+				}
+				var want []string
+				for _, v := range versoes {
+					want = append(want, "pedido.criado.v"+itoa(int64(v)))
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("raised %v, want %v", got, want)
+				}
+			})
+		}
+	}
+}
+
+// A unit of work that fails leaves neither the row nor its events.
+func TestNothingWithoutCommit(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			s := newStore()
+			svc := newService(s.tx, []int{1, 2}, time.Now)
+			var id int64
+			err := s.tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
+				p, err := svc.Criar(ctx, CriarPedido{Itens: []Item{{ProdutoID: 7, Quantidade: 2}}, TotalCentavos: 1990})
+				if err != nil {
+					return err
+				}
+				id = p.ID
+				return context.Canceled
+			})
+			if err != context.Canceled {
+				t.Fatalf("InTx = %v", err)
+			}
+			if _, err := svc.Buscar(context.Background(), id); err != ErrNaoEncontrado {
+				t.Fatalf("Buscar after a rollback = %v", err)
+			}
+			if n := len(s.committed()); n != 0 {
+				t.Fatalf("%d events left a rolled-back unit", n)
+			}
+		})
+	}
+}
+
+func TestValor(t *testing.T) {
+	for c, want := range map[int64]string{0: "0.00", 5: "0.05", 99: "0.99", 100: "1.00", 1990: "19.90", 123456: "1234.56"} {
+		if got := valor(c); got != want {
+			t.Errorf("valor(%d) = %q, want %q", c, got, want)
+		}
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
