@@ -313,3 +313,13 @@ func TestEnvelopePerQueue(t *testing.T) {
 		t.Fatalf("an unknown envelope: %v", err)
 	}
 }
+
+// Two subscriptions never share a queue: each service has its own.
+func TestTwoSubscriptionsCannotShareAQueue(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Exchanges = []ExchangeConfig{{Name: "pedidos", Events: []string{"pedido.*"}}}
+	_, err := Build(cfg, []Subscription{{Queue: "estoque.pedidos", Patterns: []string{"pedido.criado"}}, {Queue: "estoque.pedidos", Patterns: []string{"pedido.pago"}}})
+	if err == nil || !strings.Contains(err.Error(), `queue "estoque.pedidos" is declared by two subscriptions`) {
+		t.Fatalf("two subscriptions on one queue: %v", err)
+	}
+}

@@ -90,7 +90,7 @@ func (p pedidoCriado) itens() []Item {
 			continue
 		}
 		at[it.ProdutoID] = len(out)
-		out = append(out, Item{ProdutoID: it.ProdutoID, Quantidade: it.Quantidade})
+		out = append(out, Item(it))
 	}
 	slices.SortFunc(out, func(a, b Item) int { return cmp.Compare(a.ProdutoID, b.ProdutoID) })
 	return out

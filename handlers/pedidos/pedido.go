@@ -112,7 +112,7 @@ type PedidoCancelado struct {
 func (p Pedido) dados() []ItemDados {
 	out := make([]ItemDados, len(p.Itens))
 	for i, it := range p.Itens {
-		out[i] = ItemDados{ProdutoID: it.ProdutoID, Quantidade: it.Quantidade}
+		out[i] = ItemDados(it)
 	}
 	return out
 }
