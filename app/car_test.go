@@ -138,3 +138,51 @@ func TestCARFailingOCRIsDeadLettered(t *testing.T) {
 		t.Errorf("header %s = %q, want the database's complaint about car_ocr", event.HeaderError, got)
 	}
 }
+
+// The bindings of the seeds' exchanges are exactly the seeds' (analytics
+// reads everything on both), and seed 001's queues are durable with their
+// dead letters.
+func TestSeedExchangesBindExactlyTheSeedsQueues(t *testing.T) {
+	_, vhost := startCAR(t)
+	got := declared(t, vhost.Name)
+	want := map[string][]string{
+		"car.events": {
+			`binding car.events -> adapter.telegram key="canal.mensageria.*"`,
+			`binding car.events -> adapter.whatsapp key="canal.mensageria.*"`,
+			`binding car.events -> analytics.metricas key="#"`,
+			`binding car.events -> canal.web.mensagens key="canal.web.*"`,
+			`binding car.events -> documentos.ocr key="documento.*"`,
+			`binding car.events -> integracao.sicar key="*.regular"`,
+			`binding car.events -> processos.analista key="processo.*"`,
+			`binding car.events -> processos.notificacao key="processo.*"`,
+		},
+		"pedidos": {
+			`binding pedidos -> analise.pedidos key="pedido.#"`,
+			`binding pedidos -> analytics.metricas key="#"`,
+			`binding pedidos -> estoque.pedidos key="pedido.cancelado"`,
+			`binding pedidos -> estoque.pedidos key="pedido.criado"`,
+		},
+	}
+	for exchange, lines := range want {
+		var bound []string
+		for _, line := range got {
+			if strings.HasPrefix(line, "binding "+exchange+" -> ") {
+				bound = append(bound, line)
+			}
+		}
+		slices.Sort(bound)
+		if !slices.Equal(bound, lines) {
+			t.Errorf("bindings of %s:\n%s\nwant exactly:\n%s", exchange, strings.Join(bound, "\n"), strings.Join(lines, "\n"))
+		}
+	}
+	for _, q := range []string{"estoque.pedidos", "analise.pedidos"} {
+		for _, line := range []string{
+			fmt.Sprintf("queue %s durable x-dead-letter-exchange=moenda.dlx x-dead-letter-routing-key=%s", q, q),
+			fmt.Sprintf("queue %s.dlq durable", q),
+		} {
+			if !slices.Contains(got, line) {
+				t.Errorf("RabbitMQ lacks: %s", line)
+			}
+		}
+	}
+}
