@@ -10,89 +10,27 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/moenda/moenda/adapters/memory"
-	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/pedidos"
+	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
-// collector keeps what the memory transactor publishes: only what
-// committed.
-type collector struct {
-	mu   sync.Mutex
-	msgs []*message.Message
-}
-
-func (c *collector) Publish(_ string, msgs ...*message.Message) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, msgs...)
-	return nil
-}
-func (c *collector) Close() error { return nil }
-
-func (c *collector) bodies() [][]byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([][]byte, len(c.msgs))
-	for i, m := range c.msgs {
-		out[i] = m.Payload
-	}
-	return out
-}
-
-var routeAll = func(string) error { return nil }
-
-// store is a transactor over one of the stores the plugin runs on, and a
-// way to read the events its units of work committed, in order.
-type store struct {
-	tx        handlers.Transactor
-	committed func() [][]byte
-}
+// store is a unit of work over one store, and the events it committed.
+type store = plugintest.Store
 
 // stores returns every store the plugin runs on; the PostgreSQL one has
 // the tables of the pedidos plugin too, for the end-to-end test.
 func stores(t *testing.T) map[string]func() store {
-	return map[string]func() store{
-		"memory": func() store {
-			pub := &collector{}
-			return store{tx: memory.NewTransactor(pub, routeAll), committed: pub.bodies}
-		},
-		"postgres": func() store {
-			db := testenv.Postgres(t)
-			_, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(),
-				migrations.Set{Name: "analise", Files: Migrations()}, migrations.Set{Name: "pedidos", Files: pedidos.Migrations()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := outbox.New(routeAll, watermill.NewSlogLogger(testenv.Logger()))
-			return store{tx: postgres.NewTransactor(db.Pool, out, nil), committed: func() [][]byte {
-				rows, err := db.Pool.Query(context.Background(), `SELECT payload FROM watermill_outbox ORDER BY "offset"`)
-				if err != nil {
-					t.Fatal(err)
-				}
-				bodies, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-				if err != nil {
-					t.Fatal(err)
-				}
-				return bodies
-			}}
-		},
-	}
+	return plugintest.Stores(t, nil, migrations.Set{Name: "analise", Files: Migrations()}, migrations.Set{Name: "pedidos", Files: pedidos.Migrations()})
 }
 
 type fixture struct {
@@ -104,7 +42,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, s store) *fixture {
 	t.Helper()
-	p, err := buildWithClock(handlers.Deps{Logger: testenv.Logger(), Tx: s.tx}, func() time.Time {
+	p, err := buildWithClock(handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx}, func() time.Time {
 		return time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC)
 	})
 	if err != nil {
@@ -118,7 +56,7 @@ func newFixture(t *testing.T, s store) *fixture {
 // deliver hands e to the subscription's handler as the router does:
 // inside a unit of work the handler joins.
 func (f *fixture) deliver(e event.Event) error {
-	return f.store.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+	return f.store.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
 		return f.plugin.Handlers[SubPedidos](ctx, e)
 	})
 }
@@ -167,7 +105,7 @@ func TestSpec(t *testing.T) {
 	if _, err := handlers.NewRegistry(def, pedidos.Plugin()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)}); err != nil {
+	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()}); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]bool{
@@ -260,7 +198,7 @@ func TestWithThePublisher(t *testing.T) {
 			s := newStore()
 			f := newFixture(t, s)
 			def := pedidos.Plugin()
-			pub, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.tx})
+			pub, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +211,7 @@ func TestWithThePublisher(t *testing.T) {
 					t.Fatalf("POST %s = %d %s", req, rec.Code, rec.Body)
 				}
 			}
-			for _, b := range s.committed() {
+			for _, b := range s.Committed() {
 				e, err := event.Decode(b)
 				if err != nil {
 					t.Fatal(err)

@@ -15,82 +15,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/moenda/moenda/adapters/memory"
-	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
-// collector keeps what the memory transactor publishes: only what
-// committed.
-type collector struct {
-	mu   sync.Mutex
-	msgs []*message.Message
-}
-
-func (c *collector) Publish(_ string, msgs ...*message.Message) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, msgs...)
-	return nil
-}
-func (c *collector) Close() error { return nil }
-
-func (c *collector) bodies() [][]byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([][]byte, len(c.msgs))
-	for i, m := range c.msgs {
-		out[i] = m.Payload
-	}
-	return out
-}
-
+// routeAll lets the outbox take every event.
 var routeAll = func(string) error { return nil }
 
-// store is a transactor over one of the stores the plugin runs on, and a
-// way to read the events its units of work committed, in order.
-type store struct {
-	tx        handlers.Transactor
-	committed func() [][]byte
-}
+// store is a unit of work over one store, and the events it committed.
+type store = plugintest.Store
 
-// stores returns every store the plugin runs on, so the same behaviour is
-// checked against each.
+// stores returns every store the plugin runs on, each with the routing
+// rule its outbox applies.
 func stores(t *testing.T) map[string]func(routable func(string) error) store {
+	set := migrations.Set{Name: "car", Files: Migrations()}
 	return map[string]func(func(string) error) store{
-		"memory": func(routable func(string) error) store {
-			pub := &collector{}
-			return store{tx: memory.NewTransactor(pub, routable), committed: pub.bodies}
-		},
-		"postgres": func(routable func(string) error) store {
-			db := testenv.Postgres(t)
-			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), migrations.Set{Name: "car", Files: Migrations()}); err != nil {
-				t.Fatal(err)
-			}
-			out := outbox.New(routable, watermill.NewSlogLogger(testenv.Logger()))
-			return store{tx: postgres.NewTransactor(db.Pool, out, nil), committed: func() [][]byte {
-				rows, err := db.Pool.Query(context.Background(), `SELECT payload FROM watermill_outbox ORDER BY "offset"`)
-				if err != nil {
-					t.Fatal(err)
-				}
-				bodies, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-				if err != nil {
-					t.Fatal(err)
-				}
-				return bodies
-			}}
-		},
+		"memory":   func(r func(string) error) store { return plugintest.Stores(t, r)["memory"]() },
+		"postgres": func(r func(string) error) store { return plugintest.Stores(t, r, set)["postgres"]() },
 	}
 }
 
@@ -101,7 +49,7 @@ type fixture struct {
 	store     store
 	plugin    handlers.Plugin
 	router    chi.Router
-	delivered int // events of store.committed already delivered by pump
+	delivered int // events of store.Committed already delivered by pump
 }
 
 func newFixture(t *testing.T, s store) *fixture {
@@ -114,7 +62,7 @@ func newFixture(t *testing.T, s store) *fixture {
 		clock = clock.Add(time.Second)
 		return clock
 	}
-	p, err := buildWithClock(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.tx}, now)
+	p, err := buildWithClock(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +111,7 @@ func (f *fixture) ficha(id string) Ficha {
 func (f *fixture) events() []event.Event {
 	f.t.Helper()
 	var out []event.Event
-	for _, b := range f.store.committed() {
+	for _, b := range f.store.Committed() {
 		e, err := event.Decode(b)
 		if err != nil {
 			f.t.Fatalf("a committed event does not decode: %v", err)
@@ -176,7 +124,7 @@ func (f *fixture) events() []event.Event {
 // deliver hands e to a subscription's handler as the router does: inside
 // a unit of work the handler joins.
 func (f *fixture) deliver(sub string, e event.Event) error {
-	return f.store.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+	return f.store.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
 		return f.plugin.Handlers[sub](ctx, e)
 	})
 }
@@ -234,7 +182,7 @@ func TestSpec(t *testing.T) {
 	if _, err := handlers.NewRegistry(def); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)}); err != nil {
+	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -281,7 +229,7 @@ func TestConfig(t *testing.T) {
 				t.Fatalf("Validate = %v, want %q", err, tt.want)
 			}
 			def := Plugin()
-			_, err = def.Build(&Config{Analistas: tt.analistas}, handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)})
+			_, err = def.Build(&Config{Analistas: tt.analistas}, handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()})
 			if (err == nil) != (tt.want == "") {
 				t.Fatalf("Build = %v", err)
 			}
@@ -512,7 +460,7 @@ func TestRoundRobin(t *testing.T) {
 			es := f.events()
 
 			failed := errors.New("the inbox claim failed")
-			err := f.store.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+			err := f.store.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
 				if err := f.plugin.Handlers[SubAnalista](ctx, es[0]); err != nil {
 					return err
 				}

@@ -13,81 +13,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/moenda/moenda/adapters/memory"
-	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
-// collector keeps what the memory transactor publishes: only what
-// committed.
-type collector struct {
-	mu   sync.Mutex
-	msgs []*message.Message
-}
+// store is a unit of work over one store, and the events it committed.
+type store = plugintest.Store
 
-func (c *collector) Publish(_ string, msgs ...*message.Message) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, msgs...)
-	return nil
-}
-func (c *collector) Close() error { return nil }
-
-func (c *collector) bodies() [][]byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([][]byte, len(c.msgs))
-	for i, m := range c.msgs {
-		out[i] = m.Payload
-	}
-	return out
-}
-
-var routeAll = func(string) error { return nil }
-
-// store is a transactor over one of the stores the plugin runs on, and a
-// way to read the events its units of work committed, in order.
-type store struct {
-	tx        handlers.Transactor
-	committed func() [][]byte
-}
-
-// stores returns every store the plugin runs on, so the same behaviour is
-// checked against each.
+// stores returns every store the plugin runs on.
 func stores(t *testing.T) map[string]func() store {
-	return map[string]func() store{
-		"memory": func() store {
-			pub := &collector{}
-			return store{tx: memory.NewTransactor(pub, routeAll), committed: pub.bodies}
-		},
-		"postgres": func() store {
-			db := testenv.Postgres(t)
-			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), migrations.Set{Name: "pedidos", Files: Migrations()}); err != nil {
-				t.Fatal(err)
-			}
-			out := outbox.New(routeAll, watermill.NewSlogLogger(testenv.Logger()))
-			return store{tx: postgres.NewTransactor(db.Pool, out, nil), committed: func() [][]byte {
-				rows, err := db.Pool.Query(context.Background(), `SELECT payload FROM watermill_outbox ORDER BY "offset"`)
-				if err != nil {
-					t.Fatal(err)
-				}
-				bodies, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-				if err != nil {
-					t.Fatal(err)
-				}
-				return bodies
-			}}
-		},
-	}
+	return plugintest.Stores(t, nil, migrations.Set{Name: "pedidos", Files: Migrations()})
 }
 
 type fixture struct {
@@ -108,7 +48,7 @@ func newFixture(t *testing.T, s store, cfg Config) *fixture {
 		clock = clock.Add(time.Second)
 		return clock
 	}
-	p, err := buildWithClock(cfg, handlers.Deps{Logger: testenv.Logger(), Tx: s.tx}, now)
+	p, err := buildWithClock(cfg, handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +86,7 @@ func (f *fixture) criar(body string) Pedido {
 func (f *fixture) events() []event.Event {
 	f.t.Helper()
 	var out []event.Event
-	for _, b := range f.store.committed() {
+	for _, b := range f.store.Committed() {
 		e, err := event.Decode(b)
 		if err != nil {
 			f.t.Fatalf("a committed event does not decode: %v", err)
@@ -171,7 +111,7 @@ func TestSpec(t *testing.T) {
 	if _, err := handlers.NewRegistry(def); err != nil {
 		t.Fatal(err)
 	}
-	p, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)})
+	p, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()})
 	if err != nil || p.Routes == nil {
 		t.Fatalf("Build = %+v, %v", p, err)
 	}
@@ -198,7 +138,7 @@ func TestConfig(t *testing.T) {
 			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
 				t.Fatalf("Validate = %v, want %q", err, tt.want)
 			}
-			_, err = Plugin().Build(&Config{VersoesCriado: tt.versoes}, handlers.Deps{Logger: testenv.Logger(), Tx: memory.NewTransactor(&collector{}, routeAll)})
+			_, err = Plugin().Build(&Config{VersoesCriado: tt.versoes}, handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()})
 			if (err == nil) != (tt.want == "") {
 				t.Fatalf("Build = %v", err)
 			}
@@ -356,9 +296,9 @@ func TestNothingWithoutCommit(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			s := newStore()
-			svc := newService(s.tx, []int{1, 2}, time.Now)
+			svc := newService(s.Tx, []int{1, 2}, time.Now)
 			var id int64
-			err := s.tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
+			err := s.Tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
 				p, err := svc.Criar(ctx, CriarPedido{Itens: []Item{{ProdutoID: 7, Quantidade: 2}}, TotalCentavos: 1990})
 				if err != nil {
 					return err
@@ -372,7 +312,7 @@ func TestNothingWithoutCommit(t *testing.T) {
 			if _, err := svc.Buscar(context.Background(), id); err != ErrNaoEncontrado {
 				t.Fatalf("Buscar after a rollback = %v", err)
 			}
-			if n := len(s.committed()); n != 0 {
+			if n := len(s.Committed()); n != 0 {
 				t.Fatalf("%d events left a rolled-back unit", n)
 			}
 		})
