@@ -36,6 +36,9 @@ type Subscriber struct {
 	mu        sync.Mutex
 	subs      []*wkafka.Subscriber
 	wg        sync.WaitGroup
+	// lifecycle keeps watermill-kafka's Subscribe and Close apart: they
+	// use one WaitGroup, whose Add may not race its Wait.
+	lifecycle sync.Mutex
 }
 
 // NewSubscriber returns a subscriber reading each queue in the consumer
@@ -179,7 +182,16 @@ func (s *Subscriber) pump(ctx context.Context, ws *wkafka.Subscriber, src source
 	var ch <-chan *message.Message
 	for {
 		var err error
-		if ch, err = ws.Subscribe(ctx, src.topic); err == nil {
+		s.lifecycle.Lock()
+		select {
+		case <-s.closing:
+			s.lifecycle.Unlock()
+			return
+		default:
+		}
+		ch, err = ws.Subscribe(ctx, src.topic)
+		s.lifecycle.Unlock()
+		if err == nil {
 			break
 		}
 		log.Warn("kafka: subscribe failed; trying again", "topic", src.topic, "error", err)
@@ -248,9 +260,11 @@ func (s *Subscriber) Close() error {
 	s.subs = nil
 	s.mu.Unlock()
 	var errs []error
+	s.lifecycle.Lock()
 	for _, ws := range subs {
 		errs = append(errs, ws.Close())
 	}
+	s.lifecycle.Unlock()
 	s.wg.Wait()
 	return errors.Join(errs...)
 }
