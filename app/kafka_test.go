@@ -421,6 +421,12 @@ func TestKafkaPoisonRecordDoesNotBlockItsPartition(t *testing.T) {
 // every event. The fake cluster comes back empty on the same port, the
 // harsher case: everything published before must not be needed again.
 func TestKafkaAwayRabbitMQGoesOnAndAnalyticsCatchesUp(t *testing.T) {
+	if raceDetector {
+		// sarama v1.50.1 races with itself when a broker goes away: its
+		// partitionConsumer.notifyError sends on the channel its
+		// responseFeeder closes. .ci/test runs this test without -race.
+		t.Skip("sarama's own abort path races under -race; run without it")
+	}
 	k := testenv.Kafka(t)
 	if k.Fake == nil {
 		t.Skip("KAFKA_BROKERS is set: a test does not stop a real cluster")

@@ -1,0 +1,6 @@
+//go:build !race
+
+package app
+
+// raceDetector is true when the tests run with -race.
+const raceDetector = false
