@@ -55,7 +55,7 @@ func handleBatch(ctx context.Context, rt Route, deps Deps, tx handlers.Transacto
 	events := make([]event.Event, 0, len(msgs))
 	ignored := 0
 	for _, msg := range msgs {
-		e, err := event.DecodeAs(rt.Envelope, msg.Payload)
+		e, err := event.DecodeAs(rt.Envelope, msg.Payload, msg.Metadata)
 		if err != nil {
 			return err
 		}

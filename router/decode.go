@@ -25,7 +25,7 @@ func Decode(envelope string, handles []string, stats *QueueStats, logger *slog.L
 	versions := versionsOf(handles)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			e, err := event.DecodeAs(envelope, msg.Payload)
+			e, err := event.DecodeAs(envelope, msg.Payload, msg.Metadata)
 			if err != nil {
 				return nil, err
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // BatchPublisher publishes a batch of messages on one channel in confirm
@@ -53,7 +54,8 @@ func NewBatchPublisher(url, name string, window int, top *topology.Topology) (*B
 }
 
 // PublishBatch publishes each message to the exchange the topology assigns
-// its routing key (topics[i]), in order. It fails as a whole: on error the
+// its routing key (topics[i]), in order, in the envelope format of that
+// exchange. It fails as a whole: on error the
 // caller republishes the batch, and consumers deduplicate.
 func (p *BatchPublisher) PublishBatch(ctx context.Context, topics []string, msgs []*message.Message) error {
 	p.mu.Lock()
@@ -63,7 +65,10 @@ func (p *BatchPublisher) PublishBatch(ctx context.Context, topics []string, msgs
 	}
 	return p.publish(ctx, len(msgs), func(i int) (string, string, *message.Message, error) {
 		exchange, err := p.top.ExchangeFor(topics[i])
-		return exchange, topics[i], msgs[i], err
+		if err != nil {
+			return "", "", nil, err
+		}
+		return exchange, topics[i], event.Encoded(p.top.Published(exchange), msgs[i]), nil
 	})
 }
 

@@ -52,9 +52,9 @@ func NewProducer(cfg Config, top *topology.Topology, extra []string, name string
 	return &Producer{cfg: cfg, top: top, topics: topics, name: name, logger: logger}, nil
 }
 
-// PublishBatch publishes each message to its exchange's topic and returns
-// once every in-sync replica has it. It implements the relay's
-// Destination.
+// PublishBatch publishes each message to its exchange's topic, in that
+// exchange's envelope format, and returns once every in-sync replica has
+// it. It implements the relay's Destination.
 func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs []*message.Message) error {
 	recs := make([]*sarama.ProducerMessage, len(msgs))
 	for i, msg := range msgs {
@@ -62,7 +62,7 @@ func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs 
 		if err != nil {
 			return fmt.Errorf("kafka: %w", err)
 		}
-		if recs[i], err = record(p.cfg.Topic(x), msg, occurredAt(msg)); err != nil {
+		if recs[i], err = record(p.cfg.Topic(x), event.Encoded(p.top.Published(x), msg), occurredAt(msg)); err != nil {
 			return err
 		}
 	}

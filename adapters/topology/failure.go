@@ -46,9 +46,10 @@ type DeadLetterConfig struct {
 type SubscriptionConfig struct {
 	Queue   string        `koanf:"queue"`
 	Failure FailureConfig `koanf:"failure"`
-	// Envelope is the format of the queue's messages: moenda (the
-	// default) or seed001, the envelope any AMQP client of seed 001
-	// publishes (event.Envelopes).
+	// Envelope is the format of the queue's messages: moenda's, seed001
+	// (the envelope any AMQP client of seed 001 publishes) or seed004
+	// (event.Envelopes). Unset, it is the format of the exchanges the
+	// queue is bound on, moenda's by default.
 	Envelope string `koanf:"envelope"`
 }
 

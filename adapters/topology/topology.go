@@ -74,6 +74,11 @@ type ExchangeConfig struct {
 	Name    string        `koanf:"name"`
 	Events  []string      `koanf:"events"`
 	Failure FailureConfig `koanf:"failure"`
+	// Envelope is the format published to the exchange: moenda (the
+	// default) or seed004, the flat JSON of seed 004's Spring services
+	// (event.PublishedEnvelopes). The queues bound on it read that format
+	// unless their subscription says otherwise.
+	Envelope string `koanf:"envelope"`
 }
 
 // Validate reports every problem at once, each with its config path.
@@ -94,6 +99,9 @@ func (c Config) Validate() error {
 			}
 		}
 		errs = append(errs, x.Failure.validate(path+".failure", false))
+		if x.Envelope != "" && !slices.Contains(event.PublishedEnvelopes, x.Envelope) {
+			errs = append(errs, fmt.Errorf("%s.envelope %q must be one of %s", path, x.Envelope, strings.Join(event.PublishedEnvelopes, ", ")))
+		}
 	}
 	errs = append(errs, c.Failure.validate("topology.failure", true))
 	queues := map[string]bool{}
@@ -190,6 +198,7 @@ type Topology struct {
 	routes    []ExchangeConfig
 	policies  map[string]Policy // by consuming queue
 	envelopes map[string]string // by consuming queue, when not moenda's
+	published map[string]string // by exchange, when not moenda's
 	// exchangeOf remembers ExchangeFor's answers for up to maxRemembered
 	// keys: the relay asks for every event, and matching splits the key and
 	// the patterns into words. The bound keeps clients that post many
@@ -212,7 +221,7 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	// An exchange listed for its failure settings alone, with no enabled
 	// plugin publishing to it, carries nothing: it is not declared.
 	cfg.Exchanges = slices.DeleteFunc(slices.Clone(cfg.Exchanges), func(x ExchangeConfig) bool { return len(x.Events) == 0 })
-	t := &Topology{routes: cfg.Exchanges, policies: map[string]Policy{}, envelopes: map[string]string{}}
+	t := &Topology{routes: cfg.Exchanges, policies: map[string]Policy{}, envelopes: map[string]string{}, published: map[string]string{}}
 	d := declarations{}
 	var errs []error
 	for _, x := range cfg.Exchanges {
@@ -225,13 +234,15 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 			d.bind(Binding{Exchange: alt, Queue: alt})
 		}
 		errs = append(errs, d.exchange(ex))
+		if x.Envelope != "" && x.Envelope != event.EnvelopeMoenda {
+			t.published[x.Name] = x.Envelope
+		}
 	}
 	overrides := map[string]FailureConfig{}
+	envelopes := map[string]string{}
 	for _, o := range cfg.Subscriptions {
 		overrides[o.Queue] = o.Failure
-		if o.Envelope != "" {
-			t.envelopes[o.Queue] = o.Envelope
-		}
+		envelopes[o.Queue] = o.Envelope
 	}
 	queues := map[string]bool{}
 	for _, s := range subs {
@@ -264,6 +275,9 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if format := envelopeOf(bound, envelopes[s.Queue]); format != event.EnvelopeMoenda {
+			t.envelopes[s.Queue] = format
 		}
 		t.policies[s.Queue] = pol
 		errs = append(errs, t.declareFailure(&d, s.Queue, pol))
@@ -308,6 +322,22 @@ func resolve(def FailureConfig, bound []ExchangeConfig, own FailureConfig, queue
 		}
 	}
 	return pol, nil
+}
+
+// envelopeOf is the format queue reads: its own setting, else that of
+// the exchanges it is bound on. The one format an exchange may carry
+// besides moenda's reads moenda's envelope too, so it settles a queue
+// bound on both kinds.
+func envelopeOf(bound []ExchangeConfig, own string) string {
+	if own != "" {
+		return own
+	}
+	for _, x := range bound {
+		if x.Envelope != "" {
+			return x.Envelope
+		}
+	}
+	return event.EnvelopeMoenda
 }
 
 func equalPolicy(a, b Policy) bool {
@@ -398,6 +428,15 @@ func (t *Topology) Policy(queue string) (Policy, bool) {
 // Envelope returns the format of queue's messages (event.Envelopes).
 func (t *Topology) Envelope(queue string) string {
 	if e, ok := t.envelopes[queue]; ok {
+		return e
+	}
+	return event.EnvelopeMoenda
+}
+
+// Published returns the format of the messages published to exchange
+// (event.PublishedEnvelopes).
+func (t *Topology) Published(exchange string) string {
+	if e, ok := t.published[exchange]; ok {
 		return e
 	}
 	return event.EnvelopeMoenda

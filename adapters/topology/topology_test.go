@@ -309,8 +309,39 @@ func TestEnvelopePerQueue(t *testing.T) {
 		t.Fatalf("envelopes %q and %q", top.Envelope("estoque.pedidos"), top.Envelope("analise.pedidos"))
 	}
 	cfg.Subscriptions[0].Envelope = "xml"
-	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `topology.subscriptions[0].envelope "xml" must be one of moenda, seed001`) {
+	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `topology.subscriptions[0].envelope "xml" must be one of moenda, seed001, seed004`) {
 		t.Fatalf("an unknown envelope: %v", err)
+	}
+}
+
+// An exchange's envelope is what is published to it, and what the queues
+// bound on it read unless they say otherwise.
+func TestEnvelopePerExchange(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Exchanges = []ExchangeConfig{
+		{Name: "rental.exchange", Events: []string{"rental.*", "analysis.*"}, Envelope: "seed004"},
+		{Name: "pedidos", Events: []string{"pedido.*"}},
+	}
+	subs := []Subscription{
+		{Queue: "analysis.requested.queue", Patterns: []string{"rental.requested"}},
+		{Queue: "analytics.metricas", Patterns: []string{"#"}},
+		{Queue: "estoque.pedidos", Patterns: []string{"pedido.*"}},
+	}
+	top, err := Build(cfg, subs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]string{"analysis.requested.queue": "seed004", "analytics.metricas": "seed004", "estoque.pedidos": "moenda"} {
+		if got := top.Envelope(q); got != want {
+			t.Errorf("queue %s reads %q, want %q", q, got, want)
+		}
+	}
+	if top.Published("rental.exchange") != "seed004" || top.Published("pedidos") != "moenda" {
+		t.Errorf("published: %q and %q", top.Published("rental.exchange"), top.Published("pedidos"))
+	}
+	cfg.Exchanges[1].Envelope = "seed001"
+	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `topology.exchanges[1].envelope "seed001" must be one of moenda, seed004`) {
+		t.Errorf("seed 001 published: %v", err)
 	}
 }
 

@@ -118,63 +118,6 @@ func Decode(body []byte) (Event, error) {
 	return e, nil
 }
 
-// Envelope formats a subscription can read (topology.subscriptions[].envelope).
-const (
-	// EnvelopeMoenda is moenda's own envelope (Event).
-	EnvelopeMoenda = "moenda"
-	// EnvelopeSeed001 is the envelope of seed 001's publishers, which any
-	// AMQP client can write: {id, tipo, versao, ocorridoEm, origem, dados}.
-	// A queue in this format reads moenda's envelope too, so moenda's own
-	// publishers and the others can share it.
-	EnvelopeSeed001 = "seed001"
-)
-
-// Envelopes lists the formats DecodeAs reads.
-var Envelopes = []string{EnvelopeMoenda, EnvelopeSeed001}
-
-// seed001 is seed 001's envelope.
-type seed001 struct {
-	EventID    string          `json:"event_id"` // set: moenda's envelope
-	ID         string          `json:"id"`
-	Tipo       string          `json:"tipo"`
-	Versao     int             `json:"versao"`
-	OcorridoEm time.Time       `json:"ocorridoEm"`
-	Origem     string          `json:"origem"`
-	Dados      json.RawMessage `json:"dados"`
-}
-
-// DecodeAs decodes body in format (empty: moenda's) into an Event, with
-// Decode's reasons for what it refuses. A seed 001 envelope becomes the
-// event named "<tipo>.v<versao>", with its id as the event id (and so as
-// the inbox key) and its dados as the payload; fields either format does
-// not know are ignored.
-func DecodeAs(format string, body []byte) (Event, error) {
-	if format != EnvelopeSeed001 {
-		return Decode(body)
-	}
-	if !utf8.Valid(body) {
-		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
-	}
-	var s seed001
-	if err := json.Unmarshal(body, &s); err != nil {
-		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode seed 001 envelope: %w", err))
-	}
-	if s.EventID != "" && s.ID == "" {
-		return Decode(body)
-	}
-	if s.ID == "" {
-		return Event{}, Reject(ReasonMissingEventID, errors.New("invalid envelope: id is missing"))
-	}
-	if s.Versao < 1 {
-		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid envelope: versao must be 1 or more, got %d", s.Versao))
-	}
-	e := Event{ID: s.ID, Name: fmt.Sprintf("%s.v%d", s.Tipo, s.Versao), OccurredAt: s.OcorridoEm, Source: s.Origem, Payload: s.Dados}
-	if err := e.Validate(); err != nil {
-		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid seed 001 envelope: %w", err))
-	}
-	return e, nil
-}
-
 // Name is a parsed event name such as tarefa.concluida.v1.
 type Name struct {
 	Base    string // tarefa.concluida: the routing key

@@ -39,3 +39,14 @@ func ToMessage(e Event) (*message.Message, error) {
 	}
 	return msg, nil
 }
+
+// Encoded is msg, whose body is moenda's envelope, with its body in format
+// (EncodeAs): a copy, since the caller may publish msg elsewhere too.
+func Encoded(format string, msg *message.Message) *message.Message {
+	if format == EnvelopeMoenda {
+		return msg
+	}
+	c := msg.Copy()
+	c.Payload = EncodeAs(format, msg.Payload)
+	return c
+}

@@ -1,0 +1,202 @@
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Envelope formats: what a queue reads (topology.subscriptions[].envelope)
+// and what an exchange carries (topology.exchanges[].envelope).
+const (
+	// EnvelopeMoenda is moenda's own envelope (Event).
+	EnvelopeMoenda = "moenda"
+	// EnvelopeSeed001 is the envelope of seed 001's publishers, which any
+	// AMQP client can write: {id, tipo, versao, ocorridoEm, origem, dados}.
+	// A queue in this format reads moenda's envelope too, so moenda's own
+	// publishers and the others can share it. moenda reads it only.
+	EnvelopeSeed001 = "seed001"
+	// EnvelopeSeed004 is seed 004's flat JSON, as Spring AMQP's Jackson
+	// converter writes an event record: the event's fields at the top
+	// level with eventId and occurredAt, named by its routing key. moenda
+	// publishes it on an exchange set to it and reads it, and moenda's own
+	// envelope, on the queues bound there.
+	EnvelopeSeed004 = "seed004"
+)
+
+// Envelopes lists the formats DecodeAs reads.
+var Envelopes = []string{EnvelopeMoenda, EnvelopeSeed001, EnvelopeSeed004}
+
+// PublishedEnvelopes lists the formats EncodeAs writes.
+var PublishedEnvelopes = []string{EnvelopeMoenda, EnvelopeSeed004}
+
+// DecodeAs decodes body in format (empty: moenda's) into an Event, with
+// Decode's reasons for what it refuses. meta is the delivery's metadata:
+// a format whose body does not name the event takes the name from it.
+//
+// A seed 001 envelope becomes the event named "<tipo>.v<versao>", with its
+// id as the event id (and so as the inbox key) and its dados as the
+// payload. A seed 004 body is its own payload; its eventId is the event
+// id, and its name is the delivery's event name (the AMQP type moenda
+// sets) or else its routing key with .v1. Fields a format does not know
+// are ignored.
+func DecodeAs(format string, body []byte, meta message.Metadata) (Event, error) {
+	switch format {
+	case EnvelopeSeed001:
+		return decodeSeed001(body)
+	case EnvelopeSeed004:
+		return decodeSeed004(body, meta)
+	default:
+		return Decode(body)
+	}
+}
+
+// EncodeAs writes body, moenda's envelope, in format for an exchange that
+// carries it. A seed 004 body is the payload's fields with eventId and
+// occurredAt set from the envelope; correlation, causation and the name
+// travel in the message's properties and headers. A payload that is not a
+// JSON object is kept whole under "payload", so a relay never stalls on
+// it: its consumers refuse it with a reason. A body that is not an
+// envelope is returned as it is.
+func EncodeAs(format string, body []byte) []byte {
+	if format != EnvelopeSeed004 {
+		return body
+	}
+	var e Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return body
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(e.Payload, &fields); err != nil || fields == nil {
+		fields = map[string]json.RawMessage{"payload": e.Payload}
+	}
+	fields["eventId"], _ = json.Marshal(e.ID)
+	fields["occurredAt"], _ = json.Marshal(e.OccurredAt.UTC().Format(time.RFC3339Nano))
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+// seed001 is seed 001's envelope.
+type seed001 struct {
+	EventID    string          `json:"event_id"` // set: moenda's envelope
+	ID         string          `json:"id"`
+	Tipo       string          `json:"tipo"`
+	Versao     int             `json:"versao"`
+	OcorridoEm time.Time       `json:"ocorridoEm"`
+	Origem     string          `json:"origem"`
+	Dados      json.RawMessage `json:"dados"`
+}
+
+func decodeSeed001(body []byte) (Event, error) {
+	if !utf8.Valid(body) {
+		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
+	}
+	var s seed001
+	if err := json.Unmarshal(body, &s); err != nil {
+		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode seed 001 envelope: %w", err))
+	}
+	if s.EventID != "" && s.ID == "" {
+		return Decode(body)
+	}
+	if s.ID == "" {
+		return Event{}, Reject(ReasonMissingEventID, errors.New("invalid envelope: id is missing"))
+	}
+	if s.Versao < 1 {
+		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid envelope: versao must be 1 or more, got %d", s.Versao))
+	}
+	e := Event{ID: s.ID, Name: fmt.Sprintf("%s.v%d", s.Tipo, s.Versao), OccurredAt: s.OcorridoEm, Source: s.Origem, Payload: s.Dados}
+	if err := e.Validate(); err != nil {
+		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid seed 001 envelope: %w", err))
+	}
+	return e, nil
+}
+
+// seed004 is the identity of a seed 004 body.
+type seed004 struct {
+	EventID    string          `json:"event_id"` // set: moenda's envelope
+	ID         string          `json:"eventId"`
+	OccurredAt json.RawMessage `json:"occurredAt"`
+}
+
+func decodeSeed004(body []byte, meta message.Metadata) (Event, error) {
+	if !utf8.Valid(body) {
+		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
+	}
+	var s seed004
+	if err := json.Unmarshal(body, &s); err != nil {
+		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode seed 004 event: %w", err))
+	}
+	if s.EventID != "" && s.ID == "" {
+		return Decode(body)
+	}
+	if s.ID == "" {
+		return Event{}, Reject(ReasonMissingEventID, errors.New("invalid event: eventId is missing"))
+	}
+	at, err := instant(s.OccurredAt)
+	if err != nil {
+		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid event: occurredAt: %w", err))
+	}
+	e := Event{
+		ID: s.ID, Name: nameOf(meta), OccurredAt: at, Payload: bytes.TrimSpace(body),
+		CorrelationID: meta.Get(MetaCorrelationID), CausationID: meta.Get(MetaCausationID), AggregateID: meta.Get(MetaAggregateID),
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid seed 004 event: %w", err))
+	}
+	return e, nil
+}
+
+// nameOf names a seed 004 delivery: by the event name moenda sent with it,
+// else by the key it was first published with (a retry copy is delivered
+// with its queue's name), in version 1.
+func nameOf(meta message.Metadata) string {
+	if n := meta.Get(MetaName); n != "" {
+		if _, err := ParseName(n); err == nil {
+			return n
+		}
+	}
+	key := meta.Get(HeaderOriginalRoutingKey)
+	if key == "" {
+		key = meta.Get(MetaDeliveryRoutingKey)
+	}
+	return key + ".v1"
+}
+
+// instant reads a java.time.Instant as Jackson writes it: an ISO-8601
+// string, or seconds since the epoch with a fraction when dates are
+// written as timestamps. Missing is the zero time, which Validate refuses.
+func instant(raw json.RawMessage) (time.Time, error) {
+	s := string(bytes.TrimSpace(raw))
+	if s == "" || s == "null" {
+		return time.Time{}, nil
+	}
+	if s[0] == '"' {
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return time.Time{}, err
+		}
+		return time.Parse(time.RFC3339Nano, v)
+	}
+	secs, frac, _ := strings.Cut(s, ".")
+	sec, err := strconv.ParseInt(secs, 10, 64)
+	if err != nil || len(frac) > 9 {
+		return time.Time{}, fmt.Errorf("%s is neither an RFC 3339 time nor seconds since the epoch", s)
+	}
+	nsec := int64(0)
+	if frac != "" {
+		if nsec, err = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64); err != nil {
+			return time.Time{}, fmt.Errorf("%s is neither an RFC 3339 time nor seconds since the epoch", s)
+		}
+	}
+	return time.Unix(sec, nsec).UTC(), nil
+}
