@@ -133,7 +133,7 @@ func (r *Relay) session(ctx context.Context) error {
 	for {
 		var locked bool
 		r.queries.Add(1)
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey(r.cfg.ConsumerGroup)).Scan(&locked); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(r.cfg.ConsumerGroup)).Scan(&locked); err != nil {
 			return fmt.Errorf("relay lock: %w", err)
 		}
 		if locked {
@@ -308,7 +308,7 @@ func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position) error 
 	r.queries.Add(1)
 	// pg_locks shows a bigint advisory key as classid (its high half) and
 	// objid (its low half), with objsubid 1.
-	key := uint64(lockKey(r.cfg.ConsumerGroup))
+	key := uint64(LockKey(r.cfg.ConsumerGroup))
 	tag, err := conn.Exec(ctx, `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::text::xid8
 		WHERE consumer_group = $1 AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
 		  AND granted AND classid = $4 AND objid = $5 AND objsubid = 1)`,
@@ -345,8 +345,10 @@ func CaughtUp(ctx context.Context, pool *pgxpool.Pool, group string) (bool, erro
 	return done, nil
 }
 
-// lockKey is the advisory lock key of a consumer group's relay.
-func lockKey(group string) int64 {
+// LockKey is the advisory lock key of a consumer group's relay. A session
+// holding it (pg_advisory_lock) keeps every relay of the group on standby:
+// rows commit, and none is published until it lets go.
+func LockKey(group string) int64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("moenda outbox relay:" + group))
 	return int64(h.Sum64())
