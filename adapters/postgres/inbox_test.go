@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,5 +126,20 @@ func TestPruneInboxDeletesOnlyOldClaimsInBatches(t *testing.T) {
 	var left int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM moenda_inbox WHERE event_id LIKE 'new-%'`).Scan(&left); err != nil || left != 3 {
 		t.Fatalf("%d recent claims left, %v", left, err)
+	}
+}
+
+// A handler's own network failure (a mail server away) is not the
+// database's: it does not mark the unit of work unavailable, which would
+// retry it forever without spending an attempt.
+func TestAHandlersNetworkErrorIsNotTheDatabases(t *testing.T) {
+	txr, _ := transactor(t)
+	_, dialErr := net.DialTimeout("tcp", "127.0.0.1:1", time.Second)
+	if dialErr == nil {
+		t.Skip("something listens on port 1")
+	}
+	err := txr.InTx(context.Background(), func(context.Context, handlers.Tx) error { return fmt.Errorf("send: %w", dialErr) })
+	if !errors.Is(err, dialErr) || errors.Is(err, handlers.ErrUnavailable) {
+		t.Fatalf("the handler's dial error came back as %v (unavailable: %v)", err, errors.Is(err, handlers.ErrUnavailable))
 	}
 }

@@ -139,12 +139,19 @@ func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx h
 // cannot be reached fails with handlers.ErrUnavailable.
 func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
 	x := &tx{outbox: t.outbox}
+	// fn's own error while its connection is still open is not the
+	// database's going away, even when it is a network error: a handler's
+	// SMTP server being down spends an attempt like any failure.
+	var fnErr error
+	connected := false
 	err := pgx.BeginFunc(ctx, t.pool, func(ptx pgx.Tx) error {
 		x.tx = ptx
-		return fn(context.WithValue(ctx, txKey{t}, x), x)
+		fnErr = fn(context.WithValue(ctx, txKey{t}, x), x)
+		connected = !ptx.Conn().IsClosed()
+		return fnErr
 	})
 	if err != nil {
-		return unavailable(err)
+		return classify(err, !(connected && err == fnErr))
 	}
 	for _, h := range x.hooks {
 		h()
@@ -158,7 +165,11 @@ func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx ha
 // unavailable marks err with handlers.ErrUnavailable when it says the
 // database could not be reached or went away (a restart, a cut
 // connection), rather than that it refused the work.
-func unavailable(err error) error {
+func unavailable(err error) error { return classify(err, true) }
+
+// classify is unavailable; network says whether a network error in err
+// may be the database's.
+func classify(err error, network bool) error {
 	if errors.Is(err, handlers.ErrUnavailable) {
 		return err
 	}
@@ -174,6 +185,9 @@ func unavailable(err error) error {
 			pgErr.Code == "53300":                // too many connections
 			return fmt.Errorf("%w: %w", handlers.ErrUnavailable, err)
 		}
+		return err
+	}
+	if !network {
 		return err
 	}
 	var netErr net.Error
