@@ -402,6 +402,9 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 			pc = d.NewConfig()
 		}
 		add(d.ValidateConfig(pc))
+		if d.NeedsPostgres && c.Broker.Kind == BrokerMemory {
+			add(fmt.Errorf("handlers.enabled: plugin %s keeps its state in PostgreSQL, which broker.kind memory does not have; leave it out of handlers.enabled in this environment", d.Name))
+		}
 		plugins = append(plugins, enabledPlugin{def: d, cfg: pc})
 	}
 	return plugins, errors.Join(errs...)
@@ -474,6 +477,8 @@ func (c *Resolved) Print(w io.Writer) error {
 			v = redact.Path(fmt.Sprint(v))
 		case strings.HasSuffix(key, ".url"):
 			v = redact.URL(fmt.Sprint(v))
+		case (strings.HasSuffix(key, "password") || strings.HasSuffix(key, "secret")) && fmt.Sprint(v) != "":
+			v = "[redacted]"
 		}
 		fmt.Fprintf(&b, "%s = %v\n", key, plain(v))
 	}

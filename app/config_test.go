@@ -87,6 +87,9 @@ func TestPrintHidesSecrets(t *testing.T) {
 		"MOENDA_POSTGRES__URL=postgres://moenda:pg-secret@db:5432/moenda",
 		"MOENDA_AMQP__URL=amqp://moenda:mq-secret@mq:5672/",
 		"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URL=https://hooks.slack.com/services/T0/B0/hook-secret",
+		"MOENDA_HANDLERS__LOCACOES__JWT_SECRET=jwt-secret-of-at-least-thirty-two-bytes",
+		"MOENDA_HANDLERS__EMAILS__SMTP__USERNAME=moenda",
+		"MOENDA_HANDLERS__EMAILS__SMTP__PASSWORD=smtp-secret",
 	}}, registry(t))
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +98,7 @@ func TestPrintHidesSecrets(t *testing.T) {
 	if err := cfg.Print(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"pg-secret", "mq-secret", "hook-secret"} {
+	for _, secret := range []string{"pg-secret", "mq-secret", "hook-secret", "jwt-secret", "smtp-secret"} {
 		if strings.Contains(b.String(), secret) {
 			t.Errorf("config print shows %s:\n%s", secret, b.String())
 		}
@@ -116,9 +119,9 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", nil, "http:\n  adr: x\n", []string{"unknown key http.adr"}},
 		{"unknown key in a list item", nil, "topology:\n  exchanges:\n    - name: x\n      events: [a]\n      durable: true\n", []string{"unknown key topology.exchanges[0].durable"}},
 		{"unknown key in a plugin section", []string{"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URLL=x"}, "", []string{"unknown key handlers.notificacoes.webhook.urll"}},
-		{"section of no plugin", []string{"MOENDA_HANDLERS__NOPE__X=1"}, "", []string{`unknown key handlers.nope: no plugin is named "nope" (known: tarefas, notificacoes, analytics, car, pedidos, estoque, analise)`}},
+		{"section of no plugin", []string{"MOENDA_HANDLERS__NOPE__X=1"}, "", []string{`unknown key handlers.nope: no plugin is named "nope" (known: tarefas, notificacoes, analytics, car, pedidos, estoque, analise, locacoes, credito, emails)`}},
 		{"bad broker kind", []string{"MOENDA_BROKER__KIND=rabbit"}, "", []string{`broker.kind "rabbit" must be one of amqp, kafka, memory`}},
-		{"unknown plugin enabled", []string{"MOENDA_HANDLERS__ENABLED=tarefas,nope"}, "", []string{`handlers.enabled: unknown plugin "nope" (known: tarefas, notificacoes, analytics, car, pedidos, estoque, analise)`}},
+		{"unknown plugin enabled", []string{"MOENDA_HANDLERS__ENABLED=tarefas,nope"}, "", []string{`handlers.enabled: unknown plugin "nope" (known: tarefas, notificacoes, analytics, car, pedidos, estoque, analise, locacoes, credito, emails)`}},
 		{"webhook without url", []string{"MOENDA_HANDLERS__NOTIFICACOES__NOTIFIER=webhook"}, "", []string{`handlers.notificacoes.webhook.url "" must be an http(s) URL`}},
 		{"a duration that is not one", []string{"MOENDA_OUTBOX__POLL_INTERVAL=soon"}, "", []string{"outbox.poll_interval"}},
 		{"analytics on Kafka without an outbox", []string{"MOENDA_BROKER__KIND=memory", "MOENDA_ANALYTICS__KAFKA__ENABLED=true"}, "", []string{"analytics.kafka.enabled: the Kafka relay reads the PostgreSQL outbox"}},
@@ -191,5 +194,18 @@ func TestAListSettingLeavesThePluginDefaultsAlone(t *testing.T) {
 	}
 	if got := def.NewConfig().(*listConfig).Names; len(got) != 3 || got[0] != "a" {
 		t.Fatalf("defaults after a decode = %v, want [a b c]", got)
+	}
+}
+
+// A plugin that keeps its state in PostgreSQL only is refused where there
+// is none, with the reason and the fix; the memory environment leaves the
+// shipped ones out.
+func TestMemoryRefusesPluginsThatNeedPostgres(t *testing.T) {
+	_, err := Load(Source{Env: "memory", Files: configs.FS, Environ: []string{"MOENDA_HANDLERS__ENABLED=tarefas,locacoes"}}, registry(t))
+	if err == nil || !strings.Contains(err.Error(), "plugin locacoes keeps its state in PostgreSQL, which broker.kind memory does not have; leave it out of handlers.enabled") {
+		t.Fatalf("locacoes in memory: %v", err)
+	}
+	if _, err := Load(Source{Env: "memory", Files: configs.FS}, registry(t)); err != nil {
+		t.Fatalf("the memory environment: %v", err)
 	}
 }

@@ -143,6 +143,9 @@ type Spec struct {
 	// embedded from its folder and applied after the platform's, with a
 	// version history of their own; nil when it keeps no tables.
 	Migrations fs.FS
+	// NeedsPostgres says the plugin keeps its state in PostgreSQL only, so
+	// an environment without it (broker.kind memory) cannot run it.
+	NeedsPostgres bool
 	// Replayable plugins read the event log: when analytics.kafka.enabled
 	// is set, their subscriptions consume Kafka in one consumer group named
 	// after the plugin, and `moenda replay <plugin>` rebuilds what they
