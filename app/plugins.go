@@ -5,7 +5,10 @@ import (
 	"github.com/moenda/moenda/handlers/analise"
 	"github.com/moenda/moenda/handlers/analytics"
 	"github.com/moenda/moenda/handlers/car"
+	"github.com/moenda/moenda/handlers/credito"
+	"github.com/moenda/moenda/handlers/emails"
 	"github.com/moenda/moenda/handlers/estoque"
+	"github.com/moenda/moenda/handlers/locacoes"
 	"github.com/moenda/moenda/handlers/notificacoes"
 	"github.com/moenda/moenda/handlers/pedidos"
 	"github.com/moenda/moenda/handlers/tarefas"
@@ -26,5 +29,8 @@ func shipped() []handlers.Definition {
 		pedidos.Plugin(),
 		estoque.Plugin(),
 		analise.Plugin(),
+		locacoes.Plugin(),
+		credito.Plugin(),
+		emails.Plugin(),
 	}
 }
