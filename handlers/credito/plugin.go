@@ -23,8 +23,8 @@ type Config struct {
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	if c.Latencia < 0 || c.Latencia > time.Minute {
-		return fmt.Errorf("handlers.credito.latencia must be between 0s and 1m (the delivery's transaction stays open meanwhile), got %s", c.Latencia)
+	if c.Latencia < 0 || c.Latencia > 20*time.Second {
+		return fmt.Errorf("handlers.credito.latencia must be between 0s and 20s (the delivery's transaction stays open meanwhile, and postgres.idle_in_transaction_timeout, 30s by default, would end it), got %s", c.Latencia)
 	}
 	return nil
 }
