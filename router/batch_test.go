@@ -15,7 +15,7 @@ import (
 // other types are ignored, as Decode ignores them.
 func TestHandleBatchRunsTheBulkHandlerOnce(t *testing.T) {
 	txr := memory.NewTransactor(&collect{}, func(string) error { return nil })
-	stats := NewStats()
+	stats := NewStats(true)
 	sink := &recordingSink{}
 	deps := Deps{Sink: sink, Inbox: txr, Stats: stats, Logger: logger}
 	rt := Route{Queue: "q", Handler: "p/q", Handles: []string{"a.b.v1"}, Handle: func(context.Context, event.Event) error {
@@ -40,7 +40,7 @@ func TestHandleBatchRunsTheBulkHandlerOnce(t *testing.T) {
 func TestHandleBatchFallsBackToTheChain(t *testing.T) {
 	txr := memory.NewTransactor(&collect{}, func(string) error { return nil })
 	sink := &recordingSink{}
-	deps := Deps{Sink: sink, Inbox: txr, Stats: NewStats(), Logger: logger}
+	deps := Deps{Sink: sink, Inbox: txr, Stats: NewStats(true), Logger: logger}
 	var handled []string
 	rt := Route{Queue: "q", Consumer: "q.replay", Handler: "p/q", Handle: func(_ context.Context, e event.Event) error {
 		handled = append(handled, e.ID)

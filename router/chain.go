@@ -5,6 +5,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Deps are what the chain works with.
@@ -15,10 +16,14 @@ type Deps struct {
 	Inbox      Inbox
 	Stats      *Stats
 	Logger     *slog.Logger
+	// Tracer, when set, gives each message's handling a span (Trace),
+	// outside the rest of the chain.
+	Tracer trace.Tracer
 }
 
 // AddRoutes adds one consumer handler per route, consuming its queue, each
-// behind this chain (outermost first):
+// behind this chain (outermost first), after the tracing span when
+// deps.Tracer is set (trace.go):
 //
 //  1. failures (failures.go): when the rest of the chain fails, the
 //     message is copied to the queue's retry tier for the next delay of its
@@ -41,7 +46,7 @@ type Deps struct {
 // its own. TestChainOrder pins this order.
 func AddRoutes(r *message.Router, deps Deps, routes []Route) {
 	for _, rt := range routes {
-		stats := deps.Stats.Queue(rt.Queue)
+		stats := deps.Stats.route(rt.Queue, rt.Handler)
 		log := deps.Logger.With("queue", rt.Queue, "handler", rt.Handler)
 		h := r.AddConsumerHandler(rt.Queue, rt.Queue, deps.Subscriber, run(rt.Handle, stats))
 		h.AddMiddleware(chain(rt, deps, stats, log)...)
@@ -50,11 +55,15 @@ func AddRoutes(r *message.Router, deps Deps, routes []Route) {
 
 // chain returns the route's middleware, outermost first.
 func chain(rt Route, deps Deps, stats *QueueStats, log *slog.Logger) []message.HandlerMiddleware {
-	return []message.HandlerMiddleware{
+	var mws []message.HandlerMiddleware
+	if deps.Tracer != nil {
+		mws = append(mws, Trace(rt.Queue, rt.Handler, deps.Tracer))
+	}
+	return append(mws,
 		Failures(rt.Queue, rt.Handler, rt.Policy, deps.Sink, stats, log),
 		Decode(rt.Envelope, rt.Handles, stats, log),
 		Retry(rt.Policy.ImmediateRetries, rt.Policy.ImmediateInterval, stats, log),
 		Dedup(rt.consumer(), deps.Inbox, stats, log),
 		middleware.Recoverer,
-	}
+	)
 }

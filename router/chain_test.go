@@ -38,7 +38,7 @@ func chainRun(t *testing.T, handle func(ctx context.Context, e event.Event) erro
 	}
 	var n atomic.Int32
 	pol, _ := top.Policy("q")
-	stats := NewStats()
+	stats := NewStats(true)
 	AddRoutes(r, Deps{Subscriber: b.Subscriber, Sink: b, Inbox: memory.NewTransactor(b.Publisher, func(string) error { return nil }), Stats: stats, Logger: logger},
 		[]Route{{Queue: "q", Handler: "p/s", Policy: pol, Handle: func(ctx context.Context, e event.Event) error { n.Add(1); return handle(ctx, e) }}})
 	dlq, err := b.Subscriber.Subscribe(context.Background(), "q.dlq")

@@ -32,7 +32,8 @@ func run(handle handlers.HandlerFunc, stats *QueueStats) message.NoPublishHandle
 		if !ok {
 			return event.Reject(event.ReasonDecode, errNotDecoded)
 		}
-		if err := handle(msg.Context(), e); err != nil {
+		err := stats.time(func() error { return handle(msg.Context(), e) })
+		if err != nil {
 			stats.Failed.Add(1)
 			return err
 		}

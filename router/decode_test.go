@@ -33,7 +33,7 @@ func TestDecode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stats := NewStats().Queue("q")
+			stats := NewStats(true).Queue("q")
 			var got event.Event
 			handled := false
 			_, err := Decode("", tt.handles, stats, logger)(handlerFunc(func(msg *message.Message) error {

@@ -39,7 +39,7 @@ func TestFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sink := &recordingSink{}
-			stats := NewStats().Queue("q")
+			stats := NewStats(true).Queue("q")
 			e := newEvent(t)
 			msg := decoded(t, e)
 			if tt.failedYet > 0 {
@@ -100,7 +100,7 @@ func TestFailures(t *testing.T) {
 func TestFailuresKeepTheMessageWhenTheCopyFails(t *testing.T) {
 	for _, pol := range []topology.Policy{schedule, {DeadLetterExchange: "dlx", DeadLetterQueue: "q.dlq"}} {
 		sink := &recordingSink{fail: errors.New("channel closed")}
-		_, err := Failures("q", "p/s", pol, sink, NewStats().Queue("q"), logger)(handlerFunc(func(*message.Message) error { return errors.New("boom") }))(decoded(t, newEvent(t)))
+		_, err := Failures("q", "p/s", pol, sink, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return errors.New("boom") }))(decoded(t, newEvent(t)))
 		if err == nil {
 			t.Fatalf("delays %v: the delivery would be acknowledged without its copy", pol.Delays)
 		}
@@ -112,7 +112,7 @@ func TestFailuresOfAnUndecodableMessage(t *testing.T) {
 	sink := &recordingSink{}
 	msg := message.NewMessage("11111111-1111-1111-1111-111111111111", []byte("{"))
 	msg.Metadata.Set(event.MetaCorrelationID, "corr-9")
-	_, err := Failures("q", "p/s", schedule, sink, NewStats().Queue("q"), logger)(Decode("", nil, NewStats().Queue("q"), logger)(handlerFunc(func(*message.Message) error { return nil })))(msg)
+	_, err := Failures("q", "p/s", schedule, sink, NewStats(true).Queue("q"), logger)(Decode("", nil, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return nil })))(msg)
 	if err != nil {
 		t.Fatal(err)
 	}

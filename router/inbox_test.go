@@ -17,7 +17,7 @@ import (
 func TestDedup(t *testing.T) {
 	pub := &collect{}
 	txr := memory.NewTransactor(pub, func(string) error { return nil })
-	stats := NewStats().Queue("q")
+	stats := NewStats(true).Queue("q")
 	e := newEvent(t)
 	var runs int
 	fail := true
@@ -50,7 +50,7 @@ func TestDedup(t *testing.T) {
 		t.Fatalf("%d runs, %d duplicates, %d events published", runs, stats.Duplicates.Load(), len(pub.msgs))
 	}
 	// Another queue processes the same event on its own.
-	other := Dedup("other", txr, NewStats().Queue("other"), logger)(handlerFunc(func(*message.Message) error { runs++; return nil }))
+	other := Dedup("other", txr, NewStats(true).Queue("other"), logger)(handlerFunc(func(*message.Message) error { runs++; return nil }))
 	if _, err := other(decoded(t, e)); err != nil || runs != 3 {
 		t.Fatalf("other queue: %d runs, %v", runs, err)
 	}

@@ -29,7 +29,7 @@ func TestRetry(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stats := NewStats().Queue("q")
+			stats := NewStats(true).Queue("q")
 			calls := 0
 			_, err := Retry(2, time.Millisecond, stats, logger)(handlerFunc(func(*message.Message) error {
 				calls++
@@ -51,7 +51,7 @@ func TestRetry(t *testing.T) {
 // The waits are the configured ones, doubling: nothing spends extra steps.
 func TestRetrySchedule(t *testing.T) {
 	var at []time.Time
-	_, _ = Retry(2, 150*time.Millisecond, NewStats().Queue("q"), logger)(handlerFunc(func(*message.Message) error {
+	_, _ = Retry(2, 150*time.Millisecond, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error {
 		at = append(at, time.Now())
 		return errors.New("still failing")
 	}))(decoded(t, newEvent(t)))

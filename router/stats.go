@@ -4,6 +4,8 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Stats counts what the chain did with each queue's messages. It is safe
@@ -11,19 +13,35 @@ import (
 type Stats struct {
 	mu     sync.Mutex
 	queues map[string]*QueueStats
+	timed  bool
 }
 
-// NewStats returns empty statistics.
-func NewStats() *Stats { return &Stats{queues: map[string]*QueueStats{}} }
+// NewStats returns empty statistics. timed adds a histogram of handler
+// durations per route: a clock reading and an observation per message.
+func NewStats(timed bool) *Stats { return &Stats{queues: map[string]*QueueStats{}, timed: timed} }
 
 // Queue returns the counters of one queue, made on first use.
-func (s *Stats) Queue(name string) *QueueStats {
+func (s *Stats) Queue(name string) *QueueStats { return s.route(name, "") }
+
+// route is Queue for the route whose handler is named handler.
+func (s *Stats) route(name, handler string) *QueueStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q, ok := s.queues[name]
 	if !ok {
 		q = &QueueStats{deadLettered: map[string]int64{}}
 		s.queues[name] = q
+	}
+	if handler != "" && q.handler == "" {
+		q.handler = handler
+	}
+	if handler != "" && s.timed && q.duration == nil {
+		q.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "moenda_handler_duration_seconds",
+			Help:        "How long the handler ran, inside its unit of work.",
+			Buckets:     handlerBuckets,
+			ConstLabels: prometheus.Labels{"queue": name, "handler": handler},
+		})
 	}
 	return q
 }
@@ -39,6 +57,11 @@ type QueueStats struct {
 	Duplicates atomic.Int64
 	// Ignored are events of a type the handler does not handle.
 	Ignored atomic.Int64
+
+	// handler names the route's handler, and duration times its runs;
+	// both are set when the route is added.
+	handler  string
+	duration prometheus.Histogram
 
 	mu           sync.Mutex
 	deadLettered map[string]int64 // by reason class
