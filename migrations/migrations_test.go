@@ -52,7 +52,7 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 	if want := len(files) + 3; applied[0]+applied[1] != want {
 		t.Fatalf("applied %v migrations, want %d in all", applied, want)
 	}
-	for _, table := range []string{"watermill_outbox", "watermill_offsets_outbox", "moenda_inbox", "avisos", "lembretes",
+	for _, table := range []string{"watermill_outbox", "watermill_offsets_outbox", "moenda_inbox", "moenda_outbox_parked", "avisos", "lembretes",
 		"moenda_migrations_avisos", "moenda_migrations_lembretes_v2"} {
 		var exists bool
 		if err := db.Pool.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil || !exists {

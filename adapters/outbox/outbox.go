@@ -4,8 +4,10 @@
 // consumer group on the outbox topic, publishes committed rows to the
 // broker. A row's payload is the event envelope itself and its metadata
 // carries the event's name, from which the relay takes the routing key.
-// Rows are never deleted by the relay: the table is also the audit log of
-// what was published.
+// The relay never deletes a row: the table is also the log of what was
+// published, kept for Config.Retention once every relay has published it
+// (see Prune). A row a relay cannot publish is parked (see ListParked and
+// Republish) and kept until it is republished.
 package outbox
 
 import (
@@ -19,6 +21,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/moenda/moenda/adapters/tracing"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -43,12 +46,20 @@ type Config struct {
 	// ConfirmWindow is how many published messages may await the broker's
 	// confirmation at once.
 	ConfirmWindow int `koanf:"confirm_window"`
+	// Retention is how long a row is kept once every relay of the
+	// configuration has published it; 0 keeps rows forever. A relay that
+	// is switched off for longer than this finds the rows it missed gone.
+	Retention time.Duration `koanf:"retention"`
+	// RetentionInterval is how often rows past Retention are deleted.
+	RetentionInterval time.Duration `koanf:"retention_interval"`
 }
 
 // DefaultConfig is what the benchmarks were measured with: an idle look
-// every second, batches of 1,000 rows, 256 confirms in flight.
+// every second, batches of 1,000 rows, 256 confirms in flight; published
+// rows are kept a week, as the inbox keeps its claims.
 func DefaultConfig() Config {
-	return Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: time.Second, BatchSize: 1000, ConfirmWindow: 256}
+	return Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: time.Second, BatchSize: 1000, ConfirmWindow: 256,
+		Retention: 7 * 24 * time.Hour, RetentionInterval: 5 * time.Minute}
 }
 
 // Validate reports every problem at once.
@@ -68,6 +79,12 @@ func (c Config) Validate() error {
 	}
 	if c.ConfirmWindow < 1 {
 		errs = append(errs, fmt.Errorf("outbox.confirm_window must be at least 1, got %d", c.ConfirmWindow))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("outbox.retention must not be negative, got %s (0 keeps published rows forever)", c.Retention))
+	}
+	if c.Retention > 0 && c.RetentionInterval < time.Second {
+		errs = append(errs, fmt.Errorf("outbox.retention_interval must be at least 1s while outbox.retention is set, got %s", c.RetentionInterval))
 	}
 	return errors.Join(errs...)
 }
@@ -135,6 +152,7 @@ func Prepare(ctx context.Context, e event.Event, routable func(string) error) (*
 	if err != nil {
 		return nil, "", fmt.Errorf("outbox: %w", err)
 	}
+	tracing.Inject(ctx, msg.Metadata) // the relay continues the writer's trace
 	msg.SetContext(ctx)
 	return msg, key, nil
 }

@@ -299,7 +299,7 @@ func TestOneRelayActivePerConsumerGroup(t *testing.T) {
 }
 
 // A row whose routing key no exchange carries any more (the configuration
-// changed after it was written) is skipped, and the rows behind it flow.
+// changed after it was written) is parked, and the rows behind it flow.
 func TestRelaySkipsRowsNoExchangeCarries(t *testing.T) {
 	s := newStack(t)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")

@@ -12,8 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/moenda/moenda/handlers/event"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Destination takes a batch of messages, each with its routing key, and
@@ -35,12 +34,15 @@ type Destination interface {
 // while that lock's session lives (see session).
 type Relay struct {
 	queries  atomic.Uint64
+	active   atomic.Bool
 	wake     chan struct{}
 	pool     *pgxpool.Pool
 	dest     Destination
 	cfg      Config
 	routable func(string) error
 	logger   *slog.Logger
+	stats    *relayStats
+	tracer   trace.Tracer // nil: no spans
 }
 
 // NewRelay returns a relay connecting to the database of pool. It refuses
@@ -53,7 +55,8 @@ func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error,
 	if pool == nil || dest == nil || routable == nil || logger == nil {
 		return nil, errors.New("outbox relay: the pool, the destination, the routing rule and the logger are all required")
 	}
-	return &Relay{pool: pool, dest: dest, cfg: cfg, routable: routable, wake: make(chan struct{}, 1), logger: logger.With("consumer_group", cfg.ConsumerGroup)}, nil
+	return &Relay{pool: pool, dest: dest, cfg: cfg, routable: routable, wake: make(chan struct{}, 1), logger: logger.With("consumer_group", cfg.ConsumerGroup),
+		stats: newRelayStats(cfg.ConsumerGroup)}, nil
 }
 
 // Wake tells an idle relay that rows were committed. Writers in the same
@@ -69,6 +72,15 @@ func (r *Relay) Wake() {
 // Queries counts the statements the relay has sent to PostgreSQL, so the
 // cost of an idle relay can be measured.
 func (r *Relay) Queries() uint64 { return r.queries.Load() }
+
+// Destination is where the relay publishes: Republish sends the rows it
+// parked the same way.
+func (r *Relay) Destination() Destination { return r.dest }
+
+// Active reports whether the relay holds its group's lock, that is, is
+// the replica relaying; work that one replica is enough for (pruning)
+// runs where it does.
+func (r *Relay) Active() bool { return r.active.Load() }
 
 // position is the last row the consumer group has published.
 type position struct {
@@ -86,7 +98,8 @@ type outboxRow struct {
 // Run relays until ctx ends. Failures (the broker or the database away) are
 // logged and retried after cfg.RetryInterval, and so is the loss of the
 // relay lock, after which the relay stands by; rows are never skipped except
-// those no exchange carries any more, which stay in the table.
+// those it parks (their metadata names no event, or no exchange carries
+// them), which stay in the table.
 func (r *Relay) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		err := r.session(ctx)
@@ -143,6 +156,8 @@ func (r *Relay) session(ctx context.Context) error {
 			return nil
 		}
 	}
+	r.active.Store(true)
+	defer r.active.Store(false)
 	err = r.lead(ctx, conn)
 	if err != nil && conn.IsClosed() && !errors.Is(err, errLockLost) {
 		// pgx closes the connection when the session ends, and the lock
@@ -167,19 +182,20 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	}
 	r.logger.Info("outbox relay active")
 
-	var sent chan error // the batch being published, if any
+	var sent chan published // the batch being published, if any
 	var sentEnd position
-	// finish waits for the batch being published and records its end.
+	// finish waits for the batch being published and records its end,
+	// with the rows it parked.
 	finish := func() error {
 		if sent == nil {
 			return nil
 		}
-		err := <-sent
+		res := <-sent
 		sent = nil
-		if err != nil {
-			return err
+		if res.err != nil {
+			return res.err
 		}
-		return r.record(ctx, conn, sentEnd)
+		return r.record(ctx, conn, sentEnd, res.parked)
 	}
 	defer func() {
 		if sent != nil {
@@ -202,8 +218,11 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		if len(rows) > 0 {
 			empty = 0
 			pos = rows[len(rows)-1].position
-			sent, sentEnd = make(chan error, 1), pos
-			go func() { sent <- r.publish(ctx, rows) }()
+			sent, sentEnd = make(chan published, 1), pos
+			go func() {
+				parked, err := r.publish(ctx, rows)
+				sent <- published{parked: parked, err: err}
+			}()
 			continue
 		}
 		empty++
@@ -263,60 +282,77 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) ([]outbo
 	return found, nil
 }
 
+// published is the outcome of publishing a batch: the rows parked, or
+// why the batch failed.
+type published struct {
+	parked []parkedRow
+	err    error
+}
+
 // publish decodes rows into messages and publishes them, returning once
 // the broker has confirmed them all. A row whose metadata names no event,
-// or whose event no exchange carries, is skipped with an error log: it
-// stays in the table.
-func (r *Relay) publish(ctx context.Context, rows []outboxRow) error {
+// or whose event no exchange carries, is not published: it is returned,
+// to be parked with the batch's position, and logged.
+func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]parkedRow, error) {
 	keys := make([]string, 0, len(rows))
 	msgs := make([]*message.Message, 0, len(rows))
+	var parked []parkedRow
 	for _, rw := range rows {
-		msg := message.NewMessage(rw.uuid, rw.payload)
-		var err error
-		msg.Metadata, err = decodeMetadata(rw.metadata)
-		key := msg.Metadata.Get(legacyRoutingKey) // as written; saves parsing the name
-		if err == nil && key == "" {
-			var name event.Name
-			name, err = event.ParseName(msg.Metadata.Get(event.MetaName))
-			key = name.Base
-		}
-		if err != nil {
-			r.logger.Error("outbox row skipped: its metadata names no event; it stays in watermill_outbox", "offset", rw.offset, "event_id", rw.uuid, "error", err)
+		msg, key, park := decode(rw, r.routable)
+		if park != nil {
+			r.logger.Error("outbox row parked: "+park.why()+"; it stays in watermill_outbox, listed by `moenda outbox parked`",
+				"offset", rw.offset, "event_id", rw.uuid, "correlation_id", park.correlationID, "event_name", park.eventName,
+				"routing_key", park.routingKey, "error", park.detail)
+			parked = append(parked, *park)
 			continue
 		}
-		if err := r.routable(key); err != nil {
-			r.logger.Error("outbox row skipped: no exchange carries its routing key; it stays in watermill_outbox",
-				"offset", rw.offset, "event_id", rw.uuid, "error", err)
-			continue
-		}
-		delete(msg.Metadata, legacyRoutingKey)
 		keys = append(keys, key)
 		msgs = append(msgs, msg)
 	}
 	if len(msgs) == 0 {
-		return nil
+		return parked, nil
 	}
-	if err := r.dest.PublishBatch(ctx, keys, msgs); err != nil {
-		return fmt.Errorf("publish %d events: %w", len(msgs), err)
+	if err := r.send(ctx, keys, msgs); err != nil {
+		return nil, fmt.Errorf("publish %d events: %w", len(msgs), err)
 	}
-	return nil
+	return parked, nil
 }
 
 // record records pos as the group's position through conn, and only while
-// pg_locks shows conn holding the relay lock.
-func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position) error {
+// pg_locks shows conn holding the relay lock, with the rows of the batch
+// it parked: in one statement, so the position never moves past a row
+// that is neither published nor parked.
+func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position, parked []parkedRow) error {
 	r.queries.Add(1)
 	// pg_locks shows a bigint advisory key as classid (its high half) and
 	// objid (its low half), with objsubid 1.
 	key := uint64(LockKey(r.cfg.ConsumerGroup))
-	tag, err := conn.Exec(ctx, `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::text::xid8
+	const update = `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::text::xid8
 		WHERE consumer_group = $1 AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-		  AND granted AND classid = $4 AND objid = $5 AND objsubid = 1)`,
-		r.cfg.ConsumerGroup, pos.offset, fmt.Sprint(pos.txID), uint32(key>>32), uint32(key))
-	if err != nil {
-		return fmt.Errorf("record outbox position: %w", err)
+		  AND granted AND classid = $4 AND objid = $5 AND objsubid = 1)`
+	args := []any{r.cfg.ConsumerGroup, pos.offset, fmt.Sprint(pos.txID), uint32(key >> 32), uint32(key)}
+	var moved int64
+	if len(parked) == 0 {
+		tag, err := conn.Exec(ctx, update, args...)
+		if err != nil {
+			return fmt.Errorf("record outbox position: %w", err)
+		}
+		moved = tag.RowsAffected()
+	} else {
+		// A row parked before (a batch read again after a crash) keeps
+		// its first entry.
+		err := conn.QueryRow(ctx, `WITH moved AS (`+update+` RETURNING 1), parked AS (
+			INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
+			SELECT t::xid8, o, $1, id, name, key, reason, detail
+			FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) AS u (t, o, id, name, key, reason, detail)
+			WHERE EXISTS (SELECT 1 FROM moved)
+			ON CONFLICT DO NOTHING)
+			SELECT count(*) FROM moved`, append(args, parkedColumns(parked)...)...).Scan(&moved)
+		if err != nil {
+			return fmt.Errorf("record outbox position and %d parked rows: %w", len(parked), err)
+		}
 	}
-	if tag.RowsAffected() == 0 {
+	if moved == 0 {
 		return fmt.Errorf("record outbox position: %w", errLockLost)
 	}
 	return nil
@@ -324,7 +360,8 @@ func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position) error 
 
 // ResetPosition sends group's relay back to the outbox's first row, for a
 // destination that lost what it was given (an in-memory cluster that
-// started again): the outbox keeps every event, so it is given them again.
+// started again): it is given again every event the outbox still keeps
+// (those of the last Config.Retention, and any not yet published).
 func ResetPosition(ctx context.Context, pool *pgxpool.Pool, group string) error {
 	if _, err := pool.Exec(ctx, `DELETE FROM watermill_offsets_outbox WHERE consumer_group = $1`, group); err != nil {
 		return fmt.Errorf("outbox: reset the position of %s: %w", group, err)
@@ -348,9 +385,12 @@ func CaughtUp(ctx context.Context, pool *pgxpool.Pool, group string) (bool, erro
 // LockKey is the advisory lock key of a consumer group's relay. A session
 // holding it (pg_advisory_lock) keeps every relay of the group on standby:
 // rows commit, and none is published until it lets go.
-func LockKey(group string) int64 {
+func LockKey(group string) int64 { return lockKey("moenda outbox relay:" + group) }
+
+// lockKey is the advisory lock key named by name.
+func lockKey(name string) int64 {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("moenda outbox relay:" + group))
+	_, _ = h.Write([]byte(name))
 	return int64(h.Sum64())
 }
 

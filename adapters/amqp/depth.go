@@ -1,0 +1,73 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/redact"
+)
+
+// DepthReader reads how many ready messages queues hold, for the metrics
+// of dead-letter and unrouted queues. It keeps a connection of its own,
+// opened on first use and again after a failure.
+type DepthReader struct {
+	url  string
+	mu   sync.Mutex
+	conn *amqp091.Connection
+}
+
+// NewDepthReader returns a reader for the broker at url.
+func NewDepthReader(url string) *DepthReader { return &DepthReader{url: url} }
+
+// Depths returns the ready messages of each queue in names that exists;
+// a queue that does not exist is left out.
+func (d *DepthReader) Depths(names []string) (map[string]int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn == nil || d.conn.IsClosed() {
+		conn, err := amqp091.DialConfig(d.url, amqp091.Config{
+			Dial:       amqp091.DefaultDial(5 * time.Second),
+			Properties: amqp091.Table{"connection_name": "moenda metrics"},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("amqp: connect to %s: %w", redact.URL(d.url), err)
+		}
+		d.conn = conn
+	}
+	out := make(map[string]int, len(names))
+	ch, err := d.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("amqp: open channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	for _, name := range names {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		var aerr *amqp091.Error
+		switch {
+		case err == nil:
+			out[name] = q.Messages
+		case errors.As(err, &aerr) && aerr.Code == amqp091.NotFound:
+			// a missing queue closes the channel it was asked on
+			if ch, err = d.conn.Channel(); err != nil {
+				return out, fmt.Errorf("amqp: open channel: %w", err)
+			}
+		default:
+			return out, fmt.Errorf("amqp: depth of %q: %w", name, err)
+		}
+	}
+	return out, nil
+}
+
+// Close closes the reader's connection.
+func (d *DepthReader) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn == nil {
+		return nil
+	}
+	return d.conn.Close()
+}

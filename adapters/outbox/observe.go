@@ -1,0 +1,89 @@
+package outbox
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/moenda/moenda/adapters/tracing"
+)
+
+// relayStats count what a relay published, for its metrics.
+type relayStats struct {
+	rows, batches atomic.Int64
+	duration      prometheus.Histogram
+}
+
+func newRelayStats(group string) *relayStats {
+	return &relayStats{duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:        "moenda_relay_publish_duration_seconds",
+		Help:        "From a batch's first publish to the broker's last confirm.",
+		Buckets:     []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		ConstLabels: prometheus.Labels{"consumer_group": group},
+	})}
+}
+
+var (
+	descRows    = prometheus.NewDesc("moenda_relay_rows_published_total", "Outbox rows the relay published and the broker confirmed.", []string{"consumer_group"}, nil)
+	descBatches = prometheus.NewDesc("moenda_relay_batches_total", "Batches the relay published.", []string{"consumer_group"}, nil)
+)
+
+// Describe implements prometheus.Collector. It describes nothing, as an
+// unchecked collector: every relay of a process reports the same metrics,
+// told apart by their consumer_group.
+func (r *Relay) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (r *Relay) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(r.stats.rows.Load()), r.cfg.ConsumerGroup)
+	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(r.stats.batches.Load()), r.cfg.ConsumerGroup)
+	r.stats.duration.Collect(ch)
+}
+
+// Trace makes the relay continue the trace of each row written under one
+// (its traceparent metadata) with a publish span, whose context the
+// message then carries to its handler. Call it before Run.
+func (r *Relay) Trace(tracer trace.Tracer) { r.tracer = tracer }
+
+// send publishes a batch through the destination, counting and timing it,
+// with a publish span for each message that carries a trace.
+func (r *Relay) send(ctx context.Context, keys []string, msgs []*message.Message) error {
+	var spans []trace.Span
+	if r.tracer != nil {
+		for i, msg := range msgs {
+			parent := tracing.Extract(ctx, msg.Metadata)
+			if !trace.SpanContextFromContext(parent).IsValid() {
+				continue
+			}
+			sctx, span := r.tracer.Start(parent, "publish "+keys[i], trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+				attribute.String("messaging.system", "moenda"),
+				attribute.String("messaging.message.id", msg.UUID),
+				attribute.String("messaging.destination.name", keys[i]),
+				attribute.String("moenda.consumer_group", r.cfg.ConsumerGroup),
+			))
+			tracing.Inject(sctx, msg.Metadata)
+			spans = append(spans, span)
+		}
+	}
+	start := time.Now()
+	err := r.dest.PublishBatch(ctx, keys, msgs)
+	r.stats.duration.Observe(time.Since(start).Seconds())
+	for _, span := range spans {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+	if err == nil {
+		r.stats.rows.Add(int64(len(msgs)))
+		r.stats.batches.Add(1)
+	}
+	return err
+}
