@@ -132,8 +132,9 @@ func (p *Platform) kafkaReaders() ([]string, func(queue string) string) {
 // startEmbeddedKafka runs the in-process cluster when kafka.embedded asks
 // for it, and reports whether this process started it. A cluster this
 // process starts is empty, so the relay that feeds it starts again from the
-// outbox's first row: the outbox keeps every event, and the readers' inbox
-// and idempotent writes absorb the repeats.
+// outbox's first row: the outbox keeps the events of the last
+// outbox.retention, and the readers' inbox and idempotent writes absorb
+// the repeats.
 func (p *Platform) startEmbeddedKafka(ctx context.Context) (bool, error) {
 	if !p.cfg.Kafka.Embedded {
 		return false, nil
@@ -156,6 +157,9 @@ func (p *Platform) addRelay(dest outbox.Destination, group string) error {
 	r, err := outbox.NewRelay(p.pool, dest, p.top.Routable, cfg, p.logger)
 	if err != nil {
 		return err
+	}
+	if p.tracer != nil {
+		r.Trace(p.tracer)
 	}
 	p.relays = append(p.relays, r)
 	return nil

@@ -31,6 +31,10 @@ Commands:
   config print     print the resolved configuration
   health           exit 0 when the local serve answers /readyz with 200
                    (for container healthchecks)
+  outbox parked    list the outbox rows the relays set aside: rows that
+                   name no event, or whose routing key no exchange carries
+  outbox republish publish the parked rows this configuration now routes;
+                   list the others, which stay parked
   replay PLUGIN --from earliest|TIME
                    rebuild what a replayable plugin derived from events,
                    reading them again from Kafka (TIME in RFC 3339)
@@ -118,11 +122,13 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 }
 
 var commands = map[string]func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error{
-	"serve":          serve,
-	"migrate up":     migrateUp,
-	"topology print": topologyPrint,
-	"config print":   func(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error { return cfg.Print(stdout) },
-	"health":         health,
+	"serve":            serve,
+	"migrate up":       migrateUp,
+	"topology print":   topologyPrint,
+	"config print":     func(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error { return cfg.Print(stdout) },
+	"health":           health,
+	"outbox parked":    outboxParked,
+	"outbox republish": outboxRepublish,
 }
 
 // health asks the serve process configured by cfg whether it is ready.

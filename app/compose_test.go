@@ -1,7 +1,10 @@
 package app
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,8 +14,10 @@ import (
 )
 
 // TestComposeFile checks docker-compose.yml without a Docker engine: the
-// three services, their healthchecks and start order, and that moenda's
-// environment there loads as a valid configuration.
+// three services, their healthchecks and start order, that moenda's
+// environment there loads as a valid configuration, and the observability
+// profile: Prometheus and Grafana, the files they mount, and a dashboard
+// that charts every metric moenda serves.
 func TestComposeFile(t *testing.T) {
 	raw, err := os.ReadFile("../docker-compose.yml")
 	if err != nil {
@@ -24,6 +29,8 @@ func TestComposeFile(t *testing.T) {
 			Profiles    []string          `yaml:"profiles"`
 			Build       string            `yaml:"build"`
 			Environment map[string]string `yaml:"environment"`
+			Volumes     []string          `yaml:"volumes"`
+			Ports       []string          `yaml:"ports"`
 			DependsOn   map[string]struct {
 				Condition string `yaml:"condition"`
 			} `yaml:"depends_on"`
@@ -47,6 +54,206 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("service %s has no healthcheck", name)
 		}
 	}
+	t.Run("observability", func(t *testing.T) {
+		// mounts maps each bind mount's container path to its host path,
+		// relative to the repository root, after checking that it exists.
+		mounts := func(name string) map[string]string {
+			s, ok := compose.Services[name]
+			if !ok {
+				t.Fatalf("no %s service", name)
+			}
+			if !slices.Equal(s.Profiles, []string{"observability"}) {
+				t.Errorf("%s: profiles %v; want [observability]", name, s.Profiles)
+			}
+			if i := strings.LastIndex(s.Image, ":"); i < 0 || s.Image[i+1:] == "latest" {
+				t.Errorf("%s: image %q is not pinned", name, s.Image)
+			}
+			m := map[string]string{}
+			for _, v := range s.Volumes {
+				host, rest, _ := strings.Cut(v, ":")
+				target, _, _ := strings.Cut(rest, ":")
+				if !strings.HasPrefix(host, "./") {
+					continue // a named volume
+				}
+				if _, err := os.Stat(filepath.Join("..", host)); err != nil {
+					t.Errorf("%s mounts %s, which the repository lacks: %v", name, host, err)
+				}
+				m[target] = host
+			}
+			return m
+		}
+		published := func(name, port string) {
+			for _, p := range compose.Services[name].Ports {
+				if strings.HasPrefix(p, port+":") {
+					return
+				}
+			}
+			t.Errorf("%s does not publish port %s", name, port)
+		}
+		readYAML := func(path string, v any) {
+			raw, err := os.ReadFile(filepath.Join("..", path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.Unmarshal(raw, v); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+		}
+
+		prom := mounts("prometheus")
+		published("prometheus", "9090")
+		if !strings.HasPrefix(compose.Services["prometheus"].Image, "prom/prometheus:") {
+			t.Errorf("prometheus: image %q", compose.Services["prometheus"].Image)
+		}
+		promConfig := prom["/etc/prometheus/prometheus.yml"]
+		if promConfig == "" {
+			t.Fatalf("prometheus mounts no /etc/prometheus/prometheus.yml: %v", prom)
+		}
+		var scrape struct {
+			ScrapeConfigs []struct {
+				JobName        string `yaml:"job_name"`
+				MetricsPath    string `yaml:"metrics_path"`
+				ScrapeInterval string `yaml:"scrape_interval"`
+				StaticConfigs  []struct {
+					Targets []string `yaml:"targets"`
+				} `yaml:"static_configs"`
+			} `yaml:"scrape_configs"`
+		}
+		readYAML(promConfig, &scrape)
+		scrapesMoenda := false
+		for _, j := range scrape.ScrapeConfigs {
+			for _, sc := range j.StaticConfigs {
+				if j.JobName == "moenda" && slices.Contains(sc.Targets, "moenda:8080") && (j.MetricsPath == "" || j.MetricsPath == "/metrics") {
+					scrapesMoenda = true
+				}
+			}
+		}
+		if !scrapesMoenda {
+			t.Errorf("%s has no job moenda scraping moenda:8080/metrics: %+v", promConfig, scrape.ScrapeConfigs)
+		}
+
+		graf := mounts("grafana")
+		published("grafana", "3000")
+		if !strings.HasPrefix(compose.Services["grafana"].Image, "grafana/grafana:") {
+			t.Errorf("grafana: image %q", compose.Services["grafana"].Image)
+		}
+		datasources, providers := graf["/etc/grafana/provisioning/datasources"], graf["/etc/grafana/provisioning/dashboards"]
+		if datasources == "" || providers == "" {
+			t.Fatalf("grafana mounts no datasource or dashboard provisioning: %v", graf)
+		}
+		var ds struct {
+			Datasources []struct {
+				UID  string `yaml:"uid"`
+				Type string `yaml:"type"`
+				URL  string `yaml:"url"`
+			} `yaml:"datasources"`
+		}
+		readYAML(filepath.Join(datasources, "prometheus.yml"), &ds)
+		if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" || ds.Datasources[0].UID == "" {
+			t.Fatalf("grafana data sources: %+v; want one prometheus at http://prometheus:9090 with a fixed uid", ds.Datasources)
+		}
+		uid := ds.Datasources[0].UID
+		var prov struct {
+			Providers []struct {
+				Type    string `yaml:"type"`
+				Options struct {
+					Path string `yaml:"path"`
+				} `yaml:"options"`
+			} `yaml:"providers"`
+		}
+		readYAML(filepath.Join(providers, "moenda.yml"), &prov)
+		if len(prov.Providers) != 1 || prov.Providers[0].Type != "file" {
+			t.Fatalf("grafana dashboard providers: %+v; want one file provider", prov.Providers)
+		}
+		dashboards := graf[prov.Providers[0].Options.Path]
+		if dashboards == "" {
+			t.Fatalf("the dashboard provider reads %q, which grafana does not mount: %v", prov.Providers[0].Options.Path, graf)
+		}
+		if dashboards != "./configs/observability/grafana/dashboards" {
+			t.Errorf("grafana's dashboards come from %s", dashboards)
+		}
+
+		raw, err := os.ReadFile(filepath.Join("..", dashboards, "moenda.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dash map[string]any
+		if err := json.Unmarshal(raw, &dash); err != nil {
+			t.Fatalf("moenda.json: %v", err)
+		}
+		if dash["uid"] != "moenda" || dash["title"] != "moenda" {
+			t.Errorf("dashboard uid %v, title %v; want moenda", dash["uid"], dash["title"])
+		}
+		// Walk the dashboard for the queries and the data sources it names.
+		var exprs []string
+		wrongUIDs := map[any]bool{}
+		var walk func(v any)
+		walk = func(v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k, x := range v {
+					if e, ok := x.(string); ok && k == "expr" {
+						exprs = append(exprs, e)
+					}
+					if k == "datasource" {
+						if d, ok := x.(map[string]any); ok && d["type"] == "prometheus" && d["uid"] != uid {
+							wrongUIDs[d["uid"]] = true
+						}
+					}
+					walk(x)
+				}
+			case []any:
+				for _, x := range v {
+					walk(x)
+				}
+			}
+		}
+		walk(dash)
+		if len(wrongUIDs) > 0 {
+			t.Errorf("dashboard names Prometheus data sources %v; want only uid %q", wrongUIDs, uid)
+		}
+		queries := strings.Join(exprs, "\n")
+		for _, metric := range []string{
+			"moenda_messages_handled_total",
+			"moenda_messages_failed_total",
+			"moenda_messages_retried_total",
+			"moenda_messages_dead_lettered_total",
+			"moenda_messages_deduplicated_total",
+			"moenda_messages_ignored_total",
+			"moenda_handler_duration_seconds_bucket",
+			"moenda_relay_rows_published_total",
+			"moenda_relay_batches_total",
+			"moenda_relay_publish_duration_seconds_bucket",
+			"moenda_relay_lag_rows",
+			"moenda_relay_lag_seconds",
+			"moenda_unrouted_messages",
+			"moenda_dead_letter_messages",
+			"moenda_http_requests_total",
+			"moenda_http_request_duration_seconds_bucket",
+			"go_goroutines",
+			"go_memstats_heap_alloc_bytes",
+			"go_gc_duration_seconds",
+			"process_cpu_seconds_total",
+			"process_resident_memory_bytes",
+		} {
+			if !strings.Contains(queries, metric) {
+				t.Errorf("the moenda dashboard charts no %s", metric)
+			}
+		}
+		for _, q := range []string{
+			"moenda_handler_duration_seconds_bucket",
+			"moenda_relay_publish_duration_seconds_bucket",
+			"moenda_http_request_duration_seconds_bucket",
+		} {
+			found := false
+			for _, e := range exprs {
+				found = found || strings.Contains(e, "histogram_quantile(") && strings.Contains(e, q)
+			}
+			if !found {
+				t.Errorf("the moenda dashboard has no quantile of %s", q)
+			}
+		}
+	})
 	for _, dep := range []string{"postgres", "rabbitmq"} {
 		if app.DependsOn[dep].Condition != "service_healthy" {
 			t.Errorf("moenda does not wait for %s to be healthy", dep)
@@ -72,6 +279,9 @@ func TestComposeFile(t *testing.T) {
 	}
 	if len(cfg.Kafka.Brokers) != 1 || cfg.Kafka.Brokers[0] != "kafka:9092" || cfg.Kafka.Embedded || cfg.Analytics.Kafka.Enabled {
 		t.Fatalf("compose kafka config: %+v, analytics %+v; want kafka:9092, not embedded, off unless asked", cfg.Kafka, cfg.Analytics)
+	}
+	if !cfg.Auth.Enabled {
+		t.Fatal("compose publishes the port with auth.enabled false")
 	}
 	if cfg.HTTP.Addr != "0.0.0.0:8080" || !strings.Contains(cfg.Postgres.URL, "@postgres:5432/") || !strings.Contains(cfg.AMQP.URL, "@rabbitmq:5672/") {
 		t.Fatalf("compose config: %+v %q %q", cfg.HTTP, cfg.Postgres.URL, cfg.AMQP.URL)

@@ -27,6 +27,7 @@ import (
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/adapters/tracing"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/migrations"
 	"github.com/moenda/moenda/router"
@@ -47,6 +48,9 @@ var brokerKinds = []string{BrokerAMQP, BrokerKafka, BrokerMemory}
 type Config struct {
 	Log       LogConfig       `koanf:"log"`
 	HTTP      HTTPConfig      `koanf:"http"`
+	Auth      AuthConfig      `koanf:"auth"`
+	Metrics   MetricsConfig   `koanf:"metrics"`
+	Tracing   tracing.Config  `koanf:"tracing"`
 	Broker    BrokerConfig    `koanf:"broker"`
 	Postgres  postgres.Config `koanf:"postgres"`
 	AMQP      amqp.Config     `koanf:"amqp"`
@@ -184,6 +188,9 @@ func defaults() *Config {
 	return &Config{
 		Log:       LogConfig{Level: "info", Format: "text"},
 		HTTP:      HTTPConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second},
+		Auth:      AuthConfig{Tokens: []string{}},
+		Metrics:   MetricsConfig{Enabled: true, PollInterval: 5 * time.Second},
+		Tracing:   tracing.DefaultConfig(),
 		Broker:    BrokerConfig{Kind: BrokerAMQP},
 		Postgres:  postgres.DefaultConfig(),
 		AMQP:      amqp.DefaultConfig(),
@@ -290,14 +297,15 @@ func decode(raw any, out any, prefix string) error {
 		return fmt.Errorf("config: %w", err)
 	}
 	if err := dec.Decode(raw); err != nil {
-		return describeDecode(err, prefix)
+		return describeDecode(err, prefix, reflect.TypeOf(out).Elem().String())
 	}
 	return nil
 }
 
 // describeDecode rewrites mapstructure's errors to name each key by its
-// full path and say how to fix it.
-func describeDecode(err error, prefix string) error {
+// full path and say how to fix it. mapstructure names the root by its
+// type (root, like app.Config); here it is prefix.
+func describeDecode(err error, prefix, root string) error {
 	var out []error
 	var walk func(error)
 	walk = func(err error) {
@@ -309,7 +317,11 @@ func describeDecode(err error, prefix string) error {
 		}
 		var de *mapstructure.DecodeError
 		if errors.As(err, &de) {
-			path := joinPath(prefix, de.Name())
+			name := de.Name()
+			if name == root {
+				name = ""
+			}
+			path := joinPath(prefix, name)
 			if keys, ok := strings.CutPrefix(de.Unwrap().Error(), "has invalid keys: "); ok {
 				for _, key := range strings.Split(keys, ", ") {
 					out = append(out, fmt.Errorf("config: unknown key %s; check its spelling in configs/*.yaml or the MOENDA_* variables", joinPath(path, key)))
@@ -346,6 +358,9 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 	}
 	add(c.Log.validate())
 	add(c.HTTP.validate())
+	add(c.Auth.validate(c.HTTP.Addr))
+	add(c.Metrics.validate())
+	add(c.Tracing.Validate())
 	if !slices.Contains(brokerKinds, c.Broker.Kind) {
 		add(fmt.Errorf("broker.kind %q must be one of %s", c.Broker.Kind, strings.Join(brokerKinds, ", ")))
 	}

@@ -59,7 +59,7 @@ func TestResolvedConfigGolden(t *testing.T) {
 func TestLoadLayersAndEnvironment(t *testing.T) {
 	cfg, err := Load(Source{Env: "memory", Files: configs.FS, Environ: []string{
 		"MOENDA_ENV=ignored-here",
-		"MOENDA_HTTP__ADDR=0.0.0.0:9090",
+		"MOENDA_HTTP__ADDR=127.0.0.1:9090",
 		"MOENDA_TOPOLOGY__FAILURE__IMMEDIATE_RETRIES=7",
 		"MOENDA_HANDLERS__ENABLED=tarefas",
 		"MOENDA_HANDLERS__NOTIFICACOES__CHANNEL=#geral",
@@ -71,7 +71,7 @@ func TestLoadLayersAndEnvironment(t *testing.T) {
 	if cfg.Broker.Kind != BrokerMemory {
 		t.Errorf("the memory overlay did not apply: broker.kind = %q", cfg.Broker.Kind)
 	}
-	if cfg.HTTP.Addr != "0.0.0.0:9090" || *cfg.Topology.Failure.ImmediateRetries != 7 {
+	if cfg.HTTP.Addr != "127.0.0.1:9090" || *cfg.Topology.Failure.ImmediateRetries != 7 {
 		t.Errorf("variables did not override: %+v %+v", cfg.HTTP, cfg.Topology.Failure)
 	}
 	if len(cfg.plugins) != 1 || cfg.plugins[0].def.Name != "tarefas" {

@@ -24,21 +24,50 @@ import (
 // published while serving it inherit it.
 const CorrelationHeader = "X-Correlation-ID"
 
-func (p *Platform) handler(plugins []handlers.Plugin) http.Handler {
+// builtPlugin is a plugin as the platform mounts it.
+type builtPlugin struct {
+	handlers.Plugin
+	spec handlers.Spec
+}
+
+// handler routes HTTP: reads are open; publishing needs a publisher token
+// and administration an admin token, once auth.enabled; plugin routes as
+// their Spec.RouteAuth says.
+func (p *Platform) handler(plugins []builtPlugin) http.Handler {
+	auth := newTokens(p.cfg.Auth)
 	r := chi.NewRouter()
+	if p.metrics != nil {
+		r.Use(p.metrics.measure)
+	}
+	if p.tracer != nil {
+		r.Use(p.traced)
+	}
 	r.Use(middleware.Recoverer, p.correlate, p.limitBody)
+	if p.metrics != nil {
+		r.Method(http.MethodGet, "/metrics", p.metrics.handler())
+	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", p.readyz)
-	r.Post("/v1/events", p.postEvent)
+	r.With(auth.require(RolePublisher, false)).Post("/v1/events", p.postEvent)
 	r.Get("/v1/catalog", func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, p.cfg.catalog(p.top))
 	})
+	r.Route("/v1/admin", func(r chi.Router) {
+		r.Use(auth.require(RoleAdmin, false))
+		p.adminRoutes(r)
+	})
 	for _, pl := range plugins {
-		if pl.Routes != nil {
-			pl.Routes(r)
+		if pl.Routes == nil {
+			continue
 		}
+		r.Group(func(r chi.Router) {
+			if pl.spec.RouteAuth == handlers.AuthPublisher {
+				r.Use(auth.require(RolePublisher, true))
+			}
+			pl.Routes(r)
+		})
 	}
 	return r
 }

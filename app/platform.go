@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/moenda/moenda/adapters/memory"
@@ -36,6 +38,10 @@ type Platform struct {
 	tx     handlers.Transactor
 	inbox  inbox
 	stats  *router.Stats
+	// metrics is nil unless metrics.enabled.
+	metrics *metrics
+	// tracer is nil unless tracing.exporter asks for spans.
+	tracer trace.Tracer
 	// stream is Kafka beside RabbitMQ (analytics.kafka.enabled), where
 	// replayable plugins read; nil otherwise.
 	stream *broker
@@ -169,13 +175,19 @@ func redeliveryPath(pol topology.Policy) time.Duration {
 // migrations applied), the broker (with the topology declared), the
 // plugins, the router and the HTTP listener. Nothing is consumed or served
 // until Run.
-func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, err error) {
+func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option) (_ *Platform, err error) {
 	p := &Platform{cfg: cfg, logger: logger}
+	for _, o := range opts {
+		o(p)
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, p.Close())
 		}
 	}()
+	if err = p.startTracing(ctx); err != nil {
+		return nil, err
+	}
 	wlog := watermill.NewSlogLogger(logger)
 	if p.top, err = cfg.BuildTopology(); err != nil {
 		return nil, err
@@ -207,7 +219,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, 
 	}
 	deps := handlers.Deps{Logger: logger, Tx: p.tx}
 	var routes, streamRoutes []router.Route
-	var plugins []handlers.Plugin
+	var plugins []builtPlugin
 	for _, ep := range cfg.plugins {
 		built, err := ep.def.Build(ep.cfg, deps)
 		if err != nil {
@@ -216,7 +228,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, 
 		if built.Close != nil {
 			p.closers = append(p.closers, built.Close)
 		}
-		plugins = append(plugins, built)
+		plugins = append(plugins, builtPlugin{spec: ep.def.Spec, Plugin: built})
 		for _, s := range ep.def.Subscriptions {
 			q := ep.def.Queue(s)
 			pol, _ := p.top.Policy(q)
@@ -228,10 +240,10 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, 
 			}
 		}
 	}
-	p.stats = router.NewStats()
-	router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger}, routes)
+	p.stats = router.NewStats(cfg.Metrics.Enabled)
+	router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer}, routes)
 	if p.stream != nil {
-		router.AddRoutes(p.router, router.Deps{Subscriber: p.stream.subscriber, Sink: p.stream.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger}, streamRoutes)
+		router.AddRoutes(p.router, router.Deps{Subscriber: p.stream.subscriber, Sink: p.stream.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer}, streamRoutes)
 	}
 
 	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
@@ -243,6 +255,13 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *Platform, 
 		}
 		return nil
 	})
+	if cfg.Metrics.Enabled {
+		cs := []prometheus.Collector{p.stats}
+		for _, r := range p.relays {
+			cs = append(cs, r)
+		}
+		p.metrics = newMetrics(cs...)
+	}
 	p.server = &http.Server{
 		Handler:           p.handler(plugins),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -268,6 +287,10 @@ func (p *Platform) Run(ctx context.Context) error {
 		g.Go(func() error { return r.Run(relayCtx) })
 	}
 	g.Go(func() error { p.pruneInbox(gctx); return nil })
+	g.Go(func() error { p.pruneOutbox(gctx); return nil })
+	if p.metrics != nil {
+		g.Go(func() error { p.pollMetrics(gctx); return nil })
+	}
 	g.Go(func() error {
 		// The router stops through Close below, not through ctx, which
 		// would cut the handlers' messages off at once.
@@ -295,7 +318,10 @@ func (p *Platform) Run(ctx context.Context) error {
 		stopRelay()
 		return errors.Join(err, p.router.Close())
 	})
-	p.logger.Info("moenda serving", "env", p.cfg.Env, "addr", p.Addr(), "broker", p.cfg.Broker.Kind)
+	p.logger.Info("moenda serving", "env", p.cfg.Env, "addr", p.Addr(), "broker", p.cfg.Broker.Kind, "auth", p.cfg.Auth.Enabled)
+	if p.cfg.Auth.Enabled && len(p.cfg.Auth.Tokens) == 0 {
+		p.logger.Warn("auth.enabled with no auth.tokens: publishing and administration answer 401 to everyone; set MOENDA_AUTH__TOKENS=publisher:<sha256 of a token>")
+	}
 	err := g.Wait()
 	return errors.Join(err, p.Close())
 }

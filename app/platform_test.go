@@ -45,12 +45,12 @@ func startWith(t *testing.T, reg *handlers.Registry, files fs.FS, env string, en
 }
 
 // startResolved serves cfg until the test ends.
-func startResolved(t *testing.T, cfg *Resolved) running {
+func startResolved(t *testing.T, cfg *Resolved, opts ...Option) running {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testenv.LogWriter()), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, cancel := context.WithCancel(context.Background())
-	p, err := New(ctx, cfg, logger)
+	p, err := New(ctx, cfg, logger, opts...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

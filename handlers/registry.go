@@ -143,6 +143,9 @@ type Spec struct {
 	// embedded from its folder and applied after the platform's, with a
 	// version history of their own; nil when it keeps no tables.
 	Migrations fs.FS
+	// RouteAuth says who may call the plugin's HTTP routes when the
+	// platform's tokens are on (auth.enabled).
+	RouteAuth RouteAuth
 	// NeedsPostgres says the plugin keeps its state in PostgreSQL only, so
 	// an environment without it (broker.kind memory) cannot run it.
 	NeedsPostgres bool
@@ -152,6 +155,18 @@ type Spec struct {
 	// derived (Plugin.Rewind) from it.
 	Replayable bool
 }
+
+// RouteAuth is how a plugin's HTTP routes are authenticated.
+type RouteAuth int
+
+const (
+	// AuthPublisher, the default: writes (POST, PUT, PATCH, DELETE) need a
+	// platform token with the publisher role; reads are open.
+	AuthPublisher RouteAuth = iota
+	// AuthOwn: the plugin authenticates its callers itself (locacoes'
+	// customer tokens), and the platform's tokens are not asked for.
+	AuthOwn
+)
 
 // MigrationsDir is the folder dir of fsys, where a plugin embeds its goose
 // files, as Spec.Migrations wants it. dir is the plugin's own constant, so

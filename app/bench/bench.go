@@ -93,6 +93,7 @@ var steps = []measure{
 	{"idle relay", idleRelay},
 	{"consume through the whole chain with the inbox", inboxConsume},
 	{"1 % poisoned events", poisonConsume},
+	{"what metrics and tracing cost", observability},
 	{"end-to-end latency", latency},
 	{"Kafka: relay drain and analytics replay", kafkaStream},
 }

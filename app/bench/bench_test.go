@@ -48,6 +48,8 @@ func TestQuickRun(t *testing.T) {
 		"moenda: relay drain of 2000 rows", "moenda: serve peak RSS", "moenda: idle relay queries",
 		"moenda: consume through the router", "ceiling: amqp091 + pgx consume, inbox row and effect row",
 		"moenda: consume through the router, whole chain with the inbox", "moenda: healthy events with 1 % poisoned",
+		"moenda: outbox write with tracing on, against off", "moenda: consume through the router with metrics on",
+		"moenda: consume through the router with tracing on",
 		"moenda: end-to-end latency at 200 events/s, commit to handler, p99",
 		"ceiling: sarama SyncProducer", "moenda: Kafka relay drain of 2000 rows",
 		"ceiling: sarama consumer", "moenda: Kafka replay of the analytics projection",

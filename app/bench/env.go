@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/url"
 	"os"
@@ -52,6 +53,11 @@ type env struct {
 	sink     string // the queue every bench event reaches
 	top      *topology.Topology
 	tx       *postgres.Transactor
+	// timed and tracer set how the router observes its messages: the
+	// observability step turns them on; every other step runs with both
+	// off.
+	timed  bool
+	tracer trace.Tracer
 }
 
 func newEnv(ctx context.Context, opts Options) (_ *env, err error) {

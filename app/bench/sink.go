@@ -25,7 +25,7 @@ func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), erro
 	if err == nil {
 		pol, _ := e.top.Policy(e.sink)
 		route := router.Route{Queue: e.sink, Handler: "bench", Policy: pol, Handle: handle}
-		router.AddRoutes(rt, router.Deps{Subscriber: b.Subscriber, Sink: b.Sink, Inbox: e.tx, Stats: router.NewStats(), Logger: e.logger}, []router.Route{route})
+		router.AddRoutes(rt, router.Deps{Subscriber: b.Subscriber, Sink: b.Sink, Inbox: e.tx, Stats: router.NewStats(e.timed), Logger: e.logger, Tracer: e.tracer}, []router.Route{route})
 	}
 	if err != nil {
 		_ = b.Close()

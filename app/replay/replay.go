@@ -58,7 +58,7 @@ func Start(ctx context.Context, deps Deps, def handlers.Definition, built handle
 	if err := built.Rewind(ctx, from); err != nil {
 		return nil, fmt.Errorf("replay %s: rewind: %w", def.Name, err)
 	}
-	rdeps := router.Deps{Sink: deps.Sink, Inbox: deps.Store, Stats: router.NewStats(), Logger: deps.Logger}
+	rdeps := router.Deps{Sink: deps.Sink, Inbox: deps.Store, Stats: router.NewStats(true), Logger: deps.Logger}
 	r := &Replay{}
 	for _, s := range def.Subscriptions {
 		q := def.Queue(s)

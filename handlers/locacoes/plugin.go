@@ -77,6 +77,7 @@ func Plugin() handlers.Definition {
 		Exchange:      Exchange,
 		Migrations:    Migrations(),
 		NeedsPostgres: true,
+		RouteAuth:     handlers.AuthOwn, // customers' HS256 tokens, not the platform's
 	}, defaults, build)
 }
 

@@ -1,0 +1,74 @@
+package app
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/handlers/httpjson"
+)
+
+// adminRoutes mounts the administration endpoints under /v1/admin.
+func (p *Platform) adminRoutes(r chi.Router) {
+	r.Get("/outbox/parked", p.listParked)
+	r.Post("/outbox/republish", p.republishParked)
+}
+
+// maxParkedListed bounds one answer of GET /v1/admin/outbox/parked: a
+// misconfiguration can park every event for hours.
+const maxParkedListed = 10000
+
+// listParked answers {"parked": [...], "count": N}: the rows the relays
+// parked, oldest first, at most ?limit= of them (1000 unless set), and how
+// many there are in all.
+func (p *Platform) listParked(w http.ResponseWriter, r *http.Request) {
+	limit := 1000
+	if text := r.URL.Query().Get("limit"); text != "" {
+		n, err := strconv.Atoi(text)
+		if err != nil || n < 1 || n > maxParkedListed {
+			httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("limit must be a whole number from 1 to %d, got %q", maxParkedListed, text))
+			return
+		}
+		limit = n
+	}
+	parked, count := []outbox.Parked{}, 0
+	if p.pool != nil { // the memory broker has no outbox, and parks nothing
+		var err error
+		if parked, count, err = outbox.ListParked(r.Context(), p.pool, limit); err != nil {
+			httpjson.ServerError(w, r, p.logger, err)
+			return
+		}
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"parked": parked, "count": count})
+}
+
+// republishParked answers {"republished": N, "still_unroutable": [...]}:
+// the parked rows the configuration now routes are published through the
+// relays' own destinations, and the others are listed with the reason.
+func (p *Platform) republishParked(w http.ResponseWriter, r *http.Request) {
+	res := outbox.Republished{StillUnroutable: []outbox.Parked{}}
+	if p.pool != nil {
+		var err error
+		if res, err = outbox.Republish(r.Context(), p.pool, p.relayDestinations(), p.top.Routable); err != nil {
+			httpjson.ServerError(w, r, p.logger, err)
+			return
+		}
+	}
+	if res.Republished > 0 {
+		p.logger.Info("outbox: republished parked rows", "republished", res.Republished, "still_unroutable", len(res.StillUnroutable))
+	}
+	httpjson.Write(w, http.StatusOK, res)
+}
+
+// relayDestinations maps each relay's consumer group to its destination:
+// a parked row goes out the way its relay would have sent it.
+func (p *Platform) relayDestinations() map[string]outbox.Destination {
+	dests := map[string]outbox.Destination{}
+	for _, r := range p.relays {
+		dests[r.Group()] = r.Destination()
+	}
+	return dests
+}

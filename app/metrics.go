@@ -1,0 +1,158 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
+)
+
+// MetricsConfig sets the Prometheus endpoint, GET /metrics.
+type MetricsConfig struct {
+	// Enabled serves /metrics and times handlers and requests.
+	Enabled bool `koanf:"enabled"`
+	// PollInterval is how often the gauges that cost a query are read:
+	// dead-letter and unrouted queue depths, and relay lag. A scrape
+	// never queries the broker or the database.
+	PollInterval time.Duration `koanf:"poll_interval"`
+}
+
+func (m MetricsConfig) validate() error {
+	if m.Enabled && m.PollInterval < time.Second {
+		return fmt.Errorf("metrics.poll_interval must be at least 1s, got %s", m.PollInterval)
+	}
+	return nil
+}
+
+// metrics are the platform's Prometheus metrics. The chain's counters
+// live in router.Stats and the relays' in outbox.Relay; they are read at
+// scrape time. What costs a query is polled (poll).
+type metrics struct {
+	registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	depth    *prometheus.GaugeVec // dead-letter queues
+	unrouted *prometheus.GaugeVec // alternate-exchange queues
+	lagRows  *prometheus.GaugeVec
+	lagAge   *prometheus.GaugeVec
+}
+
+func newMetrics(cs ...prometheus.Collector) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moenda_http_requests_total", Help: "HTTP requests by route pattern, method and status."}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "moenda_http_request_duration_seconds", Help: "HTTP request duration by route pattern and method.", Buckets: prometheus.DefBuckets}, []string{"route", "method"}),
+		depth:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_dead_letter_messages", Help: "Messages waiting in a dead-letter queue, read every metrics.poll_interval."}, []string{"queue"}),
+		unrouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_unrouted_messages", Help: "Messages no binding matched, kept in the exchange's alternate queue, read every metrics.poll_interval."}, []string{"exchange"}),
+		lagRows:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_rows", Help: "Outbox rows committed after the relay's position."}, []string{"consumer_group"}),
+		lagAge:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_seconds", Help: "Age of the oldest outbox row the relay has not published; 0 when caught up."}, []string{"consumer_group"}),
+	}
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.requests, m.duration, m.depth, m.unrouted, m.lagRows, m.lagAge)
+	m.registry.MustRegister(cs...)
+	return m
+}
+
+// handler serves the registry.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// measure counts and times each request by its route pattern, so
+// /tarefas/1 and /tarefas/2 are one series.
+func (m *metrics) measure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		if route == "" {
+			route = "unmatched"
+		}
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Inc()
+		m.duration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+	})
+}
+
+// poll reads the gauges that cost a query every interval until ctx ends.
+func (p *Platform) pollMetrics(ctx context.Context) {
+	var depths *amqp.DepthReader
+	if p.cfg.Broker.Kind == BrokerAMQP {
+		depths = amqp.NewDepthReader(p.cfg.AMQP.URL)
+		defer depths.Close()
+	}
+	dlqs, alternates := p.watchedQueues()
+	tick := time.NewTicker(p.cfg.Metrics.PollInterval)
+	defer tick.Stop()
+	for {
+		var errs []error
+		if depths != nil {
+			got, err := depths.Depths(append(slices.Clone(dlqs), alternates...))
+			errs = append(errs, err)
+			for _, q := range dlqs {
+				p.metrics.depth.WithLabelValues(q).Set(float64(got[q]))
+			}
+			for x, q := range p.alternates() {
+				p.metrics.unrouted.WithLabelValues(x).Set(float64(got[q]))
+			}
+		}
+		for _, r := range p.relays {
+			rows, age, err := outbox.Lag(ctx, p.pool, r.Group())
+			errs = append(errs, err)
+			if err == nil {
+				p.metrics.lagRows.WithLabelValues(r.Group()).Set(float64(rows))
+				p.metrics.lagAge.WithLabelValues(r.Group()).Set(age.Seconds())
+			}
+		}
+		if err := errors.Join(errs...); err != nil && ctx.Err() == nil {
+			p.logger.Warn("metrics: a gauge could not be read; will try again", "error", err, "retry_in", p.cfg.Metrics.PollInterval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// watchedQueues are the dead-letter queues of the consumed queues and the
+// exchanges' alternate queues.
+func (p *Platform) watchedQueues() (dlqs, alternates []string) {
+	for _, q := range p.top.Queues {
+		if pol, ok := p.top.Policy(q.Name); ok && !slices.Contains(dlqs, pol.DeadLetterQueue) {
+			dlqs = append(dlqs, pol.DeadLetterQueue)
+		}
+	}
+	for _, q := range p.alternates() {
+		alternates = append(alternates, q)
+	}
+	return dlqs, alternates
+}
+
+// alternates maps each exchange to its alternate queue (named as the
+// alternate exchange).
+func (p *Platform) alternates() map[string]string {
+	out := map[string]string{}
+	for _, x := range p.top.Exchanges {
+		if alt := p.top.AlternateOf(x.Name); alt != "" {
+			out[x.Name] = alt
+		}
+	}
+	return out
+}

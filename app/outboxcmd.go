@@ -1,0 +1,153 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/kafka"
+	"github.com/moenda/moenda/adapters/outbox"
+)
+
+// outboxParked runs `moenda outbox parked`: it lists the rows the relays
+// parked, one a line, and says how many there are.
+func outboxParked(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) (err error) {
+	p, err := openOutbox(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	parked, n, err := outbox.ListParked(ctx, p.pool, 0)
+	if err != nil {
+		return err
+	}
+	if err := writeParked(stdout, parked, false); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s parked\n", countRows(n))
+	return err
+}
+
+// outboxRepublish runs `moenda outbox republish`: it publishes the parked
+// rows this configuration routes, through destinations made as serve
+// makes its relays', and lists those still unroutable.
+func outboxRepublish(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) (err error) {
+	p, err := openOutbox(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	dests, err := p.republishDestinations(ctx)
+	if err != nil {
+		return err
+	}
+	res, err := outbox.Republish(ctx, p.pool, dests, p.top.Routable)
+	if _, werr := fmt.Fprintf(stdout, "%s republished\n", countRows(res.Republished)); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return err
+	}
+	if len(res.StillUnroutable) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintf(stdout, "%s still parked: this configuration cannot publish them\n", countRows(len(res.StillUnroutable))); err != nil {
+		return err
+	}
+	return writeParked(stdout, res.StillUnroutable, true)
+}
+
+// openOutbox connects to the outbox of cfg, as serve does (migrations
+// applied), without a broker.
+func openOutbox(ctx context.Context, cfg *Resolved, stderr io.Writer) (*Platform, error) {
+	if cfg.Broker.Kind == BrokerMemory {
+		return nil, errors.New("outbox: this environment keeps its events in memory (broker.kind memory); there is no outbox, and nothing is parked")
+	}
+	p := &Platform{cfg: cfg, logger: cfg.Log.Logger(stderr)}
+	var err error
+	if p.top, err = cfg.BuildTopology(); err == nil {
+		err = p.connectPostgres(ctx)
+	}
+	if err != nil {
+		return nil, errors.Join(err, p.Close())
+	}
+	return p, nil
+}
+
+// republishDestinations makes a destination for each relay serve runs
+// with cfg, keyed by its consumer group: RabbitMQ, with the topology
+// declared first (the configuration that now routes a parked row may add
+// an exchange serve has not declared yet), and Kafka when that relay is
+// on. Kafka is connected on first use, so only a parked row of the Kafka
+// relay needs it reachable.
+func (p *Platform) republishDestinations(ctx context.Context) (map[string]outbox.Destination, error) {
+	cfg := p.cfg
+	dests := map[string]outbox.Destination{}
+	if cfg.Broker.Kind == BrokerAMQP {
+		declared, err := cfg.RabbitTopology()
+		if err != nil {
+			return nil, err
+		}
+		if err := amqp.Declare(ctx, cfg.AMQP.URL, declared); err != nil {
+			return nil, err
+		}
+		dest, err := amqp.NewBatchPublisher(cfg.AMQP.URL, "moenda outbox republish", cfg.Outbox.ConfirmWindow, p.top)
+		if err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, dest.Close)
+		dests[cfg.Outbox.ConsumerGroup] = dest
+	}
+	if cfg.usesKafka() {
+		queues, _ := p.kafkaReaders()
+		dest, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda outbox republish", p.logger)
+		if err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, dest.Close)
+		dests[cfg.kafkaRelayGroup()] = dest
+	}
+	return dests, nil
+}
+
+// writeParked writes parked rows as a table, one a line, with why each
+// is still parked when detail is set.
+func writeParked(w io.Writer, parked []outbox.Parked, detail bool) error {
+	if len(parked) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "EVENT ID\tEVENT NAME\tROUTING KEY\tGROUP\tREASON\tPARKED AT"
+	if detail {
+		head += "\tWHY"
+	}
+	fmt.Fprintln(tw, head)
+	for _, p := range parked {
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", p.EventID, orDash(p.EventName), orDash(p.RoutingKey), p.ConsumerGroup, p.Reason,
+			p.ParkedAt.UTC().Format(time.RFC3339))
+		if detail {
+			line += "\t" + p.Detail
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// countRows is "1 row" or "n rows".
+func countRows(n int) string {
+	if n == 1 {
+		return "1 row"
+	}
+	return fmt.Sprintf("%d rows", n)
+}

@@ -1,0 +1,82 @@
+package app
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/configs"
+)
+
+// One trace spans the request that concluded a tarefa, the relay's
+// publish, and the notification handler that consumed it, each the
+// parent of the next.
+func TestOneTraceFromRequestToHandler(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
+	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: []string{
+		"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL, "MOENDA_HTTP__ADDR=127.0.0.1:0"}}, registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startResolved(t, cfg, WithTracerProvider(tp))
+	if code, body := call(t, "POST", p.base+"/tarefas", `{"usuario_id":1,"titulo":"Escrever relatório"}`); code != 201 {
+		t.Fatalf("POST /tarefas = %d %v", code, body)
+	}
+	if code, body := call(t, "PATCH", p.base+"/tarefas/1/concluir", `{"usuario_id":1}`); code != 200 {
+		t.Fatalf("PATCH = %d %v", code, body)
+	}
+	byName := func(name string) (sdktrace.ReadOnlySpan, bool) {
+		for _, s := range rec.Ended() {
+			if s.Name() == name {
+				return s, true
+			}
+		}
+		return nil, false
+	}
+	testenv.Eventually(t, 10*time.Second, "the handler's span", func() bool {
+		_, ok := byName("process notificacoes.tarefas-concluidas")
+		return ok
+	})
+	request, ok := byName("PATCH /tarefas/{id}/concluir")
+	if !ok || request.SpanKind() != trace.SpanKindServer {
+		t.Fatalf("no server span for the request: %v", names(rec.Ended()))
+	}
+	handler, _ := byName("process notificacoes.tarefas-concluidas")
+	if handler.SpanContext().TraceID() != request.SpanContext().TraceID() {
+		t.Fatalf("the handler's span is in trace %s, the request's in %s", handler.SpanContext().TraceID(), request.SpanContext().TraceID())
+	}
+	// Every span of the trace has its parent in it: request, publish, handler.
+	inTrace := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		if s.SpanContext().TraceID() == request.SpanContext().TraceID() {
+			inTrace[s.SpanContext().SpanID()] = s
+		}
+	}
+	chain := []string{handler.Name()}
+	for s := handler; s.Parent().IsValid(); {
+		parent, ok := inTrace[s.Parent().SpanID()]
+		if !ok {
+			t.Fatalf("span %q's parent is not in the trace", s.Name())
+		}
+		s = parent
+		chain = append(chain, s.Name())
+	}
+	if want := []string{handler.Name(), "publish tarefa.concluida", request.Name()}; !slices.Equal(chain, want) {
+		t.Fatalf("the handler's ancestry is %v, want %v", chain, want)
+	}
+}
+
+func names(spans []sdktrace.ReadOnlySpan) []string {
+	out := make([]string, len(spans))
+	for i, s := range spans {
+		out[i] = s.Name()
+	}
+	return out
+}
