@@ -46,6 +46,7 @@ func TestQuickRun(t *testing.T) {
 		"ceiling: amqp091 publish", "ceiling: amqp091 consume",
 		"ceiling: pgx business+outbox-sized row per transaction, 1 writers", "moenda: outbox write (use case + event, one transaction), 16 writers",
 		"moenda: relay drain of 2000 rows", "moenda: serve peak RSS", "moenda: idle relay queries",
+		"moenda: relay drain of 4000 rows while retention deletes older rows",
 		"moenda: consume through the router", "ceiling: amqp091 + pgx consume, inbox row and effect row",
 		"moenda: consume through the router, whole chain with the inbox", "moenda: healthy events with 1 % poisoned",
 		"moenda: outbox write with tracing on, against off", "moenda: consume through the router with metrics on",

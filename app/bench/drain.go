@@ -89,6 +89,48 @@ func relayDrain(ctx context.Context, e *env, r *Result) error {
 		peak = max(peak, rss)
 	}
 	r.add(Row{Name: "moenda: serve peak RSS while draining", Value: peak, Unit: "MiB", Target: "<= 150 MiB"}, 0, 150)
+	return drainWhilePruning(ctx, e, r)
+}
+
+// drainWhilePruning sets serve's drain while its retention deletes old
+// published rows beside it against the same drain with nothing to delete,
+// alternating three rounds. The old rows sit behind every position and
+// past outbox.retention, as a week of published events would. The backlog
+// is twice the drain's, so that pruning, which starts a second in
+// (outbox.retention_interval), runs through most of it.
+func drainWhilePruning(ctx context.Context, e *env, r *Result) error {
+	backlog, old := 2*e.sz.backlog, 4*e.sz.backlog
+	var pruned int64
+	plain := func() (float64, error) {
+		rate, _, err := e.drain(ctx, backlog)
+		return rate, err
+	}
+	pruning := func() (float64, error) {
+		if _, err := e.pool.Exec(ctx, `INSERT INTO watermill_outbox (uuid, payload, metadata, transaction_id, created_at)
+			SELECT gen_random_uuid()::text, convert_to(repeat('x', 1000), 'UTF8'), '{"event_name":"bench.evento.v1"}', '1'::xid8, now()::timestamp - interval '10 days'
+			FROM generate_series(1, $1)`, old); err != nil {
+			return 0, fmt.Errorf("old rows: %w", err)
+		}
+		if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE watermill_outbox`); err != nil {
+			return 0, err
+		}
+		rate, _, err := e.drain(ctx, backlog, "MOENDA_OUTBOX__RETENTION_INTERVAL=1s")
+		var left int64
+		if err == nil {
+			err = e.pool.QueryRow(ctx, `SELECT count(*) FROM watermill_outbox WHERE transaction_id = '1'::xid8`).Scan(&left)
+		}
+		pruned += int64(old) - left
+		if err == nil {
+			_, err = e.pool.Exec(ctx, `DELETE FROM watermill_outbox WHERE transaction_id = '1'::xid8`)
+		}
+		return rate, err
+	}
+	plains, prunings, err := alternate(e, "drain while pruning", 3, plain, pruning)
+	if err != nil {
+		return err
+	}
+	r.add(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows while retention deletes older rows (%d in all), against without", backlog, pruned),
+		Value: median(prunings), Unit: "rows/s", Ceiling: median(plains), Target: "ratio >= 0.95"}, 0.95, 0)
 	return nil
 }
 
@@ -116,7 +158,7 @@ func (e *env) relayCatchUp(ctx context.Context) error {
 
 // drain times serve's relay over a backlog of n rows and returns rows/s and
 // the process's peak RSS in MiB.
-func (e *env) drain(ctx context.Context, n int) (float64, float64, error) {
+func (e *env) drain(ctx context.Context, n int, environ ...string) (float64, float64, error) {
 	if err := e.fill(ctx, n); err != nil {
 		return 0, 0, fmt.Errorf("fill the outbox: %w", err)
 	}
@@ -127,7 +169,7 @@ func (e *env) drain(ctx context.Context, n int) (float64, float64, error) {
 		return 0, 0, err
 	}
 	defer stopConsumer()
-	pid, stop, err := e.startServe(ctx)
+	pid, stop, err := e.startServe(ctx, environ...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -181,8 +223,9 @@ func (e *env) arrivals(ctx context.Context) (wait func(n int) (float64, error), 
 }
 
 // startServe runs `moenda serve` on the bench database and exchange, with
-// no plugin, so its relay is all it does. stop ends it and waits.
-func (e *env) startServe(ctx context.Context) (pid int, stop func(), err error) {
+// no plugin, so its relay is all it does, and environ on top of the
+// bench's settings. stop ends it and waits.
+func (e *env) startServe(ctx context.Context, environ ...string) (pid int, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "moenda-bench-")
 	if err != nil {
 		return 0, nil, err
@@ -215,7 +258,7 @@ topology:
 	addr := l.Addr().String()
 	_ = l.Close()
 	cmd := exec.CommandContext(ctx, e.opts.ServeBin, "--config-dir", dir, "--env", "bench", "serve")
-	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+e.dbURL, "MOENDA_AMQP__URL="+e.opts.AMQPURL, "MOENDA_HTTP__ADDR="+addr)
+	cmd.Env = append(append(os.Environ(), "MOENDA_POSTGRES__URL="+e.dbURL, "MOENDA_AMQP__URL="+e.opts.AMQPURL, "MOENDA_HTTP__ADDR="+addr), environ...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return 0, nil, fmt.Errorf("start %s serve: %w", e.opts.ServeBin, err)
