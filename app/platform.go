@@ -329,14 +329,7 @@ func (p *Platform) Run(ctx context.Context) error {
 // pruneInbox deletes claims older than inbox.retention every
 // inbox.prune_interval, until ctx ends.
 func (p *Platform) pruneInbox(ctx context.Context) {
-	tick := time.NewTicker(p.cfg.Inbox.PruneInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, p.cfg.Inbox.PruneInterval, func() {
 		n, err := p.inbox.PruneInbox(ctx, time.Now().Add(-p.cfg.Inbox.Retention), 1000)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -344,6 +337,20 @@ func (p *Platform) pruneInbox(ctx context.Context) {
 		case n > 0:
 			p.logger.Info("inbox: pruned old claims", "deleted", n, "retention", p.cfg.Inbox.Retention)
 		}
+	})
+}
+
+// every runs fn every d, the first time after d, until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fn()
 	}
 }
 

@@ -19,7 +19,7 @@ const outboxPruneBatch = 1000
 // process's relays is active, so replicas on standby leave it to the
 // leader; pruning from two processes at once would still be safe.
 func (p *Platform) pruneOutbox(ctx context.Context) {
-	retention, every := p.cfg.Outbox.Retention, p.cfg.Outbox.RetentionInterval
+	retention, interval := p.cfg.Outbox.Retention, p.cfg.Outbox.RetentionInterval
 	if p.pool == nil || len(p.relays) == 0 || retention == 0 {
 		return
 	}
@@ -27,23 +27,16 @@ func (p *Platform) pruneOutbox(ctx context.Context) {
 	for i, r := range p.relays {
 		groups[i] = r.Group()
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, interval, func() {
 		if !slices.ContainsFunc(p.relays, (*outbox.Relay).Active) {
-			continue
+			return
 		}
 		n, err := outbox.Prune(ctx, p.pool, groups, time.Now().Add(-retention), outboxPruneBatch)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			p.logger.Warn("outbox: pruning published rows failed; will try again", "error", err, "deleted", n, "retry_in", every)
+			p.logger.Warn("outbox: pruning published rows failed; will try again", "error", err, "deleted", n, "retry_in", interval)
 		case n > 0:
 			p.logger.Info("outbox: pruned published rows", "deleted", n, "retention", retention, "consumer_groups", groups)
 		}
-	}
+	})
 }
