@@ -151,7 +151,10 @@ func (e *env) rawInbox(ctx context.Context, n int) (float64, error) {
 		err = fmt.Errorf("handled %d of %d: %w", done.Load(), n, poll.ErrTimeout)
 	}
 	cancel()
-	_ = ch.Close()
+	// Closing the channel waits for the broker's answer without a bound,
+	// and once hung a run here; the connection closes with a deadline, and
+	// its channels and their deliveries with it.
+	_ = conn.CloseDeadline(time.Now().Add(10 * time.Second))
 	<-reading
 	running.Wait()
 	return rate, err
