@@ -2,9 +2,8 @@ package pedidos
 
 import (
 	"context"
-	"maps"
 	"slices"
-	"sync"
+	"sync/atomic"
 
 	"github.com/moenda/moenda/handlers"
 )
@@ -13,63 +12,33 @@ import (
 // of work and applied when it commits, so a rolled-back unit leaves
 // nothing but a used id, as a PostgreSQL sequence does.
 type memoryStore struct {
-	mu        sync.Mutex
-	committed map[int64]Pedido
-	lastID    int64
-	// open is the unit of work being staged, and staged its writes: every
-	// repository asked for in one unit must see the others' writes. The
-	// memory transactor runs one unit at a time, so a unit other than open
-	// means open has ended.
-	open   handlers.Tx
-	staged *memoryRepository
+	rows   *handlers.Staged[int64, Pedido]
+	lastID atomic.Int64
 }
 
-func newMemoryStore() *memoryStore { return &memoryStore{committed: map[int64]Pedido{}} }
+func newMemoryStore() *memoryStore { return &memoryStore{rows: handlers.NewStaged[int64, Pedido]()} }
 
-// memoryRepository stages one unit of work.
+// memoryRepository is one unit of work's view of the store.
 type memoryRepository struct {
-	s      *memoryStore
-	staged map[int64]Pedido
+	unit *handlers.Unit[int64, Pedido]
+	s    *memoryStore
 }
 
 func (s *memoryStore) repository(tx handlers.Tx) Repository {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.open == tx {
-		return s.staged
-	}
-	r := &memoryRepository{s: s, staged: map[int64]Pedido{}}
-	s.open, s.staged = tx, r
-	tx.OnCommit(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		maps.Copy(s.committed, r.staged)
-		if s.staged == r {
-			s.open, s.staged = nil, nil
-		}
-	})
-	return r
+	return memoryRepository{unit: s.rows.Unit(tx), s: s}
 }
 
-func (r *memoryRepository) Add(_ context.Context, p Pedido) (int64, error) {
-	r.s.mu.Lock()
-	r.s.lastID++
-	p.ID = r.s.lastID
-	r.s.mu.Unlock()
+func (r memoryRepository) Add(_ context.Context, p Pedido) (int64, error) {
+	p.ID = r.s.lastID.Add(1)
 	p.Itens = slices.Clone(p.Itens)
-	r.staged[p.ID] = p
+	r.unit.Put(p.ID, p)
 	return p.ID, nil
 }
 
 // Get locks nothing: the memory transactor runs one unit of work at a
 // time.
-func (r *memoryRepository) Get(_ context.Context, id int64) (Pedido, error) {
-	p, ok := r.staged[id]
-	if !ok {
-		r.s.mu.Lock()
-		p, ok = r.s.committed[id]
-		r.s.mu.Unlock()
-	}
+func (r memoryRepository) Get(_ context.Context, id int64) (Pedido, error) {
+	p, ok := r.unit.Get(id)
 	if !ok {
 		return Pedido{}, ErrNaoEncontrado
 	}
@@ -77,9 +46,9 @@ func (r *memoryRepository) Get(_ context.Context, id int64) (Pedido, error) {
 	return p, nil
 }
 
-func (r *memoryRepository) Find(ctx context.Context, id int64) (Pedido, error) { return r.Get(ctx, id) }
+func (r memoryRepository) Find(ctx context.Context, id int64) (Pedido, error) { return r.Get(ctx, id) }
 
-func (r *memoryRepository) Save(_ context.Context, p Pedido) error {
-	r.staged[p.ID] = p
+func (r memoryRepository) Save(_ context.Context, p Pedido) error {
+	r.unit.Put(p.ID, p)
 	return nil
 }

@@ -1,0 +1,74 @@
+package handlers
+
+import (
+	"maps"
+	"sync"
+)
+
+// Staged keeps a plugin's rows in the process, for the memory environment:
+// writes are staged in the unit of work and applied when it commits, so a
+// rolled-back unit leaves nothing. Every repository asked for in one unit
+// (a handler's InTx joining its delivery's) shares that unit's staging.
+// The memory transactor runs one unit at a time, so a unit other than the
+// open one means the open one has ended, committed or rolled back.
+type Staged[K comparable, V any] struct {
+	mu        sync.Mutex
+	committed map[K]V
+	open      Tx
+	unit      *Unit[K, V]
+}
+
+// NewStaged returns an empty store.
+func NewStaged[K comparable, V any]() *Staged[K, V] {
+	return &Staged[K, V]{committed: map[K]V{}}
+}
+
+// Unit returns the staging of tx, made on its first use.
+func (s *Staged[K, V]) Unit(tx Tx) *Unit[K, V] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == tx {
+		return s.unit
+	}
+	u := &Unit[K, V]{s: s, staged: map[K]V{}}
+	s.open, s.unit = tx, u
+	tx.OnCommit(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		maps.Copy(s.committed, u.staged)
+		if s.unit == u {
+			s.open, s.unit = nil, nil
+		}
+	})
+	return u
+}
+
+// Unit is one unit of work's writes to a Staged store.
+type Unit[K comparable, V any] struct {
+	s      *Staged[K, V]
+	staged map[K]V
+}
+
+// Get reads k from the unit's writes, then from what is committed.
+func (u *Unit[K, V]) Get(k K) (V, bool) {
+	if v, ok := u.staged[k]; ok {
+		return v, true
+	}
+	u.s.mu.Lock()
+	defer u.s.mu.Unlock()
+	v, ok := u.s.committed[k]
+	return v, ok
+}
+
+// Put stages v under k.
+func (u *Unit[K, V]) Put(k K, v V) { u.staged[k] = v }
+
+// All is every row the unit sees: what is committed, with its own writes
+// over it.
+func (u *Unit[K, V]) All() map[K]V {
+	u.s.mu.Lock()
+	all := maps.Clone(u.s.committed)
+	u.s.mu.Unlock()
+	maps.Copy(all, u.staged)
+	return all
+}
