@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -98,17 +99,18 @@ func (p *Platform) pollMetrics(ctx context.Context) {
 		defer depths.Close()
 	}
 	dlqs, alternates := p.watchedQueues()
+	watched := append(slices.Clone(dlqs), slices.Collect(maps.Values(alternates))...)
 	tick := time.NewTicker(p.cfg.Metrics.PollInterval)
 	defer tick.Stop()
 	for {
 		var errs []error
 		if depths != nil {
-			got, err := depths.Depths(append(slices.Clone(dlqs), alternates...))
+			got, err := depths.Depths(watched)
 			errs = append(errs, err)
 			for _, q := range dlqs {
 				p.metrics.depth.WithLabelValues(q).Set(float64(got[q]))
 			}
-			for x, q := range p.alternates() {
+			for x, q := range alternates {
 				p.metrics.unrouted.WithLabelValues(x).Set(float64(got[q]))
 			}
 		}
@@ -131,28 +133,19 @@ func (p *Platform) pollMetrics(ctx context.Context) {
 	}
 }
 
-// watchedQueues are the dead-letter queues of the consumed queues and the
-// exchanges' alternate queues.
-func (p *Platform) watchedQueues() (dlqs, alternates []string) {
+// watchedQueues are the dead-letter queues of the consumed queues, and
+// each exchange's alternate queue (named as its alternate exchange).
+func (p *Platform) watchedQueues() (dlqs []string, alternates map[string]string) {
 	for _, q := range p.top.Queues {
 		if pol, ok := p.top.Policy(q.Name); ok && !slices.Contains(dlqs, pol.DeadLetterQueue) {
 			dlqs = append(dlqs, pol.DeadLetterQueue)
 		}
 	}
-	for _, q := range p.alternates() {
-		alternates = append(alternates, q)
-	}
-	return dlqs, alternates
-}
-
-// alternates maps each exchange to its alternate queue (named as the
-// alternate exchange).
-func (p *Platform) alternates() map[string]string {
-	out := map[string]string{}
+	alternates = map[string]string{}
 	for _, x := range p.top.Exchanges {
 		if alt := p.top.AlternateOf(x.Name); alt != "" {
-			out[x.Name] = alt
+			alternates[x.Name] = alt
 		}
 	}
-	return out
+	return dlqs, alternates
 }
