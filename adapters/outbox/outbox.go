@@ -52,14 +52,32 @@ type Config struct {
 	Retention time.Duration `koanf:"retention"`
 	// RetentionInterval is how often rows past Retention are deleted.
 	RetentionInterval time.Duration `koanf:"retention_interval"`
+	// Reader is how the relay finds committed rows: ReaderLogical streams
+	// them in commit order from PostgreSQL's logical replication,
+	// ReaderPoll queries the table, ReaderAuto takes logical where the
+	// server allows it (see ChooseReader).
+	Reader string `koanf:"reader"`
+	// SlotWarnSize is how much WAL a logical relay's replication slot may
+	// hold back before moenda warns: PostgreSQL keeps the WAL a slot has
+	// not confirmed, for as long as its relay is down.
+	SlotWarnSize ByteSize `koanf:"slot_warn_size"`
 }
+
+// How a relay reads the outbox (Config.Reader).
+const (
+	ReaderAuto    = "auto"
+	ReaderLogical = "logical"
+	ReaderPoll    = "poll"
+)
 
 // DefaultConfig is what the benchmarks were measured with: an idle look
 // every second, batches of 1,000 rows, 256 confirms in flight; published
-// rows are kept a week, as the inbox keeps its claims.
+// rows are kept a week, as the inbox keeps its claims. The reader is
+// logical where the server allows it, and a slot holding back more than
+// 1 GiB of WAL is warned about.
 func DefaultConfig() Config {
 	return Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: time.Second, BatchSize: 1000, ConfirmWindow: 256,
-		Retention: 7 * 24 * time.Hour, RetentionInterval: 5 * time.Minute}
+		Retention: 7 * 24 * time.Hour, RetentionInterval: 5 * time.Minute, Reader: ReaderAuto, SlotWarnSize: 1 << 30}
 }
 
 // Validate reports every problem at once.
@@ -85,6 +103,14 @@ func (c Config) Validate() error {
 	}
 	if c.Retention > 0 && c.RetentionInterval < time.Second {
 		errs = append(errs, fmt.Errorf("outbox.retention_interval must be at least 1s while outbox.retention is set, got %s", c.RetentionInterval))
+	}
+	switch c.Reader {
+	case ReaderAuto, ReaderLogical, ReaderPoll:
+	default:
+		errs = append(errs, fmt.Errorf("outbox.reader must be auto, logical or poll, got %q", c.Reader))
+	}
+	if c.SlotWarnSize < 0 {
+		errs = append(errs, fmt.Errorf("outbox.slot_warn_size must not be negative, got %d", c.SlotWarnSize))
 	}
 	return errors.Join(errs...)
 }

@@ -23,8 +23,16 @@ import (
 	"github.com/moenda/moenda/migrations"
 )
 
-// testConfig is the relay configuration of configs/test.yaml, with small batches.
-var testConfig = outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: 200 * time.Millisecond, RetryInterval: 50 * time.Millisecond, BatchSize: 100, ConfirmWindow: 64}
+// testConfig is the relay configuration of configs/test.yaml, with small
+// batches and the polling reader; logical sets the logical one.
+var testConfig = outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: 200 * time.Millisecond, RetryInterval: 50 * time.Millisecond, BatchSize: 100, ConfirmWindow: 64,
+	Reader: outbox.ReaderPoll}
+
+// logical is cfg with the logical reader.
+func logical(cfg outbox.Config) outbox.Config {
+	cfg.Reader = outbox.ReaderLogical
+	return cfg
+}
 
 // stack is the outbox path against the real services: a migrated
 // database, a vhost with the topology declared, and the AMQP broker.
@@ -243,59 +251,63 @@ func checkDelivery(t *testing.T, d amqp091.Delivery, want event.Event) {
 }
 
 func TestRelayStoppedMidStreamLosesNothing(t *testing.T) {
-	s := newStack(t)
-	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-	const before, during = 1500, 300
-	want := map[string]bool{}
-	s.commit(t, before, want)
+	eachReader(t, func(t *testing.T, base outbox.Config) {
+		s := newStack(t)
+		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+		const before, during = 1500, 300
+		want := map[string]bool{}
+		s.commit(t, before, want)
 
-	// Small batches, so that stopping lands mid-stream.
-	slow := testConfig
-	slow.BatchSize, slow.ConfirmWindow = 5, 5
-	stop := s.startRelay(t, slow)
-	testenv.Eventually(t, 30*time.Second, "the relay to start moving rows", func() bool { return len(got()) >= 100 })
-	stop()
-	atStop := len(got())
-	if atStop >= before {
-		t.Fatalf("the relay had moved all %d rows before it was stopped; the test did not stop it mid-stream", atStop)
-	}
-	s.commit(t, during, want) // the application keeps committing while the relay is down
+		// Small batches, so that stopping lands mid-stream.
+		slow := base
+		slow.BatchSize, slow.ConfirmWindow = 5, 5
+		stop := s.startRelay(t, slow)
+		testenv.Eventually(t, 30*time.Second, "the relay to start moving rows", func() bool { return len(got()) >= 100 })
+		stop()
+		atStop := len(got())
+		if atStop >= before {
+			t.Fatalf("the relay had moved all %d rows before it was stopped; the test did not stop it mid-stream", atStop)
+		}
+		s.commit(t, during, want) // the application keeps committing while the relay is down
 
-	s.startRelay(t, testConfig)
-	distinct := func() map[string]bool {
-		ids := map[string]bool{}
-		for _, d := range got() {
-			ids[d.MessageId] = true
+		s.startRelay(t, base)
+		distinct := func() map[string]bool {
+			ids := map[string]bool{}
+			for _, d := range got() {
+				ids[d.MessageId] = true
+			}
+			return ids
 		}
-		return ids
-	}
-	testenv.Eventually(t, 60*time.Second, "every committed event on the queue", func() bool { return len(distinct()) >= len(want) })
-	ids := distinct()
-	for id := range want {
-		if !ids[id] {
-			t.Fatalf("event %s never reached the queue", id)
+		testenv.Eventually(t, 60*time.Second, "every committed event on the queue", func() bool { return len(distinct()) >= len(want) })
+		ids := distinct()
+		for id := range want {
+			if !ids[id] {
+				t.Fatalf("event %s never reached the queue", id)
+			}
 		}
-	}
-	if len(ids) != len(want) {
-		t.Fatalf("%d distinct event ids out, %d in", len(ids), len(want))
-	}
-	t.Logf("stopped after %d of %d; %d deliveries for %d events (%d redelivered)", atStop, before, len(got()), len(want), len(got())-len(want))
+		if len(ids) != len(want) {
+			t.Fatalf("%d distinct event ids out, %d in", len(ids), len(want))
+		}
+		t.Logf("stopped after %d of %d; %d deliveries for %d events (%d redelivered)", atStop, before, len(got()), len(want), len(got())-len(want))
+	})
 }
 
 // Two replicas run the relay: one holds the lock, the other waits, so each
 // event is published once.
 func TestOneRelayActivePerConsumerGroup(t *testing.T) {
-	s := newStack(t)
-	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-	s.startRelay(t, testConfig)
-	s.startRelay(t, testConfig)
-	want := map[string]bool{}
-	s.commit(t, 300, want)
-	testenv.Eventually(t, 30*time.Second, "every event", func() bool { return len(got()) >= len(want) })
-	time.Sleep(300 * time.Millisecond) // a second copy would arrive by now
-	if n := len(got()); n != len(want) {
-		t.Fatalf("%d deliveries for %d events: both relays published", n, len(want))
-	}
+	eachReader(t, func(t *testing.T, base outbox.Config) {
+		s := newStack(t)
+		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+		s.startRelay(t, base)
+		s.startRelay(t, base)
+		want := map[string]bool{}
+		s.commit(t, 300, want)
+		testenv.Eventually(t, 30*time.Second, "every event", func() bool { return len(got()) >= len(want) })
+		time.Sleep(300 * time.Millisecond) // a second copy would arrive by now
+		if n := len(got()); n != len(want) {
+			t.Fatalf("%d deliveries for %d events: both relays published", n, len(want))
+		}
+	})
 }
 
 // A row whose routing key no exchange carries any more (the configuration

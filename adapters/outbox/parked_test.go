@@ -74,103 +74,105 @@ func parkedRows(t *testing.T, s *stack) []outbox.Parked {
 // the row and moves on; after a configuration that routes it, Republish
 // delivers it to its queue and the parked rows are empty.
 func TestRelayParksUnroutableRowsAndRepublishDeliversThem(t *testing.T) {
-	s := newStack(t)
-	ctx := context.Background()
-	narrow := s.narrowTopology(t)
-	audited := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	eachReader(t, func(t *testing.T, base outbox.Config) {
+		s := newStack(t)
+		ctx := context.Background()
+		narrow := s.narrowTopology(t)
+		audited := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 
-	lost := s.write(t, "tarefa.concluida.v1") // no exchange carries it under narrow
-	s.writeRaw(t, "00000000-0000-0000-0000-00000000000a", `{"event_name": "sem nome\u0000"}`)
-	later := map[string]bool{}
-	for range 3 {
-		later[s.write(t, "tarefa.criada.v1").ID] = true
-	}
+		lost := s.write(t, "tarefa.concluida.v1") // no exchange carries it under narrow
+		s.writeRaw(t, "00000000-0000-0000-0000-00000000000a", `{"event_name": "sem nome\u0000"}`)
+		later := map[string]bool{}
+		for range 3 {
+			later[s.write(t, "tarefa.criada.v1").ID] = true
+		}
 
-	cfg := testConfig
-	relayDest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, narrow)
-	stop := s.run(t, "relay", s.newRelay(t, relayDest, narrow.Routable, cfg, testenv.Logger()))
-	testenv.Eventually(t, 10*time.Second, "the rows behind the parked ones", func() bool {
-		done, err := outbox.CaughtUp(ctx, s.db.Pool, cfg.ConsumerGroup)
-		return err == nil && done && len(audited()) >= len(later)
-	})
-	for _, d := range audited() {
-		if !later[d.MessageId] {
-			t.Fatalf("the relay published %s (%s), which it should have parked", d.MessageId, d.RoutingKey)
-		}
-	}
-	check := func(label string, got []outbox.Parked) {
-		t.Helper()
-		if len(got) != 2 {
-			t.Fatalf("%s: %d parked rows, want 2: %+v", label, len(got), got)
-		}
-		byID := map[string]outbox.Parked{}
-		for _, p := range got {
-			byID[p.EventID] = p
-			if p.ConsumerGroup != cfg.ConsumerGroup || p.ParkedAt.IsZero() || p.Detail == "" || p.TransactionID == 0 {
-				t.Errorf("%s: parked row %+v lacks its group, time, detail or key", label, p)
+		cfg := base
+		relayDest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, narrow)
+		stop := s.run(t, "relay", s.newRelay(t, relayDest, narrow.Routable, cfg, testenv.Logger()))
+		testenv.Eventually(t, 10*time.Second, "the rows behind the parked ones", func() bool {
+			done, err := outbox.CaughtUp(ctx, s.db.Pool, cfg.ConsumerGroup)
+			return err == nil && done && len(audited()) >= len(later)
+		})
+		for _, d := range audited() {
+			if !later[d.MessageId] {
+				t.Fatalf("the relay published %s (%s), which it should have parked", d.MessageId, d.RoutingKey)
 			}
 		}
-		if p := byID[lost.ID]; p.Reason != outbox.ReasonUnroutable || p.EventName != "tarefa.concluida.v1" || p.RoutingKey != "tarefa.concluida" {
-			t.Errorf("%s: the unroutable row is parked as %+v", label, p)
+		check := func(label string, got []outbox.Parked) {
+			t.Helper()
+			if len(got) != 2 {
+				t.Fatalf("%s: %d parked rows, want 2: %+v", label, len(got), got)
+			}
+			byID := map[string]outbox.Parked{}
+			for _, p := range got {
+				byID[p.EventID] = p
+				if p.ConsumerGroup != cfg.ConsumerGroup || p.ParkedAt.IsZero() || p.Detail == "" || p.TransactionID == 0 {
+					t.Errorf("%s: parked row %+v lacks its group, time, detail or key", label, p)
+				}
+			}
+			if p := byID[lost.ID]; p.Reason != outbox.ReasonUnroutable || p.EventName != "tarefa.concluida.v1" || p.RoutingKey != "tarefa.concluida" {
+				t.Errorf("%s: the unroutable row is parked as %+v", label, p)
+			}
+			if p := byID["00000000-0000-0000-0000-00000000000a"]; p.Reason != outbox.ReasonNoEvent || p.EventName != "sem nome" || p.RoutingKey != "" {
+				t.Errorf("%s: the row naming no event is parked as %+v", label, p)
+			}
 		}
-		if p := byID["00000000-0000-0000-0000-00000000000a"]; p.Reason != outbox.ReasonNoEvent || p.EventName != "sem nome" || p.RoutingKey != "" {
-			t.Errorf("%s: the row naming no event is parked as %+v", label, p)
-		}
-	}
-	check("after the first pass", parkedRows(t, s))
+		check("after the first pass", parkedRows(t, s))
 
-	// A relay that reads the same rows again (a crash before its position
-	// was recorded; here, a reset) does not list them twice.
-	stop()
-	if err := outbox.ResetPosition(ctx, s.db.Pool, cfg.ConsumerGroup); err != nil {
-		t.Fatal(err)
-	}
-	s.run(t, "relay again", s.newRelay(t, relayDest, narrow.Routable, cfg, testenv.Logger()))
-	testenv.Eventually(t, 10*time.Second, "the second pass", func() bool {
-		done, err := outbox.CaughtUp(ctx, s.db.Pool, cfg.ConsumerGroup)
-		return err == nil && done && len(audited()) >= 2*len(later)
+		// A relay that reads the same rows again (a crash before its position
+		// was recorded; here, a reset) does not list them twice.
+		stop()
+		if err := outbox.ResetPosition(ctx, s.db.Pool, cfg.ConsumerGroup); err != nil {
+			t.Fatal(err)
+		}
+		s.run(t, "relay again", s.newRelay(t, relayDest, narrow.Routable, cfg, testenv.Logger()))
+		testenv.Eventually(t, 10*time.Second, "the second pass", func() bool {
+			done, err := outbox.CaughtUp(ctx, s.db.Pool, cfg.ConsumerGroup)
+			return err == nil && done && len(audited()) >= 2*len(later)
+		})
+		check("after a second pass over the same rows", parkedRows(t, s))
+
+		// Under the narrow configuration nothing can go: both stay.
+		res, err := outbox.Republish(ctx, s.db.Pool, map[string]outbox.Destination{cfg.ConsumerGroup: relayDest}, narrow.Routable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Republished != 0 || len(res.StillUnroutable) != 2 {
+			t.Fatalf("republish under the configuration that parked them: %+v", res)
+		}
+
+		// The configuration routes tarefa.concluida again.
+		notified := testenv.Consume(t, s.vhost.URL, "notificacoes.tarefas-concluidas")
+		dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
+		res, err = outbox.Republish(ctx, s.db.Pool, map[string]outbox.Destination{cfg.ConsumerGroup: dest}, s.top.Routable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Republished != 1 || len(res.StillUnroutable) != 1 || res.StillUnroutable[0].Reason != outbox.ReasonNoEvent {
+			t.Fatalf("republish = %+v, want 1 republished and the row naming no event left", res)
+		}
+		testenv.Eventually(t, 10*time.Second, "the republished event on its queue", func() bool { return len(notified()) == 1 })
+		d := notified()[0]
+		if d.MessageId != lost.ID || d.RoutingKey != "tarefa.concluida" || d.Exchange != "eventos.dominio" || d.CorrelationId != "req-tarefa.concluida.v1" {
+			t.Fatalf("republished as id %s key %q on %q with correlation %q, want %s", d.MessageId, d.RoutingKey, d.Exchange, d.CorrelationId, lost.ID)
+		}
+		if _, ok := d.Headers["routing_key"]; ok {
+			t.Errorf("republished with the legacy routing_key header: %v", d.Headers)
+		}
+		left := parkedRows(t, s)
+		if len(left) != 1 || left[0].Reason != outbox.ReasonNoEvent {
+			t.Fatalf("parked after republishing: %+v", left)
+		}
+		// The row naming no event can never go: once it is removed by hand,
+		// nothing is left.
+		if _, err := s.db.Pool.Exec(ctx, `DELETE FROM moenda_outbox_parked`); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := outbox.Republish(ctx, s.db.Pool, nil, s.top.Routable); err != nil || res.Republished != 0 || len(res.StillUnroutable) != 0 {
+			t.Fatalf("republish with nothing parked: %+v, %v", res, err)
+		}
 	})
-	check("after a second pass over the same rows", parkedRows(t, s))
-
-	// Under the narrow configuration nothing can go: both stay.
-	res, err := outbox.Republish(ctx, s.db.Pool, map[string]outbox.Destination{cfg.ConsumerGroup: relayDest}, narrow.Routable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Republished != 0 || len(res.StillUnroutable) != 2 {
-		t.Fatalf("republish under the configuration that parked them: %+v", res)
-	}
-
-	// The configuration routes tarefa.concluida again.
-	notified := testenv.Consume(t, s.vhost.URL, "notificacoes.tarefas-concluidas")
-	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
-	res, err = outbox.Republish(ctx, s.db.Pool, map[string]outbox.Destination{cfg.ConsumerGroup: dest}, s.top.Routable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Republished != 1 || len(res.StillUnroutable) != 1 || res.StillUnroutable[0].Reason != outbox.ReasonNoEvent {
-		t.Fatalf("republish = %+v, want 1 republished and the row naming no event left", res)
-	}
-	testenv.Eventually(t, 10*time.Second, "the republished event on its queue", func() bool { return len(notified()) == 1 })
-	d := notified()[0]
-	if d.MessageId != lost.ID || d.RoutingKey != "tarefa.concluida" || d.Exchange != "eventos.dominio" || d.CorrelationId != "req-tarefa.concluida.v1" {
-		t.Fatalf("republished as id %s key %q on %q with correlation %q, want %s", d.MessageId, d.RoutingKey, d.Exchange, d.CorrelationId, lost.ID)
-	}
-	if _, ok := d.Headers["routing_key"]; ok {
-		t.Errorf("republished with the legacy routing_key header: %v", d.Headers)
-	}
-	left := parkedRows(t, s)
-	if len(left) != 1 || left[0].Reason != outbox.ReasonNoEvent {
-		t.Fatalf("parked after republishing: %+v", left)
-	}
-	// The row naming no event can never go: once it is removed by hand,
-	// nothing is left.
-	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM moenda_outbox_parked`); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := outbox.Republish(ctx, s.db.Pool, nil, s.top.Routable); err != nil || res.Republished != 0 || len(res.StillUnroutable) != 0 {
-		t.Fatalf("republish with nothing parked: %+v, %v", res, err)
-	}
 }
 
 // failingDestination refuses every batch, as a broker that is away.

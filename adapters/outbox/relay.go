@@ -52,6 +52,9 @@ func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error,
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("outbox relay: %w", err)
 	}
+	if cfg.Reader != ReaderLogical && cfg.Reader != ReaderPoll {
+		return nil, fmt.Errorf("outbox relay: reader %q: choose logical or poll (ChooseReader)", cfg.Reader)
+	}
 	if pool == nil || dest == nil || routable == nil || logger == nil {
 		return nil, errors.New("outbox relay: the pool, the destination, the routing rule and the logger are all required")
 	}
@@ -101,13 +104,17 @@ type outboxRow struct {
 // those it parks (their metadata names no event, or no exchange carries
 // them), which stay in the table.
 func (r *Relay) Run(ctx context.Context) error {
+	session := r.session
+	if r.cfg.Reader == ReaderLogical {
+		session = r.streamSession
+	}
 	for ctx.Err() == nil {
-		err := r.session(ctx)
+		err := session(ctx)
 		if err == nil || ctx.Err() != nil {
 			continue
 		}
 		if errors.Is(err, errLockLost) {
-			r.logger.Warn("outbox relay: lost the relay lock, standing by", "error", err, "retry_in", r.cfg.RetryInterval)
+			r.logger.Warn("outbox relay: lost the leadership of its group, standing by", "error", err, "retry_in", r.cfg.RetryInterval)
 		} else {
 			r.logger.Error("outbox relay: will retry", "error", err, "retry_in", r.cfg.RetryInterval)
 		}
@@ -116,9 +123,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// errLockLost means the relay lock is no longer this relay's: another
-// replica may be relaying already.
-var errLockLost = errors.New("the relay lock was lost")
+// errLockLost means the relay lock, or the slot, is no longer this
+// relay's: another replica may be relaying already.
+var errLockLost = errors.New("the relay's lock or slot was lost")
 
 // session holds the relay lock on a connection of its own and relays
 // while it lasts.
@@ -158,6 +165,14 @@ func (r *Relay) session(ctx context.Context) error {
 	}
 	r.active.Store(true)
 	defer r.active.Store(false)
+	// A slot the group streamed from before would keep WAL forever.
+	switch slot, err := retireSlot(ctx, r.pool, r.cfg.ConsumerGroup, 0); {
+	case err != nil:
+		r.logger.Warn("outbox relay: polling, while a logical relay of the group still streams: both publish, so events may go out twice until it stops",
+			"error", err)
+	case slot != "":
+		r.logger.Info("outbox relay: reading by polling now; dropped the replication slot the group streamed from", "slot", slot)
+	}
 	err = r.lead(ctx, conn)
 	if err != nil && conn.IsClosed() && !errors.Is(err, errLockLost) {
 		// pgx closes the connection when the session ends, and the lock
@@ -271,15 +286,19 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) ([]outbo
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}
-	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
-		var rw outboxRow
-		err := row.Scan(&rw.txID, &rw.offset, &rw.uuid, &rw.payload, &rw.metadata)
-		return rw, err
-	})
+	found, err := pgx.CollectRows(rows, scanRow)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
 	}
 	return found, nil
+}
+
+// scanRow reads a row of the outbox selected as transaction_id (as a
+// bigint), offset, uuid, payload, metadata.
+func scanRow(row pgx.CollectableRow) (outboxRow, error) {
+	var rw outboxRow
+	err := row.Scan(&rw.txID, &rw.offset, &rw.uuid, &rw.payload, &rw.metadata)
+	return rw, err
 }
 
 // published is the outcome of publishing a batch: the rows parked, or
@@ -362,8 +381,14 @@ func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position, parked
 // destination that lost what it was given (an in-memory cluster that
 // started again): it is given again every event the outbox still keeps
 // (those of the last Config.Retention, and any not yet published).
+// A logical relay's slot is dropped too: the group's next relay reads the
+// table from its start, then streams from a new slot. Stop the group's
+// relay first.
 func ResetPosition(ctx context.Context, pool *pgxpool.Pool, group string) error {
 	if _, err := pool.Exec(ctx, `DELETE FROM watermill_offsets_outbox WHERE consumer_group = $1`, group); err != nil {
+		return fmt.Errorf("outbox: reset the position of %s: %w", group, err)
+	}
+	if _, err := retireSlot(ctx, pool, group, 5*time.Second); err != nil {
 		return fmt.Errorf("outbox: reset the position of %s: %w", group, err)
 	}
 	return nil

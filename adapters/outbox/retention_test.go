@@ -197,40 +197,42 @@ func TestPruneFromTwoProcessesAtOnce(t *testing.T) {
 // Pruning while the relay publishes, with every row already past the
 // cutoff, never deletes a row before the relay has published it.
 func TestPruneNeverRunsAheadOfTheRelay(t *testing.T) {
-	s := newStack(t)
-	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-	cfg := testConfig
-	cfg.BatchSize = 10
-	s.startRelay(t, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	pruned := make(chan int, 1)
-	go func() {
-		total := 0
-		for ctx.Err() == nil {
-			n, err := outbox.Prune(ctx, s.db.Pool, []string{cfg.ConsumerGroup}, time.Now().Add(time.Hour), 7)
-			if err != nil && ctx.Err() == nil {
-				t.Errorf("prune: %v", err)
+	eachReader(t, func(t *testing.T, base outbox.Config) {
+		s := newStack(t)
+		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+		cfg := base
+		cfg.BatchSize = 10
+		s.startRelay(t, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		pruned := make(chan int, 1)
+		go func() {
+			total := 0
+			for ctx.Err() == nil {
+				n, err := outbox.Prune(ctx, s.db.Pool, []string{cfg.ConsumerGroup}, time.Now().Add(time.Hour), 7)
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("prune: %v", err)
+				}
+				total += n
 			}
-			total += n
+			pruned <- total
+		}()
+		want := map[string]bool{}
+		s.commit(t, 300, want)
+		testenv.Eventually(t, 30*time.Second, "every event", func() bool {
+			ids := map[string]bool{}
+			for _, d := range got() {
+				ids[d.MessageId] = true
+			}
+			return len(ids) == len(want)
+		})
+		testenv.Eventually(t, 10*time.Second, "the outbox pruned", func() bool {
+			return s.count(t, `SELECT count(*) FROM watermill_outbox`) == 0
+		})
+		cancel()
+		if n := <-pruned; n != len(want) {
+			t.Fatalf("pruned %d rows, want %d", n, len(want))
 		}
-		pruned <- total
-	}()
-	want := map[string]bool{}
-	s.commit(t, 300, want)
-	testenv.Eventually(t, 30*time.Second, "every event", func() bool {
-		ids := map[string]bool{}
-		for _, d := range got() {
-			ids[d.MessageId] = true
-		}
-		return len(ids) == len(want)
 	})
-	testenv.Eventually(t, 10*time.Second, "the outbox pruned", func() bool {
-		return s.count(t, `SELECT count(*) FROM watermill_outbox`) == 0
-	})
-	cancel()
-	if n := <-pruned; n != len(want) {
-		t.Fatalf("pruned %d rows, want %d", n, len(want))
-	}
 }
 
 // Retention settings are checked with the rest of the relay's: a

@@ -182,6 +182,22 @@ func dropDatabase(t testing.TB, admin, name string) {
 		return
 	}
 	defer conn.Close(context.Background())
+	// A database with a logical replication slot cannot be dropped: end
+	// the streams of its relays and drop their slots first.
+	for {
+		var left int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM (
+			SELECT CASE WHEN active THEN pg_terminate_backend(active_pid) ELSE pg_drop_replication_slot(slot_name) IS NULL END
+			FROM pg_replication_slots WHERE database = $1) s`, name).Scan(&left)
+		if err != nil && !strings.Contains(err.Error(), "is active for PID") {
+			t.Errorf("testenv: drop the replication slots of %s: %v", name, err)
+			return
+		}
+		if err == nil && left == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 		t.Errorf("testenv: drop database %s: %v", name, err)
 	}

@@ -1,0 +1,222 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// publication is the outbox's publication, created by the migrations.
+const publication = "moenda_outbox"
+
+// ChooseReader turns reader (Config.Reader) into the reader relays use
+// on the server of pool. ReaderAuto becomes ReaderLogical when the server
+// can stream the outbox, and ReaderPoll otherwise, with one WARN that says
+// what polling costs and what to change. ReaderLogical is refused, with
+// the fix, when the server cannot stream.
+func ChooseReader(ctx context.Context, pool *pgxpool.Pool, reader string, logger *slog.Logger) (string, error) {
+	if reader == ReaderPoll {
+		return ReaderPoll, nil
+	}
+	err := CanStream(ctx, pool)
+	switch {
+	case err == nil:
+		return ReaderLogical, nil
+	case reader == ReaderLogical:
+		return "", fmt.Errorf("outbox.reader is logical, but %w", err)
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	}
+	logger.Warn("outbox relay: polling the outbox table, because "+err.Error()+
+		"; while any transaction on the server holds a transaction id, polling delivers nothing committed after it began,"+
+		" and events leave in transaction-id order, not commit order. Set outbox.reader: poll to silence this",
+		"reader", ReaderPoll)
+	return ReaderPoll, nil
+}
+
+// CanStream reports why the server of pool cannot stream the outbox to a
+// logical relay, or nil when it can: wal_level must be logical, the role
+// must be allowed to replicate, and the outbox's publication must exist.
+func CanStream(ctx context.Context, pool *pgxpool.Pool) error {
+	var level string
+	var replicates, published bool
+	err := pool.QueryRow(ctx, `SELECT current_setting('wal_level'),
+			(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
+			EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, publication).Scan(&level, &replicates, &published)
+	if err != nil {
+		return fmt.Errorf("the server could not be asked whether it streams: %w", err)
+	}
+	switch {
+	case level != "logical":
+		return fmt.Errorf("PostgreSQL's wal_level is %s: set wal_level = logical (ALTER SYSTEM SET wal_level = 'logical', then restart PostgreSQL; on a managed server, its logical replication parameter)", level)
+	case !replicates:
+		return errors.New("the database role may not replicate: ALTER ROLE ... WITH REPLICATION (on a managed server, grant its replication role)")
+	case !published:
+		return fmt.Errorf("the publication %s is missing: run `moenda migrate`", publication)
+	}
+	conn, err := replicationConn(ctx, pool)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := pglogrepl.IdentifySystem(ctx, conn); err != nil {
+		return fmt.Errorf("the server refused a replication connection: %w", err)
+	}
+	return nil
+}
+
+// replicationConn opens a logical replication connection to the database
+// of pool, as its role.
+func replicationConn(ctx context.Context, pool *pgxpool.Pool) (*pgconn.PgConn, error) {
+	cfg := pool.Config().ConnConfig.Config.Copy()
+	cfg.RuntimeParams["replication"] = "database"
+	// A cancelled receive only interrupts the read (the stream wakes
+	// itself that way); it must not cancel the walsender's work.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("replication connection: %w (a pg_hba.conf entry must allow it)", err)
+	}
+	return conn, nil
+}
+
+// slotName is the name of group's slot in the database named db. Slot
+// names are unique across the server, so the database is part of it.
+func slotName(db, group string) string {
+	clean := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+				return r
+			}
+			if r >= 'A' && r <= 'Z' {
+				return r + 'a' - 'A'
+			}
+			return '_'
+		}, s)
+	}
+	name := "moenda_" + clean(db) + "__" + clean(group)
+	if len(name) <= 63 {
+		return name
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(db + "\x00" + group))
+	return fmt.Sprintf("%s_%08x", name[:54], h.Sum32())
+}
+
+// Slot is a logical relay's replication slot, as `moenda outbox slots`
+// lists it.
+type Slot struct {
+	Name          string `json:"name"`
+	ConsumerGroup string `json:"consumer_group"`
+	// Active: a relay streams it now.
+	Active bool `json:"active"`
+	// RetainedBytes is the WAL PostgreSQL keeps for the slot.
+	RetainedBytes int64 `json:"retained_bytes"`
+	// LagBytes is the WAL written since the relay last confirmed.
+	LagBytes int64 `json:"lag_bytes"`
+	// WALStatus is PostgreSQL's: reserved, extended, unreserved, or lost
+	// once WAL it needed was removed (max_slot_wal_keep_size).
+	WALStatus string `json:"wal_status"`
+	// Backfilling: rows committed before the slot was created are still
+	// being read from the table.
+	Backfilling bool `json:"backfilling"`
+}
+
+// Slots lists the logical relays' slots of the database of pool: those
+// its relays created, and any other slot of the database whose name says
+// moenda made it.
+func Slots(ctx context.Context, pool *pgxpool.Pool) ([]Slot, error) {
+	rows, err := pool.Query(ctx, `
+		SELECT COALESCE(r.slot_name, s.slot_name), COALESCE(s.consumer_group, ''), COALESCE(r.active, false),
+			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), r.restart_lsn), 0)::bigint,
+			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), r.confirmed_flush_lsn), 0)::bigint,
+			COALESCE(r.wal_status, CASE WHEN r.slot_name IS NULL THEN 'missing' ELSE 'lost' END), s.backfill IS NOT NULL
+		FROM (SELECT * FROM pg_replication_slots WHERE database = current_database() AND slot_name LIKE 'moenda\_%') r
+		FULL JOIN moenda_outbox_slots s ON s.slot_name = r.slot_name
+		ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: replication slots: %w", err)
+	}
+	slots, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Slot, error) {
+		var s Slot
+		err := row.Scan(&s.Name, &s.ConsumerGroup, &s.Active, &s.RetainedBytes, &s.LagBytes, &s.WALStatus, &s.Backfilling)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: replication slots: %w", err)
+	}
+	return slots, nil
+}
+
+// retireSlot drops group's slot and forgets it, and returns its name ("" when
+// it had none). A relay that stopped a moment ago may still hold it
+// while its stream closes: it waits up to patience for that.
+func retireSlot(ctx context.Context, pool *pgxpool.Pool, group string, patience time.Duration) (string, error) {
+	var name string
+	err := pool.QueryRow(ctx, `SELECT slot_name FROM moenda_outbox_slots WHERE consumer_group = $1`, group).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("the slot of %s: %w", group, err)
+	}
+	until := time.Now().Add(patience)
+	for {
+		err = DropSlot(ctx, pool, name)
+		if !errors.Is(err, errSlotInUse) || time.Now().After(until) || !sleep(ctx, 100*time.Millisecond) {
+			return name, err
+		}
+	}
+}
+
+// errSlotInUse: a relay streams the slot.
+var errSlotInUse = errors.New("in use by a running relay: stop it, or set its outbox.reader to poll, first")
+
+// DropSlot drops the slot named name, of a relay that is retired or
+// switched to polling, and forgets it, so PostgreSQL keeps no WAL for it.
+// It refuses while a relay streams it. A relay that streams the group
+// again creates a new slot and first reads from the table the rows after
+// the group's position: some events go out twice, none is lost.
+func DropSlot(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: drop slot %s: %w", name, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	forgot, err := tx.Exec(ctx, `DELETE FROM moenda_outbox_slots WHERE slot_name = $1`, name)
+	if err != nil {
+		return fmt.Errorf("outbox: drop slot %s: %w", name, err)
+	}
+	var active *bool
+	err = tx.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, name).Scan(&active)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if forgot.RowsAffected() == 0 {
+			return fmt.Errorf("outbox: there is no slot %s in this database (`moenda outbox slots` lists them)", name)
+		}
+	case err != nil:
+		return fmt.Errorf("outbox: drop slot %s: %w", name, err)
+	case *active:
+		return fmt.Errorf("outbox: slot %s is %w", name, errSlotInUse)
+	default:
+		if _, err := tx.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name); err != nil {
+			return fmt.Errorf("outbox: drop slot %s: %w", name, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("outbox: drop slot %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,620 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// The logical reader streams the outbox's inserts from a replication slot
+// of its consumer group, through the pgoutput plugin: PostgreSQL decodes
+// each transaction at its commit, in commit order, so a transaction still
+// open anywhere holds back nothing that has committed, and two commits
+// leave in the order they happened.
+//
+// The slot is the leadership: PostgreSQL lets one connection stream a
+// slot at a time, so of the replicas of a group one streams and the others
+// ask again every poll interval. The slot's confirmed position is where a
+// restarted relay resumes; it is confirmed only once the broker has
+// confirmed every event of the transactions before it, so a crash repeats
+// at most the batches in flight.
+//
+// The group's position in watermill_offsets_outbox stays the one that
+// retention, lag and a polling reader understand: the stream moves it to
+// (xmin, 0) for an xmin below which every transaction had ended by a WAL
+// position the stream has confirmed (see moenda_outbox_slots). A slot
+// created after the group has a position first reads from the table the
+// rows after it that committed before the slot's consistent point (the
+// backfill), then streams: switching readers either way skips nothing.
+
+// pluginArgs asks pgoutput for the outbox's publication, with values in
+// binary: the payload arrives as it was written, not hex-encoded.
+var pluginArgs = []string{"proto_version '1'", "publication_names '" + publication + "'", "binary 'true'"}
+
+// standbyInterval is how often the stream tells PostgreSQL how far it
+// has got when nothing else makes it; PostgreSQL drops a stream silent
+// for wal_sender_timeout (60 s by default).
+const standbyInterval = 10 * time.Second
+
+// slotState is a group's slot as moenda_outbox_slots and PostgreSQL
+// know it.
+type slotState struct {
+	name       string
+	recorded   bool   // moenda_outbox_slots has the group
+	exists     bool   // PostgreSQL has the slot
+	active     bool   // a connection streams it
+	lost       bool   // PostgreSQL removed WAL it needed
+	backfill   string // the snapshot to read from the table; "" once done
+	backfilled position
+	sampleLSN  pglogrepl.LSN
+}
+
+// ready reports whether the slot can be streamed as it is.
+func (s slotState) ready() bool { return s.recorded && s.exists && !s.lost }
+
+// streamSession takes the group's slot, or stands by while another
+// replica streams it, then relays from it until ctx ends or it fails.
+func (r *Relay) streamSession(ctx context.Context) error {
+	conn, err := replicationConn(ctx, r.pool)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	st, err := r.takeSlot(ctx, conn)
+	if err != nil || ctx.Err() != nil {
+		return err
+	}
+	r.active.Store(true)
+	defer r.active.Store(false)
+	err = r.stream(ctx, conn, st)
+	if err != nil && conn.IsClosed() && !errors.Is(err, errLockLost) {
+		// The slot is released when its connection ends.
+		err = fmt.Errorf("%w: %w", errLockLost, err)
+	}
+	return err
+}
+
+// takeSlot starts streaming the group's slot on conn, creating it first
+// if needed, and returns its state; it waits while another replica
+// streams it, and returns nothing once ctx ends.
+func (r *Relay) takeSlot(ctx context.Context, conn *pgconn.PgConn) (slotState, error) {
+	for {
+		st, err := r.slotState(ctx)
+		if err != nil {
+			return st, err
+		}
+		if !st.ready() {
+			created, err := r.createSlot(ctx, conn)
+			if err != nil {
+				return st, err
+			}
+			if created {
+				continue
+			}
+		} else if !st.active {
+			err := pglogrepl.StartReplication(ctx, conn, st.name, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: pluginArgs})
+			if err == nil {
+				return st, nil
+			}
+			if !hasCode(err, "55006") { // object_in_use: another replica took it first
+				return st, fmt.Errorf("stream slot %s: %w", st.name, err)
+			}
+		}
+		if !sleep(ctx, r.cfg.PollInterval) {
+			return st, nil
+		}
+	}
+}
+
+// hasCode reports whether err is PostgreSQL's error code.
+func hasCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// slotState reads the group's slot.
+func (r *Relay) slotState(ctx context.Context) (slotState, error) {
+	st := slotState{name: slotName(r.pool.Config().ConnConfig.Database, r.cfg.ConsumerGroup)}
+	var backfill, sample *string
+	r.queries.Add(1)
+	err := r.pool.QueryRow(ctx, `
+		SELECT COALESCE(s.slot_name, $2), s.consumer_group IS NOT NULL, r.slot_name IS NOT NULL, COALESCE(r.active, false),
+			COALESCE(r.wal_status = 'lost', false), s.backfill::text, COALESCE(s.backfill_transaction_id::text::bigint, 0),
+			COALESCE(s.backfill_offset, 0), s.sample_lsn::text
+		FROM (SELECT 1) one
+		LEFT JOIN moenda_outbox_slots s ON s.consumer_group = $1
+		LEFT JOIN pg_replication_slots r ON r.slot_name = COALESCE(s.slot_name, $2)`, r.cfg.ConsumerGroup, st.name).
+		Scan(&st.name, &st.recorded, &st.exists, &st.active, &st.lost, &backfill, &st.backfilled.txID, &st.backfilled.offset, &sample)
+	if err != nil {
+		return st, fmt.Errorf("replication slot of %s: %w", r.cfg.ConsumerGroup, err)
+	}
+	if backfill != nil {
+		st.backfill = *backfill
+	}
+	if sample != nil {
+		if st.sampleLSN, err = pglogrepl.ParseLSN(*sample); err != nil {
+			return st, fmt.Errorf("replication slot of %s: %w", r.cfg.ConsumerGroup, err)
+		}
+	}
+	return st, nil
+}
+
+// createSlot creates the group's slot on conn and records, with the
+// snapshot at its consistent point, which rows the table still owes: it
+// reports false when another replica is doing so. It holds the group's
+// relay lock meanwhile, so it never runs beside a creator or a polling
+// relay of the group. A slot left behind without a record, or that
+// PostgreSQL invalidated, is dropped and created again.
+func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
+	lock, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("create slot: %w", err)
+	}
+	defer lock.Release()
+	var locked bool
+	r.queries.Add(1)
+	if err := lock.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(r.cfg.ConsumerGroup)).Scan(&locked); err != nil || !locked {
+		return false, err
+	}
+	defer func() {
+		_, _ = lock.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", LockKey(r.cfg.ConsumerGroup))
+	}()
+	st, err := r.slotState(ctx)
+	if err != nil || st.ready() {
+		return err == nil, err
+	}
+	switch {
+	case st.lost:
+		r.logger.Error("outbox relay: PostgreSQL invalidated replication slot "+st.name+" (it removed WAL the slot needed: max_slot_wal_keep_size);"+
+			" creating it again and reading the outbox table from the group's position: events after it may be delivered twice, none is lost", "slot", st.name)
+	case st.exists:
+		r.logger.Warn("outbox relay: replication slot "+st.name+" has no record of what it owes (a relay stopped while creating it); creating it again", "slot", st.name)
+	case st.recorded:
+		r.logger.Warn("outbox relay: replication slot "+st.name+" is gone (dropped); creating it again and reading the outbox table from the group's position:"+
+			" events after it may be delivered twice, none is lost", "slot", st.name)
+	}
+	if st.exists {
+		r.queries.Add(1)
+		if _, err := lock.Exec(ctx, "SELECT pg_drop_replication_slot($1)", st.name); err != nil {
+			return false, fmt.Errorf("drop replication slot %s: %w", st.name, err)
+		}
+	}
+	r.queries.Add(1)
+	if _, err := lock.Exec(ctx, `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
+		VALUES ($1, 0, '0') ON CONFLICT (consumer_group) DO NOTHING`, r.cfg.ConsumerGroup); err != nil {
+		return false, fmt.Errorf("outbox position: %w", err)
+	}
+	created, err := pglogrepl.CreateReplicationSlot(ctx, conn, st.name, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		return false, fmt.Errorf("create replication slot %s: %w", st.name, err)
+	}
+	// The exported snapshot lives until conn's next command: record it
+	// now. The rows the table owes are those after the group's position
+	// that it sees; the stream brings every later commit.
+	err = pgx.BeginTxFunc(ctx, lock, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		r.queries.Add(2)
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+created.SnapshotName+"'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO moenda_outbox_slots (consumer_group, slot_name, backfill, backfill_transaction_id, backfill_offset)
+			SELECT $1::text, $2::text, pg_current_snapshot(), last_processed_transaction_id, COALESCE(offset_acked, 0)
+			FROM watermill_offsets_outbox WHERE consumer_group = $1::text
+			ON CONFLICT (consumer_group) DO UPDATE SET slot_name = EXCLUDED.slot_name, backfill = EXCLUDED.backfill,
+				backfill_transaction_id = EXCLUDED.backfill_transaction_id, backfill_offset = EXCLUDED.backfill_offset,
+				sample_xmin = NULL, sample_lsn = NULL, created_at = now()`, r.cfg.ConsumerGroup, st.name)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("record replication slot %s: %w", st.name, err)
+	}
+	r.logger.Info("outbox relay: created replication slot", "slot", st.name, "consistent_point", created.ConsistentPoint)
+	return true, nil
+}
+
+// streamItem is what the receiver hands the relay, in stream order: rows
+// of one transaction (all of them, or batch-size pieces of a large one),
+// and end, the position up to which everything has been handed over once
+// these rows are (the transaction's end; zero for a piece before its
+// last). An item without rows only moves end (a keepalive).
+type streamItem struct {
+	rows []outboxRow
+	end  pglogrepl.LSN
+}
+
+// stream relays from the slot conn streams: the rows the table owes
+// first, then the stream.
+func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) error {
+	rc := &receiver{conn: conn, items: make(chan streamItem, 1), batch: r.cfg.BatchSize}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rc.run(rctx) }()
+	defer func() {
+		stop()
+		if rc != nil {
+			<-done
+		}
+	}()
+	fence := slotFence{slot: st.name, pid: conn.PID()}
+	if st.backfill != "" {
+		if err := r.backfill(ctx, fence, st); err != nil {
+			return err
+		}
+	}
+	r.logger.Info("outbox relay active", "reader", ReaderLogical, "slot", st.name)
+
+	sample, fresh := st.sampleLSN, false // fresh: rows published since the sample
+	var parked []parkedRow
+	for {
+		var it streamItem
+		rc.want()
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-done:
+			rc = nil // it has ended
+			return err
+		case it = <-rc.items:
+		}
+		rows, end := it.rows, it.end
+	fill:
+		for len(rows) < r.cfg.BatchSize {
+			select {
+			case more := <-rc.items:
+				rows = append(rows, more.rows...)
+				if more.end != 0 {
+					end = more.end
+				}
+			default:
+				break fill
+			}
+		}
+		if len(rows) > 0 {
+			p, err := r.publish(ctx, rows)
+			if err != nil {
+				return err
+			}
+			parked, fresh = append(parked, p...), true
+		}
+		if end == 0 {
+			continue // inside a large transaction: nothing to confirm yet
+		}
+		if promote := sample != 0 && end >= sample; len(parked) > 0 || promote || (sample == 0 && fresh) {
+			next, err := r.settle(ctx, fence, end, promote, fresh && (promote || sample == 0), parked)
+			if err != nil {
+				return err
+			}
+			if next != 0 {
+				sample, fresh = next, false
+			} else if promote {
+				sample = 0
+			}
+			parked = nil
+		}
+		rc.confirm(end)
+	}
+}
+
+// slotFence makes a statement take effect only while conn's backend
+// streams the slot: only the leader moves the group's position.
+type slotFence struct {
+	slot string
+	pid  uint32
+}
+
+const fenceCTE = `fence AS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $2 AND active_pid = $3)`
+
+// settle records, once the stream is confirmed up to end, the rows parked
+// before it and, when promote, moves the group's position to the sample
+// taken earlier (its WAL position is at most end); when sample, it takes
+// a new sample and returns its WAL position.
+func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, promote, sample bool, parked []parkedRow) (pglogrepl.LSN, error) {
+	r.queries.Add(1)
+	var held bool
+	var next *string
+	err := r.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
+		parked AS (
+			INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
+			SELECT t::xid8, o, $1, id, name, key, reason, detail
+			FROM unnest($7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[]) AS u (t, o, id, name, key, reason, detail)
+			WHERE EXISTS (SELECT 1 FROM fence)
+			ON CONFLICT DO NOTHING),
+		promoted AS (
+			UPDATE watermill_offsets_outbox p SET last_processed_transaction_id = s.sample_xmin, offset_acked = 0
+			FROM moenda_outbox_slots s
+			WHERE $5 AND EXISTS (SELECT 1 FROM fence) AND s.consumer_group = $1 AND p.consumer_group = $1
+			  AND s.backfill IS NULL AND s.sample_lsn <= $4::pg_lsn AND s.sample_xmin > p.last_processed_transaction_id),
+		sampled AS (
+			UPDATE moenda_outbox_slots SET sample_xmin = pg_snapshot_xmin(pg_current_snapshot()), sample_lsn = pg_current_wal_insert_lsn()
+			WHERE $6 AND consumer_group = $1 AND backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
+			RETURNING sample_lsn::text)
+		SELECT EXISTS (SELECT 1 FROM fence), (SELECT sample_lsn FROM sampled)`,
+		append([]any{r.cfg.ConsumerGroup, fence.slot, fence.pid, end.String(), promote, sample}, parkedColumns(parked)...)...).Scan(&held, &next)
+	if err != nil {
+		return 0, fmt.Errorf("record the stream's position: %w", err)
+	}
+	if !held {
+		return 0, fmt.Errorf("record the stream's position: slot %s: %w", fence.slot, errLockLost)
+	}
+	if next == nil {
+		return 0, nil
+	}
+	return pglogrepl.ParseLSN(*next)
+}
+
+// backfill publishes the rows the table owes the slot (those after the
+// group's position that st.backfill sees), a batch at a time, recording
+// how far it got, then moves the group's position past every transaction
+// that snapshot saw end.
+func (r *Relay) backfill(ctx context.Context, fence slotFence, st slotState) error {
+	from := st.backfilled
+	r.logger.Info("outbox relay: reading the rows committed before the slot was created from the table", "slot", st.name,
+		"from_transaction_id", from.txID, "from_offset", from.offset)
+	for {
+		r.queries.Add(1)
+		rows, err := r.pool.Query(ctx, `
+			SELECT transaction_id::text::bigint, "offset", uuid, payload, metadata FROM watermill_outbox
+			WHERE (transaction_id, "offset") > ($1::text::xid8, $2) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
+			ORDER BY transaction_id, "offset"
+			LIMIT $4`, fmt.Sprint(from.txID), from.offset, st.backfill, r.cfg.BatchSize)
+		if err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+		found, err := pgx.CollectRows(rows, scanRow)
+		if err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+		if len(found) == 0 {
+			break
+		}
+		parked, err := r.publish(ctx, found)
+		if err != nil {
+			return err
+		}
+		from = found[len(found)-1].position
+		r.queries.Add(1)
+		var held bool
+		err = r.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
+			parked AS (
+				INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
+				SELECT t::xid8, o, $1, id, name, key, reason, detail
+				FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) AS u (t, o, id, name, key, reason, detail)
+				WHERE EXISTS (SELECT 1 FROM fence)
+				ON CONFLICT DO NOTHING),
+			moved AS (
+				UPDATE moenda_outbox_slots SET backfill_transaction_id = $4::text::xid8, backfill_offset = $5
+				WHERE consumer_group = $1 AND EXISTS (SELECT 1 FROM fence))
+			SELECT EXISTS (SELECT 1 FROM fence)`,
+			append([]any{r.cfg.ConsumerGroup, fence.slot, fence.pid, fmt.Sprint(from.txID), from.offset}, parkedColumns(parked)...)...).Scan(&held)
+		if err != nil {
+			return fmt.Errorf("backfill: record progress: %w", err)
+		}
+		if !held {
+			return fmt.Errorf("backfill: slot %s: %w", fence.slot, errLockLost)
+		}
+	}
+	r.queries.Add(1)
+	tag, err := r.pool.Exec(ctx, `WITH `+fenceCTE+`,
+		owed AS (SELECT pg_snapshot_xmin(backfill) AS xmin FROM moenda_outbox_slots
+			WHERE consumer_group = $1 AND backfill IS NOT NULL AND EXISTS (SELECT 1 FROM fence)),
+		moved AS (
+			UPDATE watermill_offsets_outbox p SET last_processed_transaction_id = owed.xmin, offset_acked = 0
+			FROM owed WHERE p.consumer_group = $1 AND owed.xmin > p.last_processed_transaction_id)
+		UPDATE moenda_outbox_slots SET backfill = NULL WHERE consumer_group = $1 AND backfill IS NOT NULL AND EXISTS (SELECT 1 FROM fence)`,
+		r.cfg.ConsumerGroup, fence.slot, fence.pid)
+	if err != nil {
+		return fmt.Errorf("backfill: finish: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("backfill: slot %s: %w", fence.slot, errLockLost)
+	}
+	return nil
+}
+
+// receiver owns the replication connection: it decodes the stream into
+// items of up to a batch of rows, and tells PostgreSQL how far the relay
+// has confirmed. While the relay publishes, it keeps decoding into the
+// next item, so the broker and the decoding work at the same time.
+type receiver struct {
+	conn  *pgconn.PgConn
+	items chan streamItem
+	batch int
+
+	mu     sync.Mutex
+	flush  pglogrepl.LSN      // confirmed by the relay
+	dirty  bool               // flush not yet told to PostgreSQL
+	wanted bool               // the relay waits for an item
+	wake   context.CancelFunc // interrupts the receive in progress
+
+	columns columns
+}
+
+// confirm tells the receiver that every transaction ending at or before
+// lsn has been published and recorded; it reports it to PostgreSQL at
+// once.
+func (rc *receiver) confirm(lsn pglogrepl.LSN) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if lsn > rc.flush {
+		rc.flush, rc.dirty = lsn, true
+		rc.interrupt()
+	}
+}
+
+// want tells the receiver that the relay is about to wait for an item:
+// what it holds, it hands over now rather than after the next message.
+func (rc *receiver) want() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.wanted = true
+	rc.interrupt()
+}
+
+// interrupt ends the receive in progress; rc.mu is held.
+func (rc *receiver) interrupt() {
+	if rc.wake != nil {
+		rc.wake()
+		rc.wake = nil
+	}
+}
+
+// run receives until ctx ends or the stream fails.
+func (rc *receiver) run(ctx context.Context) error {
+	var out streamItem // what the relay gets next
+	var held pglogrepl.LSN
+	inTx := false
+	due := time.Now().Add(standbyInterval)
+	// offer hands out over if the relay takes it at once.
+	offer := func() {
+		select {
+		case rc.items <- out:
+			out = streamItem{}
+		default:
+		}
+	}
+	for {
+		rc.mu.Lock()
+		report, flush := rc.dirty || !time.Now().Before(due), rc.flush
+		pending := len(out.rows) >= rc.batch || rc.wanted && (len(out.rows) > 0 || out.end != 0)
+		if report {
+			rc.dirty = false
+		}
+		if pending {
+			rc.wanted = false
+		}
+		var rctx context.Context
+		var cancel context.CancelFunc
+		if !report && !pending {
+			rctx, cancel = context.WithDeadline(ctx, due)
+			rc.wake = cancel
+		}
+		rc.mu.Unlock()
+		switch {
+		case report:
+			if err := rc.report(ctx, flush); err != nil {
+				return err
+			}
+			due = time.Now().Add(standbyInterval)
+			continue
+		case pending:
+			if err := rc.hand(ctx, &due, out); err != nil {
+				return err
+			}
+			out = streamItem{}
+			continue
+		}
+		msg, err := rc.conn.ReceiveMessage(rctx)
+		rc.mu.Lock()
+		rc.wake = nil
+		rc.mu.Unlock()
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) {
+				continue
+			}
+			return fmt.Errorf("replication stream: %w", err)
+		}
+		var data []byte
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			data = msg.Data
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
+		default:
+			return fmt.Errorf("replication stream: unexpected %T", msg)
+		}
+		if len(data) == 0 {
+			continue
+		}
+		switch data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+			if err != nil {
+				return fmt.Errorf("replication stream: %w", err)
+			}
+			if ka.ReplyRequested {
+				due = time.Now()
+			}
+			// Between transactions, everything before the server's
+			// position has been handed over once out is.
+			if !inTx && ka.ServerWALEnd > held {
+				out.end, held = ka.ServerWALEnd, ka.ServerWALEnd
+				offer()
+			}
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(data[1:])
+			if err != nil {
+				return fmt.Errorf("replication stream: %w", err)
+			}
+			m, err := pglogrepl.Parse(xld.WALData)
+			if err != nil {
+				return fmt.Errorf("replication stream: %w", err)
+			}
+			switch m := m.(type) {
+			case *pglogrepl.RelationMessage:
+				if err := rc.columns.learn(m); err != nil {
+					return err
+				}
+			case *pglogrepl.BeginMessage:
+				inTx = true
+			case *pglogrepl.InsertMessage:
+				row, err := rc.columns.row(m.Tuple)
+				if err != nil {
+					return err
+				}
+				out.rows = append(out.rows, row)
+			case *pglogrepl.CommitMessage:
+				inTx = false
+				out.end, held = m.TransactionEndLSN, m.TransactionEndLSN
+				offer()
+			}
+		}
+	}
+}
+
+// hand gives the relay an item, waiting while it is busy, and keeps
+// telling PostgreSQL how far it got meanwhile, so a slow broker does not
+// make the server drop the stream.
+func (rc *receiver) hand(ctx context.Context, due *time.Time, it streamItem) error {
+	for {
+		t := time.NewTimer(time.Until(*due))
+		select {
+		case rc.items <- it:
+			t.Stop()
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+			rc.mu.Lock()
+			flush := rc.flush
+			rc.dirty = false
+			rc.mu.Unlock()
+			if err := rc.report(ctx, flush); err != nil {
+				return err
+			}
+			*due = time.Now().Add(standbyInterval)
+		}
+	}
+}
+
+// report tells PostgreSQL the slot may move to flush (zero: nowhere yet;
+// it still counts as a sign of life).
+func (rc *receiver) report(ctx context.Context, flush pglogrepl.LSN) error {
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, rc.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: flush, WALFlushPosition: flush, WALApplyPosition: flush})
+	if err != nil {
+		return fmt.Errorf("replication stream: confirm %s: %w", flush, err)
+	}
+	return nil
+}

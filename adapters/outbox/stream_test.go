@@ -1,0 +1,211 @@
+package outbox_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// eachReader runs test once with the polling reader and once with the
+// logical one.
+func eachReader(t *testing.T, test func(t *testing.T, cfg outbox.Config)) {
+	for _, cfg := range []outbox.Config{testConfig, logical(testConfig)} {
+		t.Run(cfg.Reader, func(t *testing.T) { test(t, cfg) })
+	}
+}
+
+// ids lists the distinct message ids of the deliveries got returns, in
+// the order they first arrived.
+func ids(got []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, id := range got {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// deliveredIDs lists the message ids of ds, in order.
+func deliveredIDs(ds []amqp091.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.MessageId
+	}
+	return out
+}
+
+// insertEvent writes one outbox row for a tarefa.concluida event inside tx
+// and returns its id.
+func (s *stack) insertEvent(t *testing.T, ctx context.Context, tx pgx.Tx, titulo string) string {
+	t.Helper()
+	e, err := event.New("tarefa.concluida.v1", "tarefas", map[string]any{"tarefa_id": 1, "usuario_id": 1, "titulo": titulo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.New(s.top.Routable, s.wlog).Publish(ctx, tx, e); err != nil {
+		t.Fatal(err)
+	}
+	return e.ID
+}
+
+// startActiveRelay starts a relay and waits until it relays: a logical
+// one creates its slot first, which waits for every transaction open on
+// the server to end.
+func (s *stack) startActiveRelay(t *testing.T, cfg outbox.Config) *outbox.Relay {
+	t.Helper()
+	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
+	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+	s.run(t, "relay", relay)
+	testenv.Eventually(t, 30*time.Second, "the relay to lead", relay.Active)
+	return relay
+}
+
+// Transaction A takes its id first and commits last; B starts later and
+// commits first. The logical reader delivers B first, as it committed.
+// The polling reader delivers in transaction-id order (A first) and still
+// delivers both: A's row sits below the position it had reached with B.
+func TestCommitOrderAndALateLowerTransactionID(t *testing.T) {
+	eachReader(t, func(t *testing.T, cfg outbox.Config) {
+		s := newStack(t)
+		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+		s.startActiveRelay(t, cfg)
+		ctx := context.Background()
+
+		a, err := s.db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = a.Rollback(ctx) }()
+		if _, err := a.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil { // A takes its id
+			t.Fatal(err)
+		}
+		b, err := s.db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idB := s.insertEvent(t, ctx, b, "B")
+		if err := b.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.wake()
+		if cfg.Reader == outbox.ReaderLogical {
+			testenv.Eventually(t, 10*time.Second, "B, while A is open", func() bool { return len(got()) == 1 })
+		} else {
+			time.Sleep(3 * cfg.PollInterval) // the polling reader waits for A
+		}
+		idA := s.insertEvent(t, ctx, a, "A")
+		if err := a.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.wake()
+		testenv.Eventually(t, 10*time.Second, "both events", func() bool { return len(got()) >= 2 })
+		order := ids(deliveredIDs(got()))
+		want := []string{idB, idA}
+		if cfg.Reader == outbox.ReaderPoll {
+			want = []string{idA, idB}
+		}
+		if !slices.Equal(order, want) {
+			t.Fatalf("delivered %v, want %v (B committed first)", order, want)
+		}
+	})
+}
+
+// distinct counts the distinct message ids in ds that want holds, and
+// the deliveries in all.
+func distinct(ds []amqp091.Delivery, want map[string]bool) (found, total int) {
+	seen := map[string]bool{}
+	for _, d := range ds {
+		if want[d.MessageId] && !seen[d.MessageId] {
+			seen[d.MessageId] = true
+			found++
+		}
+	}
+	return found, len(ds)
+}
+
+// Switching from the polling reader to the logical one and back, each
+// time with rows waiting, skips nothing: the logical relay first reads
+// from the table what committed before its slot existed, and hands back a
+// position the polling relay can start from; switching back drops the
+// slot.
+func TestSwitchingReadersLosesNothing(t *testing.T) {
+	s := newStack(t)
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	want := map[string]bool{}
+	ctx := context.Background()
+	slots := func() int { return s.count(t, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database()`) }
+	drain := func(label string) {
+		t.Helper()
+		testenv.Eventually(t, 60*time.Second, label, func() bool { n, _ := distinct(got(), want); return n == len(want) })
+	}
+
+	cfg := testConfig
+	cfg.BatchSize = 50
+	stop := s.startRelay(t, cfg)
+	s.commit(t, 100, want)
+	drain("the polling relay's events")
+	stop()
+
+	s.commit(t, 300, want) // waiting for whichever reader comes next
+	stop = s.startRelay(t, logical(cfg))
+	s.commit(t, 100, want) // while it backfills or streams
+	drain("every event after switching to logical")
+	if n := slots(); n != 1 {
+		t.Fatalf("%d replication slots while streaming, want 1", n)
+	}
+	testenv.Eventually(t, 10*time.Second, "the logical relay's position in the table", func() bool {
+		done, err := outbox.CaughtUp(ctx, s.db.Pool, cfg.ConsumerGroup)
+		return err == nil && done
+	})
+	stop()
+
+	s.commit(t, 300, want)
+	stop = s.startRelay(t, cfg)
+	s.commit(t, 100, want)
+	drain("every event after switching back to polling")
+	if n := slots(); n != 0 {
+		t.Fatalf("%d replication slots after switching to polling, want 0: it would keep WAL forever", n)
+	}
+	stop()
+
+	s.commit(t, 100, want)
+	s.startRelay(t, logical(cfg))
+	drain("every event after switching to logical again")
+	n, total := distinct(got(), want)
+	t.Logf("%d events, %d deliveries over three switches", n, total)
+}
+
+// A write transaction open in another database of the server holds back
+// the polling reader, which names it in a WARN, and not the logical one.
+func TestAnOpenTransactionElsewhereDoesNotHoldBackTheLogicalReader(t *testing.T) {
+	s := newStack(t)
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	s.startActiveRelay(t, logical(testConfig))
+	ctx := context.Background()
+	other := testenv.EmptyPostgres(t)
+	open, err := other.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(ctx) }()
+	if _, err := open.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	s.commit(t, 50, want)
+	testenv.Eventually(t, 10*time.Second, "every event while the other transaction is open", func() bool {
+		n, _ := distinct(got(), want)
+		return n == len(want)
+	})
+}
