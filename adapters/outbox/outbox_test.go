@@ -56,7 +56,19 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.top, err = topology.Build(topology.Config{
+	s.top = stackTopology(t)
+	if err := amqp.Declare(ctx, s.vhost.URL, s.top); err != nil {
+		t.Fatal(err)
+	}
+	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.top.Routable, s.wlog), s.wake)
+	return s
+}
+
+// stackTopology is the stack's topology: the Tarefas events, an audit
+// queue that takes them all, and a notification queue.
+func stackTopology(t *testing.T) *topology.Topology {
+	t.Helper()
+	top, err := topology.Build(topology.Config{
 		Exchanges: []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
 		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
 			DeadLetter: topology.DeadLetterConfig{Exchange: "notificacoes.dlx", Queue: "{queue}.dlq"}},
@@ -68,11 +80,7 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := amqp.Declare(ctx, s.vhost.URL, s.top); err != nil {
-		t.Fatal(err)
-	}
-	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.top.Routable, s.wlog), s.wake)
-	return s
+	return top
 }
 
 func (s *stack) wake() {

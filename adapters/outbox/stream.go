@@ -264,18 +264,6 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 		case it = <-rc.items:
 		}
 		rows, end := it.rows, it.end
-	fill:
-		for len(rows) < r.cfg.BatchSize {
-			select {
-			case more := <-rc.items:
-				rows = append(rows, more.rows...)
-				if more.end != 0 {
-					end = more.end
-				}
-			default:
-				break fill
-			}
-		}
 		if len(rows) > 0 {
 			p, err := r.publish(ctx, rows)
 			if err != nil {

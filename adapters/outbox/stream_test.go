@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -144,7 +145,9 @@ func TestSwitchingReadersLosesNothing(t *testing.T) {
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	want := map[string]bool{}
 	ctx := context.Background()
-	slots := func() int { return s.count(t, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database()`) }
+	slots := func() int {
+		return s.count(t, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database()`)
+	}
 	drain := func(label string) {
 		t.Helper()
 		testenv.Eventually(t, 60*time.Second, label, func() bool { n, _ := distinct(got(), want); return n == len(want) })
@@ -208,4 +211,82 @@ func TestAnOpenTransactionElsewhereDoesNotHoldBackTheLogicalReader(t *testing.T)
 		n, _ := distinct(got(), want)
 		return n == len(want)
 	})
+}
+
+// A slot that is gone while its relay is down (dropped by hand here;
+// invalidated by PostgreSQL in the next test) is created again, and the
+// rows after the group's position are read from the table: some events
+// go out twice, none is lost.
+func TestDroppedSlotIsCreatedAgainFromTheTable(t *testing.T) {
+	s := newStack(t)
+	slotGone(t, s, func(slot string) {
+		if _, err := s.db.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestInvalidatedSlotIsCreatedAgainFromTheTable makes PostgreSQL remove
+// WAL a slot needs (max_slot_wal_keep_size), which invalidates every
+// slot of the server that lags: .ci/test runs it alone with
+// TEST_SLOT_INVALIDATION=1.
+func TestInvalidatedSlotIsCreatedAgainFromTheTable(t *testing.T) {
+	if os.Getenv("TEST_SLOT_INVALIDATION") != "1" {
+		t.Skip("invalidates lagging replication slots server-wide; set TEST_SLOT_INVALIDATION=1 where no other test uses PostgreSQL (.ci/test does)")
+	}
+	s := newStack(t)
+	ctx := context.Background()
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := s.db.Pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slotGone(t, s, func(slot string) {
+		exec(`ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`)
+		t.Cleanup(func() {
+			_, _ = s.db.Pool.Exec(ctx, `ALTER SYSTEM RESET max_slot_wal_keep_size`)
+			_, _ = s.db.Pool.Exec(ctx, `SELECT pg_reload_conf()`)
+		})
+		exec(`SELECT pg_reload_conf()`)
+		exec(`CREATE TABLE wal_filler (b bytea)`)
+		testenv.Eventually(t, 60*time.Second, "PostgreSQL to invalidate the slot", func() bool {
+			exec(`INSERT INTO wal_filler SELECT decode(repeat('ab', 4096), 'hex') FROM generate_series(1, 1000)`)
+			exec(`SELECT pg_switch_wal()`)
+			exec(`CHECKPOINT`)
+			var status string
+			if err := s.db.Pool.QueryRow(ctx, `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&status); err != nil {
+				t.Fatal(err)
+			}
+			return status == "lost"
+		})
+		exec(`ALTER SYSTEM RESET max_slot_wal_keep_size`)
+		exec(`SELECT pg_reload_conf()`)
+	})
+}
+
+// slotGone streams some events, stops the relay, commits more, lets
+// remove take the slot away, and checks that a new relay delivers every
+// event.
+func slotGone(t *testing.T, s *stack, remove func(slot string)) {
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	want := map[string]bool{}
+	cfg := logical(testConfig)
+	stop := s.startRelay(t, cfg)
+	s.commit(t, 50, want)
+	testenv.Eventually(t, 30*time.Second, "the first events", func() bool { n, _ := distinct(got(), want); return n == len(want) })
+	stop()
+	s.commit(t, 50, want)
+	var slot string
+	if err := s.db.Pool.QueryRow(context.Background(), `SELECT slot_name FROM moenda_outbox_slots`).Scan(&slot); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the slot released", func() bool {
+		return s.count(t, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database() AND active`) == 0
+	})
+	remove(slot)
+	s.startRelay(t, cfg)
+	s.commit(t, 50, want)
+	testenv.Eventually(t, 30*time.Second, "every event", func() bool { n, _ := distinct(got(), want); return n == len(want) })
+	t.Logf("%d deliveries of %d events", len(got()), len(want))
 }
