@@ -222,6 +222,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	// under load rows keep coming and it never sleeps longer. Then it
 	// sleeps until a writer wakes it or the idle poll comes round.
 	empty := 0
+	var held heldBack
 	for {
 		rows, err := r.read(ctx, conn, pos)
 		if err != nil {
@@ -230,8 +231,14 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		if err := finish(); err != nil {
 			return err
 		}
+		if len(rows) == 0 {
+			if err := held.check(ctx, r, conn, pos); err != nil {
+				return err
+			}
+		}
 		if len(rows) > 0 {
 			empty = 0
+			held = heldBack{}
 			pos = rows[len(rows)-1].position
 			sent, sentEnd = make(chan published, 1), pos
 			go func() {
