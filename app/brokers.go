@@ -55,7 +55,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 			return err
 		}
 		p.closers = append(p.closers, dest.Close)
-		if err := p.addRelay(dest, cfg.Outbox.ConsumerGroup); err != nil {
+		if err := p.addRelay(ctx, dest, cfg.Outbox.ConsumerGroup); err != nil {
 			return err
 		}
 	}
@@ -87,7 +87,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 	} else {
 		p.stream = &b // not part of readiness: RabbitMQ delivery goes on without it
 	}
-	return p.addRelay(dest, cfg.kafkaRelayGroup())
+	return p.addRelay(ctx, dest, cfg.kafkaRelayGroup())
 }
 
 // warnOfUnreadQueues logs a warning for each queue of a replayable plugin
@@ -151,9 +151,17 @@ func (p *Platform) startEmbeddedKafka(ctx context.Context) (bool, error) {
 }
 
 // addRelay adds a relay from the outbox to dest, with its own position.
-func (p *Platform) addRelay(dest outbox.Destination, group string) error {
+// The first one chooses how the relays read the outbox (outbox.reader).
+func (p *Platform) addRelay(ctx context.Context, dest outbox.Destination, group string) error {
+	if p.reader == "" {
+		reader, err := outbox.ChooseReader(ctx, p.pool, p.cfg.Outbox.Reader, p.logger)
+		if err != nil {
+			return err
+		}
+		p.reader = reader
+	}
 	cfg := p.cfg.Outbox
-	cfg.ConsumerGroup = group
+	cfg.ConsumerGroup, cfg.Reader = group, p.reader
 	r, err := outbox.NewRelay(p.pool, dest, p.top.Routable, cfg, p.logger)
 	if err != nil {
 		return err

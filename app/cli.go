@@ -35,6 +35,9 @@ Commands:
                    name no event, or whose routing key no exchange carries
   outbox republish publish the parked rows this configuration now routes;
                    list the others, which stay parked
+  outbox slots [--drop NAME]
+                   list the logical relays' replication slots, with the
+                   WAL each keeps; --drop drops a retired one
   replay PLUGIN --from earliest|TIME
                    rebuild what a replayable plugin derived from events,
                    reading them again from Kafka (TIME in RFC 3339)
@@ -77,6 +80,14 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	switch fl.Arg(0) {
 	case "bench":
 		run, ok = benchCommand(fl.Args()[1:])
+	case "outbox":
+		if fl.Arg(1) == "slots" {
+			run, ok = slotsCommand(fl.Args()[2:])
+			if !ok {
+				fmt.Fprintf(stderr, "moenda: usage: moenda outbox slots [--drop NAME]\n")
+				return 2
+			}
+		}
 	case "replay":
 		run, ok = replayCommand(fl.Args()[1:])
 		if !ok {

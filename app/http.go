@@ -15,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/google/uuid"
 
+	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/httpjson"
@@ -132,6 +133,8 @@ func (p *Platform) limitBody(next http.Handler) http.Handler {
 
 // readyz answers 200 when PostgreSQL and the broker answer, 503 naming what
 // does not otherwise. The topology was declared before the server started.
+// With logical relays, it lists their replication slots: the WAL each
+// keeps, and how far its relay lags.
 func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -152,7 +155,18 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		status, code = "unavailable", http.StatusServiceUnavailable
 	}
-	httpjson.Write(w, code, map[string]any{"status": status, "checks": checks})
+	body := map[string]any{"status": status, "checks": checks}
+	// A slot that holds back WAL does not make this process unready, but
+	// the operator looking here should see it.
+	if p.reader == outbox.ReaderLogical && p.pool != nil {
+		slots, err := outbox.Slots(ctx, p.pool)
+		if err != nil {
+			body["outbox_slots"] = err.Error()
+		} else {
+			body["outbox_slots"] = slots
+		}
+	}
+	httpjson.Write(w, code, body)
 }
 
 // eventsConsumer names POST /v1/events in the inbox, where its answers are

@@ -48,6 +48,9 @@ type metrics struct {
 	unrouted *prometheus.GaugeVec // alternate-exchange queues
 	lagRows  *prometheus.GaugeVec
 	lagAge   *prometheus.GaugeVec
+	// The logical relays' replication slots (watchSlots).
+	slotRetained *prometheus.GaugeVec
+	slotLag      *prometheus.GaugeVec
 }
 
 func newMetrics(cs ...prometheus.Collector) *metrics {
@@ -59,9 +62,13 @@ func newMetrics(cs ...prometheus.Collector) *metrics {
 		unrouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_unrouted_messages", Help: "Messages no binding matched, kept in the exchange's alternate queue, read every metrics.poll_interval."}, []string{"exchange"}),
 		lagRows:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_rows", Help: "Outbox rows committed after the relay's position."}, []string{"consumer_group"}),
 		lagAge:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_seconds", Help: "Age of the oldest outbox row the relay has not published; 0 when caught up."}, []string{"consumer_group"}),
+		slotRetained: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_slot_retained_bytes",
+			Help: "WAL PostgreSQL keeps for a logical relay's replication slot."}, []string{"consumer_group", "slot"}),
+		slotLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_slot_lag_bytes",
+			Help: "WAL written since a logical relay last confirmed its slot."}, []string{"consumer_group", "slot"}),
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.duration, m.depth, m.unrouted, m.lagRows, m.lagAge)
+		m.requests, m.duration, m.depth, m.unrouted, m.lagRows, m.lagAge, m.slotRetained, m.slotLag)
 	m.registry.MustRegister(cs...)
 	return m
 }

@@ -151,3 +151,55 @@ func countRows(n int) string {
 	}
 	return fmt.Sprintf("%d rows", n)
 }
+
+// slotsCommand parses `moenda outbox slots [--drop NAME]`.
+func slotsCommand(args []string) (func(context.Context, *Resolved, io.Writer, io.Writer) error, bool) {
+	switch {
+	case len(args) == 0:
+		return outboxSlots, true
+	case len(args) == 2 && args[0] == "--drop" && args[1] != "":
+		return func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+			return dropSlot(ctx, cfg, args[1], stdout, stderr)
+		}, true
+	}
+	return nil, false
+}
+
+// outboxSlots runs `moenda outbox slots`: the logical relays' replication
+// slots, one a line.
+func outboxSlots(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) (err error) {
+	p, err := openOutbox(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	slots, err := outbox.Slots(ctx, p.pool)
+	if err != nil {
+		return err
+	}
+	if len(slots) == 0 {
+		_, err = fmt.Fprintln(stdout, "no replication slots: no relay of this database reads the outbox by logical replication")
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLOT\tGROUP\tACTIVE\tRETAINED\tLAG\tWAL STATUS\tBACKFILLING")
+	for _, s := range slots {
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%t\n", s.Name, orDash(s.ConsumerGroup), s.Active, outbox.ByteSize(s.RetainedBytes),
+			outbox.ByteSize(s.LagBytes), s.WALStatus, s.Backfilling)
+	}
+	return tw.Flush()
+}
+
+// dropSlot runs `moenda outbox slots --drop NAME`.
+func dropSlot(ctx context.Context, cfg *Resolved, name string, stdout, stderr io.Writer) (err error) {
+	p, err := openOutbox(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	if err := outbox.DropSlot(ctx, p.pool, name); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "dropped %s: PostgreSQL keeps no WAL for it; a relay that streams its group again reads the outbox table from the group's position first\n", name)
+	return err
+}

@@ -49,6 +49,7 @@ type Platform struct {
 	// relays move outbox rows to RabbitMQ, Kafka, or both; none with the
 	// memory broker.
 	relays   []*outbox.Relay
+	reader   string // how the relays read the outbox, once chosen
 	listener net.Listener
 	server   *http.Server
 	closers  []func() error
@@ -288,6 +289,7 @@ func (p *Platform) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { p.pruneInbox(gctx); return nil })
 	g.Go(func() error { p.pruneOutbox(gctx); return nil })
+	g.Go(func() error { p.watchSlots(gctx); return nil })
 	if p.metrics != nil {
 		g.Go(func() error { p.pollMetrics(gctx); return nil })
 	}

@@ -137,7 +137,7 @@ func (p *Platform) fillEmbedded(ctx context.Context, queues []string) error {
 		return err
 	}
 	p.closers = append(p.closers, dest.Close)
-	if err := p.addRelay(dest, p.cfg.kafkaRelayGroup()); err != nil {
+	if err := p.addRelay(ctx, dest, p.cfg.kafkaRelayGroup()); err != nil {
 		return err
 	}
 	relayCtx, stop := context.WithCancel(context.WithoutCancel(ctx))

@@ -34,11 +34,15 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// String writes the size in the largest unit that divides it.
+// String writes the size in the largest unit it reaches: exactly when
+// that unit divides it, else to one decimal.
 func (b ByteSize) String() string {
 	for _, u := range byteUnits {
-		if b != 0 && int64(b)%u.size == 0 {
-			return strconv.FormatInt(int64(b)/u.size, 10) + u.suffix
+		if int64(b) >= u.size || u.size == 1 {
+			if int64(b)%u.size == 0 {
+				return strconv.FormatInt(int64(b)/u.size, 10) + u.suffix
+			}
+			return strconv.FormatFloat(float64(b)/float64(u.size), 'f', 1, 64) + u.suffix
 		}
 	}
 	return "0B"
