@@ -2,16 +2,20 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/outbox"
@@ -198,6 +202,7 @@ func TestSwitchingReadersLosesNothing(t *testing.T) {
 // 20 ms for STALL_SECONDS (3 by default), arrive within milliseconds. The
 // polling reader would deliver none of them before it ends.
 func TestAnOpenTransactionElsewhereDoesNotHoldBackTheLogicalReader(t *testing.T) {
+	testenv.PostgresAlone(t)
 	s := newStack(t)
 	arrived := arrivals(t, s.vhost.URL, "auditoria.tarefas")
 	s.startActiveRelay(t, logical(testConfig))
@@ -283,12 +288,9 @@ func TestDroppedSlotIsCreatedAgainFromTheTable(t *testing.T) {
 
 // TestInvalidatedSlotIsCreatedAgainFromTheTable makes PostgreSQL remove
 // WAL a slot needs (max_slot_wal_keep_size), which invalidates every
-// slot of the server that lags: .ci/test runs it alone with
-// TEST_SLOT_INVALIDATION=1.
+// slot of the server that lags.
 func TestInvalidatedSlotIsCreatedAgainFromTheTable(t *testing.T) {
-	if os.Getenv("TEST_SLOT_INVALIDATION") != "1" {
-		t.Skip("invalidates lagging replication slots server-wide; set TEST_SLOT_INVALIDATION=1 where no other test uses PostgreSQL (.ci/test does)")
-	}
+	testenv.PostgresAlone(t)
 	s := newStack(t)
 	ctx := context.Background()
 	exec := func(sql string) {
@@ -382,6 +384,7 @@ func (w warnings) all() []map[string]any {
 // database names that transaction's backend in a WARN, once, and
 // delivers as soon as it ends.
 func TestPollingReaderNamesTheTransactionHoldingItBack(t *testing.T) {
+	testenv.PostgresAlone(t)
 	s := newStack(t)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	logs := newWarnings()
@@ -421,4 +424,84 @@ func TestPollingReaderNamesTheTransactionHoldingItBack(t *testing.T) {
 	if n := named(); n != 1 {
 		t.Fatalf("%d WARNs named backend %d, want 1", n, pid)
 	}
+}
+
+// auto streams where the server allows it; as a role that may not
+// replicate, it polls and says why in one WARN, and logical refuses to
+// start, naming the fix.
+func TestChooseReader(t *testing.T) {
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	if got, err := outbox.ChooseReader(ctx, db.Pool, outbox.ReaderAuto, testenv.Logger()); err != nil || got != outbox.ReaderLogical {
+		t.Fatalf("auto as postgres = %q, %v; want logical", got, err)
+	}
+	role := "moenda_t_norepl_" + strings.TrimPrefix(db.Pool.Config().ConnConfig.Database, "moenda_t_")
+	if _, err := db.Pool.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOREPLICATION"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := db.Pool.Config().Copy()
+	cfg.ConnConfig.User = role
+	plain, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		plain.Close()
+		_, _ = db.Pool.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	logs := newWarnings()
+	if got, err := outbox.ChooseReader(ctx, plain, outbox.ReaderAuto, slog.New(logs)); err != nil || got != outbox.ReaderPoll {
+		t.Fatalf("auto as %s = %q, %v; want poll", role, got, err)
+	}
+	if w := logs.all(); len(w) != 1 || !strings.Contains(w[0]["msg"].(string), "WITH REPLICATION") {
+		t.Fatalf("auto as %s warned %v, want one WARN naming the fix", role, w)
+	}
+	if _, err := outbox.ChooseReader(ctx, plain, outbox.ReaderLogical, slog.New(logs)); err == nil ||
+		!strings.Contains(err.Error(), "outbox.reader is logical, but the database role may not replicate: ALTER ROLE ... WITH REPLICATION") {
+		t.Fatalf("logical as %s: %v", role, err)
+	}
+	if got, err := outbox.ChooseReader(ctx, plain, outbox.ReaderPoll, slog.New(logs)); err != nil || got != outbox.ReaderPoll || len(logs.all()) != 1 {
+		t.Fatalf("poll = %q, %v, with %d warnings", got, err, len(logs.all()))
+	}
+}
+
+// halfFailing publishes the first half of each of its first failures
+// batches, then fails the batch, as a broker that confirmed some messages
+// and then went away; after that it publishes.
+type halfFailing struct {
+	outbox.Destination
+	mu       sync.Mutex
+	failures int
+}
+
+func (d *halfFailing) PublishBatch(ctx context.Context, keys []string, msgs []*message.Message) error {
+	d.mu.Lock()
+	fail := d.failures > 0
+	d.failures--
+	d.mu.Unlock()
+	if !fail {
+		return d.Destination.PublishBatch(ctx, keys, msgs)
+	}
+	half := len(msgs) / 2
+	if err := d.Destination.PublishBatch(ctx, keys[:half], msgs[:half]); err != nil {
+		return err
+	}
+	return errors.New("the broker went away mid-batch")
+}
+
+// A batch the broker did not wholly confirm is published again, never
+// skipped: a relay that recorded its position before the broker confirmed,
+// or went on after a failed publish, would lose the rest of the batch.
+func TestAFailedPublishIsRepeatedNotSkipped(t *testing.T) {
+	eachReader(t, func(t *testing.T, cfg outbox.Config) {
+		s := newStack(t)
+		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+		want := map[string]bool{}
+		s.commitBulk(t, 400, 20, want)
+		cfg.BatchSize = 50
+		dest := &halfFailing{Destination: s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), failures: 3}
+		s.run(t, "relay", s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger()))
+		s.commitBulk(t, 100, 20, want)
+		testenv.Eventually(t, 30*time.Second, "every event", func() bool { n, _ := distinct(got(), want); return n == len(want) })
+	})
 }

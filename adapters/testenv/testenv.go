@@ -95,6 +95,19 @@ func ExclusivePostgres(t testing.TB) Database {
 // shared while they use PostgreSQL and ExclusivePostgres holds alone.
 const clusterLock = 0x6d6f656e // "moen"
 
+// PostgresAlone skips the test unless TEST_POSTGRES_ALONE=1, which
+// .ci/test sets where it runs such tests alone, one package at a time. It
+// is for a test that holds a write transaction open for seconds, or
+// changes the server's settings: a transaction open anywhere holds back
+// the polling reader, and every replication slot being created, on the
+// whole server.
+func PostgresAlone(t testing.TB) {
+	t.Helper()
+	if os.Getenv("TEST_POSTGRES_ALONE") != "1" {
+		t.Skip("holds PostgreSQL-wide resources; set TEST_POSTGRES_ALONE=1 where no other test uses PostgreSQL (.ci/test does)")
+	}
+}
+
 // SharePostgres is for a test that makes its own databases on the server:
 // it holds the cluster lock shared until the test ends and returns the
 // server's admin URL.

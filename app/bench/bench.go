@@ -88,6 +88,7 @@ type measure struct {
 var steps = []measure{
 	{"raw AMQP publish and consume", rawAMQP},
 	{"transactions: raw pgx and the outbox", transactions},
+	{"outbox write while each reader relays", writeWhileRelaying},
 	{"relay drain and serve memory", relayDrain},
 	{"Watermill's forwarder, for comparison", stockForwarder},
 	{"idle relay", idleRelay},

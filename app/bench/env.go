@@ -53,6 +53,9 @@ type env struct {
 	sink     string // the queue every bench event reaches
 	top      *topology.Topology
 	tx       *postgres.Transactor
+	// reader is how the relays of the run read the outbox, as serve
+	// chose it for the configuration; the reader rows measure both.
+	reader string
 	// timed and tracer set how the router observes its messages: the
 	// observability step turns them on; every other step runs with both
 	// off.
@@ -91,6 +94,9 @@ func newEnv(ctx context.Context, opts Options) (_ *env, err error) {
 		return nil, err
 	}
 	if _, err := migrations.Up(ctx, e.pool, slog.New(slog.DiscardHandler)); err != nil {
+		return nil, err
+	}
+	if e.reader, err = outbox.ChooseReader(ctx, e.pool, e.set.Outbox.Reader, opts.Logger); err != nil {
 		return nil, err
 	}
 
@@ -149,6 +155,9 @@ func (e *env) close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if admin, err := pgx.Connect(ctx, e.onDatabase("postgres")); err == nil {
+			// The relays' slots go first: a database with one cannot be
+			// dropped. Every relay of the run has stopped.
+			_, _ = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, e.dbName)
 			_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.dbName+" WITH (FORCE)")
 			_ = admin.Close(ctx)
 		}

@@ -25,7 +25,7 @@ import (
 // written in the forwarder's own format (its envelope around the event).
 func stockForwarder(ctx context.Context, e *env, r *Result) error {
 	n := e.sz.backlog / 5
-	if err := e.relayCatchUp(ctx); err != nil {
+	if err := e.relayCatchUp(ctx, e.reader); err != nil {
 		return err
 	}
 	err := e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {

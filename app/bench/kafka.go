@@ -242,7 +242,7 @@ func (k *kafkaBench) relay(ctx context.Context, e *env, n int) (float64, error) 
 	}
 	counted := &countedDestination{Destination: dest, want: int64(n), done: make(chan struct{})}
 	cfg := e.set.Outbox
-	cfg.ConsumerGroup = kafkaRelayGroup
+	cfg.ConsumerGroup, cfg.Reader = kafkaRelayGroup, e.reader
 	relay, err := outbox.NewRelay(e.pool, counted, k.top.Routable, cfg, k.logger)
 	if err != nil {
 		return 0, err

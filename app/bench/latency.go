@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/postgres"
@@ -17,14 +19,45 @@ import (
 
 // latency offers a fixed rate of use cases for a while and measures, per
 // event, the time from its commit to its handler running: outbox, relay,
-// RabbitMQ, router and chain.
+// RabbitMQ, router and chain. It does so with each reader, and again while
+// a write transaction is open in another database of the server for the
+// whole offered load, as a batch job's would be: the polling reader waits
+// for it to end, the logical one does not.
 func latency(ctx context.Context, e *env, r *Result) error {
-	if err := e.purge(); err != nil {
-		return err
+	for _, foreign := range []bool{false, true} {
+		for _, reader := range e.readers() {
+			lat, err := e.latencies(ctx, reader, foreign)
+			if err != nil {
+				return err
+			}
+			pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
+			name := fmt.Sprintf("moenda: end-to-end latency at %d events/s, commit to handler, %s reader, ", e.sz.rate, reader)
+			if foreign {
+				name = fmt.Sprintf("moenda: end-to-end latency at %d events/s with a write transaction open in another database, %s reader, ", e.sz.rate, reader)
+				r.add(Row{Name: name + "p99", Value: pct(0.99), Unit: "ms"}, 0, 0)
+				continue
+			}
+			r.add(Row{Name: name + "p50", Value: pct(0.50), Unit: "ms"}, 0, 0)
+			r.add(Row{Name: name + "p95", Value: pct(0.95), Unit: "ms"}, 0, 0)
+			r.add(Row{Name: name + "p99", Value: pct(0.99), Unit: "ms", Target: "<= 10 ms"}, 0, 10)
+		}
 	}
-	relay, closeRelay, err := e.newRelay()
+	return nil
+}
+
+// latencies runs the offered load once with reader, with a write
+// transaction open elsewhere when foreign, and returns the sorted
+// latencies.
+func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]time.Duration, error) {
+	if err := e.relayCatchUp(ctx, reader); err != nil {
+		return nil, err
+	}
+	if err := e.purge(); err != nil {
+		return nil, err
+	}
+	relay, closeRelay, err := e.newRelay(reader)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeRelay()
 	// As in serve, each commit wakes the relay of its process.
@@ -40,7 +73,7 @@ func latency(ctx context.Context, e *env, r *Result) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeBroker()
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -51,6 +84,13 @@ func latency(ctx context.Context, e *env, r *Result) error {
 	go func() { _ = rt.Run(runCtx) }()
 	defer rt.Close()
 	<-rt.Running()
+	endForeign := func() {}
+	if foreign {
+		if endForeign, err = e.openForeignTransaction(ctx); err != nil {
+			return nil, err
+		}
+		defer endForeign()
+	}
 
 	total := int(float64(e.sz.rate) * e.sz.latencyFor.Seconds())
 	jobs := make(chan struct{}, total)
@@ -87,10 +127,13 @@ func latency(ctx context.Context, e *env, r *Result) error {
 	close(jobs)
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		return fmt.Errorf("%d use cases failed", n)
+		return nil, fmt.Errorf("%d use cases failed", n)
+	}
+	if foreign {
+		endForeign() // the offered load is over: the transaction ends
 	}
 	if err := poll.Until(ctx, time.Minute, "every event handled", func() (bool, error) { return count.Load() >= int64(total), nil }); err != nil {
-		return fmt.Errorf("handled %d of %d events: %w", count.Load(), total, err)
+		return nil, fmt.Errorf("handled %d of %d events: %w", count.Load(), total, err)
 	}
 	var lat []time.Duration
 	committing.Range(func(id, at any) bool {
@@ -100,10 +143,20 @@ func latency(ctx context.Context, e *env, r *Result) error {
 		return true
 	})
 	slices.Sort(lat)
-	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
-	name := fmt.Sprintf("moenda: end-to-end latency at %d events/s, commit to handler, ", e.sz.rate)
-	r.add(Row{Name: name + "p50", Value: pct(0.50), Unit: "ms", Target: "<= 10 ms"}, 0, 10)
-	r.add(Row{Name: name + "p95", Value: pct(0.95), Unit: "ms"}, 0, 0)
-	r.add(Row{Name: name + "p99", Value: pct(0.99), Unit: "ms", Target: "<= 50 ms"}, 0, 50)
-	return nil
+	return lat, nil
+}
+
+// openForeignTransaction opens a transaction that holds a transaction id
+// in the server's maintenance database, and returns what ends it.
+func (e *env) openForeignTransaction(ctx context.Context) (func(), error) {
+	conn, err := pgx.Connect(ctx, e.onDatabase("postgres"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "BEGIN; SELECT pg_current_xact_id()"); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = conn.Close(context.WithoutCancel(ctx)) }) }, nil
 }

@@ -49,7 +49,7 @@ func observability(ctx context.Context, e *env, r *Result) error {
 	}
 	r.add(Row{Name: fmt.Sprintf("moenda: outbox write with tracing on, against off, %d writers", writers),
 		Value: median(ons), Unit: "tx/s", Ceiling: median(offs), Target: "ratio >= 0.95"}, 0.95, 0)
-	if err := e.relayCatchUp(ctx); err != nil { // the rows written, out of later steps' way
+	if err := e.relayCatchUp(ctx, e.reader); err != nil { // the rows written, out of later steps' way
 		return err
 	}
 

@@ -36,12 +36,14 @@ func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), erro
 
 // newRelay returns a relay over the bench's outbox and exchange, as serve
 // configures it, and a function that closes its connection.
-func (e *env) newRelay() (*outbox.Relay, func() error, error) {
+func (e *env) newRelay(reader string) (*outbox.Relay, func() error, error) {
 	dest, err := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
 	if err != nil {
 		return nil, nil, err
 	}
-	relay, err := outbox.NewRelay(e.pool, dest, e.top.Routable, e.set.Outbox, e.logger)
+	cfg := e.set.Outbox
+	cfg.Reader = reader
+	relay, err := outbox.NewRelay(e.pool, dest, e.top.Routable, cfg, e.logger)
 	if err != nil {
 		return nil, nil, errors.Join(err, dest.Close())
 	}

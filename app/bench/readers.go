@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"context"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/handlers"
+)
+
+// writeWhileRelaying sets the outbox write rate at 16 writers while a
+// logical relay streams the outbox against the same while a polling relay
+// reads it, alternating three rounds. Logical decoding reads the WAL the
+// writers produce, on the same cores: this is what streaming costs the
+// writers.
+func writeWhileRelaying(ctx context.Context, e *env, r *Result) error {
+	if e.reader != outbox.ReaderLogical {
+		return nil
+	}
+	write := func(reader string) func() (float64, error) {
+		return func() (float64, error) {
+			if err := e.relayCatchUp(ctx, reader); err != nil {
+				return 0, err
+			}
+			relay, closeRelay, err := e.newRelay(reader)
+			if err != nil {
+				return 0, err
+			}
+			defer closeRelay()
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- relay.Run(runCtx) }()
+			defer func() { stop(); <-done }()
+			rate, err := transactionRate(ctx, 16, e.sz.txDuration, func(ctx context.Context) error {
+				return e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+					if _, err := tx.Postgres().Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {
+						return err
+					}
+					return tx.Publish(ctx, benchEvent())
+				})
+			})
+			if err != nil {
+				return 0, err
+			}
+			return rate, e.purge()
+		}
+	}
+	logical, polling, err := alternate(e, "write while relaying", 3, write(outbox.ReaderLogical), write(outbox.ReaderPoll))
+	if err != nil {
+		return err
+	}
+	r.add(Row{Name: "moenda: outbox write, 16 writers, while the logical relay streams, against while the polling relay reads",
+		Value: median(logical), Unit: "tx/s", Ceiling: median(polling), Target: "ratio >= 0.95"}, 0.95, 0)
+	return nil
+}
