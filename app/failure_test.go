@@ -51,9 +51,11 @@ func TestAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T) {
 	if len(runs) != 4 {
 		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
 	}
+	// Never early; late by up to 70 % on a busy machine, short of the
+	// next tier's delay, so a message in the wrong retry queue still shows.
 	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
-		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want*13/10 {
-			t.Errorf("redelivery %d came after %s, want %s ±30%%", i+1, gap, want)
+		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want*17/10 {
+			t.Errorf("redelivery %d came after %s, want %s -30%%/+70%%", i+1, gap, want)
 		}
 	}
 	if got := dead(); len(got) != 1 {

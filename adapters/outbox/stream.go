@@ -236,10 +236,11 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rc.run(rctx) }()
+	receiving := true
 	defer func() {
 		stop()
-		if rc != nil {
-			<-done
+		if receiving {
+			<-done // the receiver ends before its connection is closed
 		}
 	}()
 	fence := slotFence{slot: st.name, pid: conn.PID()}
@@ -259,7 +260,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 		case <-ctx.Done():
 			return nil
 		case err := <-done:
-			rc = nil // it has ended
+			receiving = false
 			return err
 		case it = <-rc.items:
 		}
@@ -459,11 +460,15 @@ func (rc *receiver) run(ctx context.Context) error {
 	var held pglogrepl.LSN
 	inTx := false
 	due := time.Now().Add(standbyInterval)
-	// offer hands out over if the relay takes it at once.
+	// offer hands out over if the relay takes it at once; while it then
+	// publishes, the next item grows up to a batch.
 	offer := func() {
 		select {
 		case rc.items <- out:
 			out = streamItem{}
+			rc.mu.Lock()
+			rc.wanted = false
+			rc.mu.Unlock()
 		default:
 		}
 	}

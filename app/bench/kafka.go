@@ -161,6 +161,9 @@ func (k *kafkaBench) drain(ctx context.Context, e *env, r *Result) error {
 			last_processed_transaction_id = excluded.last_processed_transaction_id`, kafkaRelayGroup); err != nil {
 		return fmt.Errorf("position the Kafka relay at the outbox's end: %w", err)
 	}
+	if err := e.openSlot(ctx, kafkaRelayGroup); err != nil {
+		return err
+	}
 	if err := e.fill(ctx, n); err != nil {
 		return fmt.Errorf("fill the outbox: %w", err)
 	}

@@ -2,8 +2,12 @@ package bench
 
 import (
 	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/handlers"
 )
 
@@ -52,3 +56,29 @@ func writeWhileRelaying(ctx context.Context, e *env, r *Result) error {
 		Value: median(logical), Unit: "tx/s", Ceiling: median(polling), Target: "ratio >= 0.95"}, 0.95, 0)
 	return nil
 }
+
+// openSlot creates group's replication slot when the run streams, so the
+// rows written next reach its relay through the stream, as they would
+// reach a relay that runs all along, rather than through the table read
+// of a slot's first start.
+func (e *env) openSlot(ctx context.Context, group string) error {
+	if e.reader != outbox.ReaderLogical {
+		return nil
+	}
+	cfg := e.set.Outbox
+	cfg.ConsumerGroup, cfg.Reader = group, e.reader
+	relay, err := outbox.NewRelay(e.pool, discard{}, e.top.Routable, cfg, e.logger)
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	return poll.Until(ctx, time.Minute, "the slot of "+group, func() (bool, error) { return relay.Active(), nil })
+}
+
+// discard is a destination that confirms everything at once.
+type discard struct{}
+
+func (discard) PublishBatch(context.Context, []string, []*message.Message) error { return nil }
