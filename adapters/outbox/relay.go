@@ -23,15 +23,19 @@ type Destination interface {
 
 // Relay moves committed outbox rows to the broker. It replaces Watermill's
 // forwarder, which waits for each publisher confirm in turn and whose
-// watermill-sql query reads every pending row per batch; the relay keeps the
-// same table, the same consumer-group offsets and the same visibility rule
-// (a row is read only once every transaction that could commit before it
-// has ended), but reads a batch by an index range from its position,
-// publishes it with pipelined confirms, then records the new position.
+// watermill-sql query reads every pending row per batch. It finds the rows
+// one of two ways (Config.Reader): it streams them in commit order from a
+// replication slot (stream.go), or it polls the table, keeping
+// watermill-sql's visibility rule (a row is read only once every
+// transaction that could commit before it has ended) but reading a batch by
+// an index range from its position. Either way it publishes a batch with
+// pipelined confirms, then records the new position in the same
+// consumer-group offsets.
 //
-// One relay per consumer group is active at a time: it holds a PostgreSQL
-// advisory lock, and other replicas wait on standby. It keeps relaying only
-// while that lock's session lives (see session).
+// One relay per consumer group is active at a time, the others wait on
+// standby: a polling relay holds a PostgreSQL advisory lock, and keeps
+// relaying only while that lock's session lives (see session); a logical
+// one holds its slot.
 type Relay struct {
 	queries  atomic.Uint64
 	active   atomic.Bool

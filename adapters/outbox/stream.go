@@ -219,11 +219,12 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, erro
 	return true, nil
 }
 
-// streamItem is what the receiver hands the relay, in stream order: rows
-// of one transaction (all of them, or batch-size pieces of a large one),
-// and end, the position up to which everything has been handed over once
-// these rows are (the transaction's end; zero for a piece before its
-// last). An item without rows only moves end (a keepalive).
+// streamItem is what the receiver hands the relay, in stream order: the
+// rows of the transactions decoded since the last item, a batch at most
+// (a large transaction comes in pieces), and end, the position up to
+// which everything has been handed over once these rows are: the last
+// commit's end, or a keepalive's position; zero when the rows end inside a
+// transaction. An item without rows only moves end.
 type streamItem struct {
 	rows []outboxRow
 	end  pglogrepl.LSN
