@@ -47,6 +47,20 @@ type parkedRow struct {
 	correlationID                                  string // for the log only
 }
 
+// parkedCTE is the part of a WITH statement that records the parked rows
+// of a batch for the group in $1, given as the seven arrays of
+// parkedColumns from $first on, once the CTE named after has a row (the
+// position moved, or the slot is still the relay's). A row parked before
+// (a batch read again after a crash) keeps its first entry.
+func parkedCTE(first int, after string) string {
+	return fmt.Sprintf(`parked AS (
+		INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
+		SELECT t::xid8, o, $1, id, name, key, reason, detail
+		FROM unnest($%d::text[], $%d::bigint[], $%d::text[], $%d::text[], $%d::text[], $%d::text[], $%d::text[]) AS u (t, o, id, name, key, reason, detail)
+		WHERE EXISTS (SELECT 1 FROM %s)
+		ON CONFLICT DO NOTHING)`, first, first+1, first+2, first+3, first+4, first+5, first+6, after)
+}
+
 // why says in words why the row was parked.
 func (p parkedRow) why() string {
 	if p.reason == ReasonNoEvent {

@@ -369,14 +369,7 @@ func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position, parked
 		}
 		moved = tag.RowsAffected()
 	} else {
-		// A row parked before (a batch read again after a crash) keeps
-		// its first entry.
-		err := conn.QueryRow(ctx, `WITH moved AS (`+update+` RETURNING 1), parked AS (
-			INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
-			SELECT t::xid8, o, $1, id, name, key, reason, detail
-			FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) AS u (t, o, id, name, key, reason, detail)
-			WHERE EXISTS (SELECT 1 FROM moved)
-			ON CONFLICT DO NOTHING)
+		err := conn.QueryRow(ctx, `WITH moved AS (`+update+` RETURNING 1), `+parkedCTE(6, "moved")+`
 			SELECT count(*) FROM moved`, append(args, parkedColumns(parked)...)...).Scan(&moved)
 		if err != nil {
 			return fmt.Errorf("record outbox position and %d parked rows: %w", len(parked), err)

@@ -38,6 +38,11 @@ import (
 // binary: the payload arrives as it was written, not hex-encoded.
 var pluginArgs = []string{"proto_version '1'", "publication_names '" + publication + "'", "binary 'true'"}
 
+// quietGap is how long the stream must stay silent, while the relay
+// waits, before rows that came while it was publishing go without more:
+// under load rows arrive closer than this, and batches fill.
+const quietGap = 200 * time.Microsecond
+
 // standbyInterval is how often the stream tells PostgreSQL how far it
 // has got when nothing else makes it; PostgreSQL drops a stream silent
 // for wal_sender_timeout (60 s by default).
@@ -233,7 +238,7 @@ type streamItem struct {
 // stream relays from the slot conn streams: the rows the table owes
 // first, then the stream.
 func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) error {
-	rc := &receiver{conn: conn, items: make(chan streamItem, 1), batch: r.cfg.BatchSize}
+	rc := &receiver{conn: conn, items: make(chan streamItem), batch: r.cfg.BatchSize}
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rc.run(rctx) }()
@@ -310,12 +315,7 @@ func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, 
 	var held bool
 	var next *string
 	err := r.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
-		parked AS (
-			INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
-			SELECT t::xid8, o, $1, id, name, key, reason, detail
-			FROM unnest($7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[]) AS u (t, o, id, name, key, reason, detail)
-			WHERE EXISTS (SELECT 1 FROM fence)
-			ON CONFLICT DO NOTHING),
+		`+parkedCTE(7, "fence")+`,
 		promoted AS (
 			UPDATE watermill_offsets_outbox p SET last_processed_transaction_id = s.sample_xmin, offset_acked = 0
 			FROM moenda_outbox_slots s
@@ -372,12 +372,7 @@ func (r *Relay) backfill(ctx context.Context, fence slotFence, st slotState) err
 		r.queries.Add(1)
 		var held bool
 		err = r.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
-			parked AS (
-				INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
-				SELECT t::xid8, o, $1, id, name, key, reason, detail
-				FROM unnest($6::text[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[]) AS u (t, o, id, name, key, reason, detail)
-				WHERE EXISTS (SELECT 1 FROM fence)
-				ON CONFLICT DO NOTHING),
+			`+parkedCTE(6, "fence")+`,
 			moved AS (
 				UPDATE moenda_outbox_slots SET backfill_transaction_id = $4::text::xid8, backfill_offset = $5
 				WHERE consumer_group = $1 AND EXISTS (SELECT 1 FROM fence))
@@ -461,32 +456,30 @@ func (rc *receiver) run(ctx context.Context) error {
 	var held pglogrepl.LSN
 	inTx := false
 	due := time.Now().Add(standbyInterval)
-	// offer hands out over if the relay takes it at once; while it then
-	// publishes, the next item grows up to a batch.
-	offer := func() {
-		select {
-		case rc.items <- out:
-			out = streamItem{}
-			rc.mu.Lock()
-			rc.wanted = false
-			rc.mu.Unlock()
-		default:
-		}
-	}
+	quiet := false  // a short receive, while the relay waited, found nothing more
+	loaded := false // rows came while the relay was publishing
 	for {
 		rc.mu.Lock()
-		report, flush := rc.dirty || !time.Now().Before(due), rc.flush
-		pending := len(out.rows) >= rc.batch || rc.wanted && (len(out.rows) > 0 || out.end != 0)
+		report, flush, wanted := rc.dirty || !time.Now().Before(due), rc.flush, rc.wanted
+		holding := len(out.rows) > 0 || out.end != 0
+		// A transaction that came while the relay waited goes at once.
+		// What came while it published was load: it goes once the stream
+		// pauses, and rows still arriving join it, up to a batch.
+		pending := len(out.rows) >= rc.batch || wanted && holding && (quiet || !loaded && out.end != 0)
+		lingering := wanted && holding && !pending
 		if report {
 			rc.dirty = false
-		}
-		if pending {
+		} else if pending {
 			rc.wanted = false
+		}
+		deadline := due
+		if lingering && time.Now().Add(quietGap).Before(due) {
+			deadline = time.Now().Add(quietGap)
 		}
 		var rctx context.Context
 		var cancel context.CancelFunc
 		if !report && !pending {
-			rctx, cancel = context.WithDeadline(ctx, due)
+			rctx, cancel = context.WithDeadline(ctx, deadline)
 			rc.wake = cancel
 		}
 		rc.mu.Unlock()
@@ -501,7 +494,7 @@ func (rc *receiver) run(ctx context.Context) error {
 			if err := rc.hand(ctx, &due, out); err != nil {
 				return err
 			}
-			out = streamItem{}
+			out, quiet, loaded = streamItem{}, false, false
 			continue
 		}
 		msg, err := rc.conn.ReceiveMessage(rctx)
@@ -514,10 +507,12 @@ func (rc *receiver) run(ctx context.Context) error {
 				return nil
 			}
 			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) {
+				quiet = lingering && pgconn.Timeout(err)
 				continue
 			}
 			return fmt.Errorf("replication stream: %w", err)
 		}
+		quiet = false
 		var data []byte
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
@@ -543,7 +538,6 @@ func (rc *receiver) run(ctx context.Context) error {
 			// position has been handed over once out is.
 			if !inTx && ka.ServerWALEnd > held {
 				out.end, held = ka.ServerWALEnd, ka.ServerWALEnd
-				offer()
 			}
 		case pglogrepl.XLogDataByteID:
 			xld, err := pglogrepl.ParseXLogData(data[1:])
@@ -567,10 +561,10 @@ func (rc *receiver) run(ctx context.Context) error {
 					return err
 				}
 				out.rows = append(out.rows, row)
+				loaded = loaded || !wanted
 			case *pglogrepl.CommitMessage:
 				inTx = false
 				out.end, held = m.TransactionEndLSN, m.TransactionEndLSN
-				offer()
 			}
 		}
 	}

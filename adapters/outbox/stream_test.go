@@ -206,16 +206,7 @@ func TestAnOpenTransactionElsewhereDoesNotHoldBackTheLogicalReader(t *testing.T)
 	s := newStack(t)
 	arrived := arrivals(t, s.vhost.URL, "auditoria.tarefas")
 	s.startActiveRelay(t, logical(testConfig))
-	ctx := context.Background()
-	other := testenv.EmptyPostgres(t)
-	open, err := other.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = open.Rollback(ctx) }()
-	if _, err := open.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
-		t.Fatal(err)
-	}
+	openElsewhere(t)
 	seconds := 3
 	if v, err := strconv.Atoi(os.Getenv("STALL_SECONDS")); err == nil {
 		seconds = v
@@ -245,6 +236,24 @@ func TestAnOpenTransactionElsewhereDoesNotHoldBackTheLogicalReader(t *testing.T)
 	if p(0.99) > time.Second {
 		t.Fatalf("p99 %s: the open transaction held the relay back", p(0.99))
 	}
+}
+
+// openElsewhere opens a transaction that holds a transaction id in
+// another database of the server, and returns its backend's pid and what
+// ends it (the test's end does too).
+func openElsewhere(t *testing.T) (pid int32, end func()) {
+	t.Helper()
+	ctx := context.Background()
+	open, err := testenv.EmptyPostgres(t).Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end = func() { _ = open.Rollback(ctx) }
+	t.Cleanup(end)
+	if err := open.QueryRow(ctx, "SELECT pg_backend_pid(), pg_current_xact_id()::text").Scan(&pid, new(string)); err != nil {
+		t.Fatal(err)
+	}
+	return pid, end
 }
 
 // arrivals consumes queue and returns when each message id first arrived.
@@ -390,17 +399,7 @@ func TestPollingReaderNamesTheTransactionHoldingItBack(t *testing.T) {
 	logs := newWarnings()
 	dest := s.publisher(t, "moenda outbox relay", testConfig.ConfirmWindow, s.top)
 	s.run(t, "relay", s.newRelay(t, dest, s.top.Routable, testConfig, slog.New(logs)))
-	ctx := context.Background()
-	other := testenv.EmptyPostgres(t)
-	open, err := other.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = open.Rollback(ctx) }()
-	var pid int32
-	if err := open.QueryRow(ctx, "SELECT pg_backend_pid(), pg_current_xact_id()::text").Scan(&pid, new(string)); err != nil {
-		t.Fatal(err)
-	}
+	pid, end := openElsewhere(t)
 	want := map[string]bool{}
 	s.commit(t, 5, want)
 	named := func() int {
@@ -417,9 +416,7 @@ func TestPollingReaderNamesTheTransactionHoldingItBack(t *testing.T) {
 		t.Fatalf("%d events out while the transaction was open: the polling reader did not wait", n)
 	}
 	time.Sleep(6 * time.Second) // another check, still held back by the same backend
-	if err := open.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	end()
 	testenv.Eventually(t, 10*time.Second, "the events once it ended", func() bool { n, _ := distinct(got(), want); return n == len(want) })
 	if n := named(); n != 1 {
 		t.Fatalf("%d WARNs named backend %d, want 1", n, pid)

@@ -145,19 +145,14 @@ func drainWhilePruning(ctx context.Context, e *env, r *Result) error {
 // untimed, so a drain starts from an empty outbox; a logical relay leaves
 // its slot, from which the next one streams.
 func (e *env) relayCatchUp(ctx context.Context, reader string) error {
-	relay, closeRelay, err := e.newRelay(reader)
+	_, stop, err := e.runRelay(ctx, reader)
 	if err != nil {
 		return err
 	}
-	defer closeRelay()
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(ctx) }()
 	err = poll.Until(ctx, 5*time.Minute, "the relay to catch up", func() (bool, error) {
 		return outbox.CaughtUp(ctx, e.pool, e.set.Outbox.ConsumerGroup)
 	})
-	cancel()
-	<-done
+	stop()
 	if err != nil {
 		return fmt.Errorf("relay what earlier steps left: %w", err)
 	}

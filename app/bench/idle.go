@@ -34,15 +34,11 @@ func (e *env) idleQueries(ctx context.Context, reader string) (float64, error) {
 	if err := e.relayCatchUp(ctx, reader); err != nil {
 		return 0, err
 	}
-	relay, closeRelay, err := e.newRelay(reader)
+	relay, stop, err := e.runRelay(ctx, reader)
 	if err != nil {
 		return 0, err
 	}
-	defer closeRelay()
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer stop()
 	time.Sleep(2 * time.Second) // let it settle
 	q0 := relay.Queries()
 	time.Sleep(e.sz.idleFor)

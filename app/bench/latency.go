@@ -81,6 +81,12 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relay.Run(runCtx) }()
 	defer func() { stop(); <-relayDone }()
+	// The load starts once the relay leads, as it does in a serve that
+	// has been up a while: a logical relay takes its slot from the one
+	// that caught up a moment ago.
+	if err := poll.Until(ctx, time.Minute, "the relay to lead", func() (bool, error) { return relay.Active(), nil }); err != nil {
+		return nil, err
+	}
 	go func() { _ = rt.Run(runCtx) }()
 	defer rt.Close()
 	<-rt.Running()

@@ -25,15 +25,11 @@ func writeWhileRelaying(ctx context.Context, e *env, r *Result) error {
 			if err := e.relayCatchUp(ctx, reader); err != nil {
 				return 0, err
 			}
-			relay, closeRelay, err := e.newRelay(reader)
+			_, stop, err := e.runRelay(ctx, reader)
 			if err != nil {
 				return 0, err
 			}
-			defer closeRelay()
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- relay.Run(runCtx) }()
-			defer func() { stop(); <-done }()
+			defer stop()
 			rate, err := transactionRate(ctx, 16, e.sz.txDuration, func(ctx context.Context) error {
 				return e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 					if _, err := tx.Postgres().Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {

@@ -50,6 +50,19 @@ func (e *env) newRelay(reader string) (*outbox.Relay, func() error, error) {
 	return relay, dest.Close, nil
 }
 
+// runRelay runs a relay with reader over the bench's outbox and exchange
+// until stop is called.
+func (e *env) runRelay(ctx context.Context, reader string) (relay *outbox.Relay, stop func(), err error) {
+	relay, closeRelay, err := e.newRelay(reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	return relay, func() { cancel(); <-done; _ = closeRelay() }, nil
+}
+
 // publishEvents puts n fresh envelopes on the sink queue with the raw
 // client and returns their event ids, in the order published.
 func (e *env) publishEvents(ctx context.Context, n int) ([]string, error) {
