@@ -196,6 +196,7 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, erro
 		VALUES ($1, 0, '0') ON CONFLICT (consumer_group) DO NOTHING`, r.cfg.ConsumerGroup); err != nil {
 		return false, fmt.Errorf("outbox position: %w", err)
 	}
+	r.logger.Info("outbox relay: creating replication slot; PostgreSQL first waits for the write transactions open on the server to end", "slot", st.name)
 	created, err := pglogrepl.CreateReplicationSlot(ctx, conn, st.name, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
@@ -350,7 +351,7 @@ func (r *Relay) backfill(ctx context.Context, fence slotFence, st slotState) err
 	for {
 		r.queries.Add(1)
 		rows, err := r.pool.Query(ctx, `
-			SELECT transaction_id::text::bigint, "offset", uuid, payload, metadata FROM watermill_outbox
+			SELECT transaction_id::text::bigint AS tx_id, "offset", uuid, payload, metadata FROM watermill_outbox
 			WHERE (transaction_id, "offset") > ($1::text::xid8, $2) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
 			ORDER BY transaction_id, "offset"
 			LIMIT $4`, fmt.Sprint(from.txID), from.offset, st.backfill, r.cfg.BatchSize)
