@@ -159,16 +159,33 @@ func (e *env) relayCatchUp(ctx context.Context, reader string) error {
 	if err != nil {
 		return err
 	}
-	// A logical relay leads once its slot exists and streams.
-	err = poll.Until(ctx, 5*time.Minute, "the relay to catch up", func() (bool, error) {
-		done, err := outbox.CaughtUp(ctx, e.pool, e.set.Outbox.ConsumerGroup)
-		return done && relay.Active(), err
-	})
+	err = e.waitCaughtUp(ctx, relay, reader)
 	stop()
 	if err != nil {
 		return fmt.Errorf("relay what earlier steps left: %w", err)
 	}
 	return e.purge()
+}
+
+// waitCaughtUp waits until relay, reading with reader, has published
+// everything committed so far. A logical relay must also lead, and have
+// had PostgreSQL decode everything written so far, the other tables' WAL
+// included: a relay that starts from its slot decodes again the WAL after
+// the slot's restart point, which is what a measure after it would time.
+func (e *env) waitCaughtUp(ctx context.Context, relay *outbox.Relay, reader string) error {
+	var wal string
+	if err := e.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&wal); err != nil {
+		return err
+	}
+	return poll.Until(ctx, 5*time.Minute, "the relay to catch up", func() (bool, error) {
+		done, err := outbox.CaughtUp(ctx, e.pool, e.set.Outbox.ConsumerGroup)
+		if !done || err != nil || reader != outbox.ReaderLogical {
+			return done, err
+		}
+		err = e.pool.QueryRow(ctx, `SELECT COALESCE(bool_and(r.confirmed_flush_lsn >= $2::pg_lsn), false) FROM moenda_outbox_slots s
+			JOIN pg_replication_slots r USING (slot_name) WHERE s.consumer_group = $1`, e.set.Outbox.ConsumerGroup, wal).Scan(&done)
+		return done && relay.Active(), err
+	})
 }
 
 // drain times serve's relay over a backlog of n rows, left by a relay

@@ -49,12 +49,6 @@ func latency(ctx context.Context, e *env, r *Result) error {
 // transaction open elsewhere when foreign, and returns the sorted
 // latencies.
 func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]time.Duration, error) {
-	if err := e.relayCatchUp(ctx, reader); err != nil {
-		return nil, err
-	}
-	if err := e.purge(); err != nil {
-		return nil, err
-	}
 	relay, closeRelay, err := e.newRelay(reader)
 	if err != nil {
 		return nil, err
@@ -67,6 +61,10 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	var committing, handled sync.Map // event id -> time
 	var count atomic.Int64
 	rt, closeBroker, err := e.router(func(_ context.Context, ev event.Event) error {
+		// Events the relay caught up on before the load are not counted.
+		if _, ours := committing.Load(ev.ID); !ours {
+			return nil
+		}
 		if _, dup := handled.LoadOrStore(ev.ID, time.Now()); !dup {
 			count.Add(1)
 		}
@@ -81,10 +79,12 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relay.Run(runCtx) }()
 	defer func() { stop(); <-relayDone }()
-	// The load starts once the relay leads, as it does in a serve that
-	// has been up a while: a logical relay takes its slot from the one
-	// that caught up a moment ago.
-	if err := poll.Until(ctx, time.Minute, "the relay to lead", func() (bool, error) { return relay.Active(), nil }); err != nil {
+	// The load starts once the relay has caught up, as in a serve that
+	// has been up a while.
+	if err := e.waitCaughtUp(ctx, relay, reader); err != nil {
+		return nil, err
+	}
+	if err := e.purge(); err != nil {
 		return nil, err
 	}
 	go func() { _ = rt.Run(runCtx) }()
