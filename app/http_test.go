@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers/event"
@@ -385,6 +386,19 @@ func TestUnitsOfWorkAnswer503WhileTheDatabaseIsAway(t *testing.T) {
 			t.Errorf("give the database back: %v", err)
 		}
 	})
+	// Open a few connections first: background work (metrics, pruning)
+	// may hold one while the next request needs another.
+	var held []*pgxpool.Conn
+	for range 3 {
+		c, err := p.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		c.Release()
+	}
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" ALLOW_CONNECTIONS false"); err != nil {
 		t.Fatal(err)
 	}
