@@ -1,0 +1,236 @@
+// Package faults proves moenda's promise under injected faults: every
+// event committed with its business row reaches its subscriber, is handled
+// once, and never disappears. A workload records what it attempted in a
+// history kept outside the system under test; a nemesis injects faults;
+// once they are healed and the system has drained, the checker compares
+// what was confirmed with what came out, in the manner of Jepsen's
+// set-full and total-queue checkers.
+package faults
+
+import (
+	"slices"
+	"time"
+)
+
+// Outcome is what the workload learnt of one operation.
+type Outcome string
+
+const (
+	// Invoked: the operation was started; an outcome follows.
+	Invoked Outcome = "invoke"
+	// OK: the business commit was acknowledged.
+	OK Outcome = "ok"
+	// Failed: a definite failure (a 4xx, a refusal before commit).
+	Failed Outcome = "fail"
+	// Indeterminate: the answer was cut (a timeout, a reset during the
+	// commit). It may or may not have happened.
+	Indeterminate Outcome = "info"
+)
+
+// Kind says what the consumer under test does with an event.
+type Kind string
+
+const (
+	// Good events are applied once.
+	Good Kind = "good"
+	// Poison events fail every time and must end in the dead-letter
+	// queue.
+	Poison Kind = "poison"
+)
+
+// Op is one line of the history: an operation of a writer and what came
+// of it. An event's id is derived from (run, writer, seq), so a retried
+// command reuses it.
+type Op struct {
+	Outcome Outcome `json:"op"`
+	Writer  int     `json:"writer"`
+	Seq     int     `json:"seq"`
+	EventID string  `json:"event_id"`
+	Kind    Kind    `json:"kind"`
+	// Aggregate is the key whose events must be applied in order; empty
+	// where no order is promised.
+	Aggregate string    `json:"aggregate,omitempty"`
+	At        time.Time `json:"t"`
+}
+
+// Effect is a row of the consumer's deliberately non-idempotent effect
+// log: a duplicate effect shows as a second row.
+type Effect struct {
+	EventID   string    `json:"event_id"`
+	AppliedAt time.Time `json:"applied_at"`
+}
+
+// DeadLetter is a message the checker's reader drained from a dead-letter
+// or unrouted queue.
+type DeadLetter struct {
+	EventID       string `json:"event_id"`
+	Reason        string `json:"reason"`
+	Attempts      string `json:"attempts"`
+	CorrelationID string `json:"correlation_id"`
+}
+
+// Observed is what came out of the system once it drained.
+type Observed struct {
+	// Business are the event ids whose business row exists.
+	Business map[string]bool
+	Effects  []Effect
+	// Counter is the consumer's counter, incremented with each effect.
+	Counter     int64
+	DeadLetters []DeadLetter
+	// Deliveries counts each event's deliveries to the consumer,
+	// repeats included.
+	Deliveries map[string]int
+	// Drained reports whether relays, queues and dead-letter queues went
+	// quiet within the bound; failing to drain is itself a failure.
+	Drained bool
+}
+
+// Report is the checker's verdict on one case.
+type Report struct {
+	Valid bool `json:"valid"`
+	// Attempted, Confirmed and Recovered count event ids: confirmed are
+	// those acknowledged, and those indeterminate whose business row
+	// exists (recovered).
+	Attempted int `json:"attempted"`
+	Confirmed int `json:"confirmed"`
+	Recovered int `json:"recovered"`
+	// Lost: confirmed good events never applied, and confirmed poison
+	// events not dead-lettered.
+	Lost []string `json:"lost"`
+	// Unexpected: effects or dead letters of events never confirmed
+	// (never attempted, failed, or rolled back): ghosts.
+	Unexpected []string `json:"unexpected"`
+	// DuplicateEffects: events applied more than once.
+	DuplicateEffects []string `json:"duplicate_effects"`
+	// CounterMismatch: the counter disagrees with the effect rows.
+	CounterMismatch bool `json:"counter_mismatch"`
+	// DLQMissing are poison events not dead-lettered; DLQExtra are good
+	// events dead-lettered, or poison events applied; DLQIncomplete are
+	// dead letters without a reason or an attempt count.
+	DLQMissing    []string `json:"dlq_missing"`
+	DLQExtra      []string `json:"dlq_extra"`
+	DLQIncomplete []string `json:"dlq_incomplete"`
+	// DLQDuplicates counts dead letters beyond one per event (allowed:
+	// dead-lettering is at least once).
+	DLQDuplicates int `json:"dlq_duplicates"`
+	// DuplicateDeliveries counts deliveries beyond one per event
+	// (allowed: the price of at-least-once).
+	DuplicateDeliveries int `json:"duplicate_deliveries"`
+	// OrderViolations are events applied before an event of the same
+	// aggregate that its writer sent earlier.
+	OrderViolations []string `json:"order_violations"`
+	Drained         bool     `json:"drained"`
+}
+
+// Check compares the history with what was observed.
+func Check(history []Op, seen Observed) Report {
+	attempted := map[string]Op{}
+	outcome := map[string]Outcome{}
+	for _, op := range history {
+		if op.Outcome == Invoked {
+			attempted[op.EventID] = op
+			continue
+		}
+		// A definite answer outranks an indeterminate one: a retried
+		// command that was acknowledged is confirmed.
+		if outcome[op.EventID] != OK {
+			outcome[op.EventID] = op.Outcome
+		}
+	}
+	r := Report{Attempted: len(attempted), Drained: seen.Drained}
+	confirmed := map[string]Op{}
+	for id, op := range attempted {
+		switch {
+		case outcome[id] == OK:
+			confirmed[id] = op
+		case outcome[id] == Indeterminate && seen.Business[id]:
+			confirmed[id] = op
+			r.Recovered++
+		}
+	}
+	r.Confirmed = len(confirmed)
+
+	effects := map[string]int{}
+	for _, e := range seen.Effects {
+		effects[e.EventID]++
+	}
+	dead := map[string]int{}
+	for _, d := range seen.DeadLetters {
+		dead[d.EventID]++
+		if d.Reason == "" || d.Attempts == "" {
+			r.DLQIncomplete = append(r.DLQIncomplete, d.EventID)
+		}
+	}
+	for id, op := range confirmed {
+		switch {
+		case op.Kind == Good && effects[id] == 0, op.Kind == Poison && dead[id] == 0:
+			r.Lost = append(r.Lost, id)
+		}
+		if op.Kind == Poison && dead[id] == 0 {
+			r.DLQMissing = append(r.DLQMissing, id)
+		}
+		if op.Kind == Good && dead[id] > 0 || op.Kind == Poison && effects[id] > 0 {
+			r.DLQExtra = append(r.DLQExtra, id)
+		}
+	}
+	ghosts := map[string]bool{}
+	for id, n := range effects {
+		if _, ok := confirmed[id]; !ok {
+			ghosts[id] = true
+		}
+		if n > 1 {
+			r.DuplicateEffects = append(r.DuplicateEffects, id)
+		}
+	}
+	for id, n := range dead {
+		if _, ok := confirmed[id]; !ok {
+			ghosts[id] = true
+		}
+		r.DLQDuplicates += n - 1
+	}
+	for id := range ghosts {
+		r.Unexpected = append(r.Unexpected, id)
+	}
+	r.CounterMismatch = seen.Counter != int64(len(seen.Effects))
+	for _, n := range seen.Deliveries {
+		r.DuplicateDeliveries += max(n-1, 0)
+	}
+	r.OrderViolations = orderViolations(seen.Effects, confirmed)
+
+	for _, l := range [][]string{r.Lost, r.Unexpected, r.DuplicateEffects, r.DLQMissing, r.DLQExtra, r.DLQIncomplete, r.OrderViolations} {
+		slices.Sort(l)
+	}
+	r.Valid = r.Drained && len(r.Lost) == 0 && len(r.Unexpected) == 0 && len(r.DuplicateEffects) == 0 && !r.CounterMismatch &&
+		len(r.DLQMissing) == 0 && len(r.DLQExtra) == 0 && len(r.DLQIncomplete) == 0 && len(r.OrderViolations) == 0
+	return r
+}
+
+// orderViolations lists the events applied, by their first effect, after
+// an event of the same aggregate with a higher sequence number: each
+// aggregate's events come from one writer, in its order.
+func orderViolations(effects []Effect, confirmed map[string]Op) []string {
+	first := map[string]time.Time{}
+	for _, e := range effects {
+		if t, ok := first[e.EventID]; !ok || e.AppliedAt.Before(t) {
+			first[e.EventID] = e.AppliedAt
+		}
+	}
+	byAggregate := map[string][]Op{}
+	for id := range first {
+		if op, ok := confirmed[id]; ok && op.Aggregate != "" {
+			byAggregate[op.Aggregate] = append(byAggregate[op.Aggregate], op)
+		}
+	}
+	var out []string
+	for _, ops := range byAggregate {
+		slices.SortFunc(ops, func(a, b Op) int { return first[a.EventID].Compare(first[b.EventID]) })
+		highest := -1
+		for _, op := range ops {
+			if op.Seq < highest {
+				out = append(out, op.EventID)
+			}
+			highest = max(highest, op.Seq)
+		}
+	}
+	return out
+}

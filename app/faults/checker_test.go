@@ -1,0 +1,125 @@
+package faults
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// history writes one invoke and one outcome per event: ids are "<kind
+// letter><n>", and events g1..g4 share aggregate "a" in that order.
+func history(outcomes map[string]Outcome) []Op {
+	var h []Op
+	t0 := time.Unix(0, 0)
+	for i, id := range []string{"g1", "g2", "g3", "g4", "p1", "p2"} {
+		kind, agg := Good, "a"
+		if id[0] == 'p' {
+			kind, agg = Poison, ""
+		}
+		op := Op{Outcome: Invoked, Writer: 1, Seq: i, EventID: id, Kind: kind, Aggregate: agg, At: t0.Add(time.Duration(i) * time.Second)}
+		h = append(h, op)
+		op.Outcome = OK
+		if o, ok := outcomes[id]; ok {
+			op.Outcome = o
+		}
+		h = append(h, op)
+	}
+	return h
+}
+
+// clean is what a correct run leaves for history(nil).
+func clean() Observed {
+	t0 := time.Unix(100, 0)
+	return Observed{
+		Business:    map[string]bool{"g1": true, "g2": true, "g3": true, "g4": true, "p1": true, "p2": true},
+		Effects:     []Effect{{"g1", t0}, {"g2", t0.Add(time.Second)}, {"g3", t0.Add(2 * time.Second)}, {"g4", t0.Add(3 * time.Second)}},
+		Counter:     4,
+		DeadLetters: []DeadLetter{{EventID: "p1", Reason: "retries_exhausted", Attempts: "4"}, {EventID: "p2", Reason: "retries_exhausted", Attempts: "4"}},
+		Deliveries:  map[string]int{"g1": 1, "g2": 2, "g3": 1, "g4": 1},
+		Drained:     true,
+	}
+}
+
+func TestACleanRunIsValid(t *testing.T) {
+	r := Check(history(nil), clean())
+	if !r.Valid || r.Attempted != 6 || r.Confirmed != 6 || r.DuplicateDeliveries != 1 {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// The checker must fail each kind of defect it exists to find.
+func TestTheCheckerReportsEachDefect(t *testing.T) {
+	tests := []struct {
+		name     string
+		outcomes map[string]Outcome
+		spoil    func(o *Observed)
+		found    func(r Report) []string
+		want     []string
+	}{
+		{"a lost event", nil, func(o *Observed) { o.Effects = slices.Delete(o.Effects, 1, 2); o.Counter-- },
+			func(r Report) []string { return r.Lost }, []string{"g2"}},
+		{"a duplicate effect", nil, func(o *Observed) { o.Effects = append(o.Effects, Effect{"g3", time.Unix(200, 0)}); o.Counter++ },
+			func(r Report) []string { return r.DuplicateEffects }, []string{"g3"}},
+		{"a ghost: a failed command applied", map[string]Outcome{"g4": Failed}, func(*Observed) {},
+			func(r Report) []string { return r.Unexpected }, []string{"g4"}},
+		{"a ghost: an event never attempted", nil, func(o *Observed) { o.Effects = append(o.Effects, Effect{"x9", time.Unix(200, 0)}); o.Counter++ },
+			func(r Report) []string { return r.Unexpected }, []string{"x9"}},
+		{"a missing dead letter", nil, func(o *Observed) { o.DeadLetters = o.DeadLetters[:1] },
+			func(r Report) []string { return append(r.DLQMissing, r.Lost...) }, []string{"p2", "p2"}},
+		{"a good event dead-lettered", nil, func(o *Observed) {
+			o.DeadLetters = append(o.DeadLetters, DeadLetter{EventID: "g1", Reason: "x", Attempts: "1"})
+		}, func(r Report) []string { return r.DLQExtra }, []string{"g1"}},
+		{"a dead letter without its reason", nil, func(o *Observed) { o.DeadLetters[0].Reason = "" },
+			func(r Report) []string { return r.DLQIncomplete }, []string{"p1"}},
+		{"events of an aggregate out of order", nil, func(o *Observed) {
+			o.Effects[1].AppliedAt, o.Effects[2].AppliedAt = o.Effects[2].AppliedAt, o.Effects[1].AppliedAt
+		},
+			func(r Report) []string { return r.OrderViolations }, []string{"g2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			seen := clean()
+			tt.spoil(&seen)
+			r := Check(history(tt.outcomes), seen)
+			if r.Valid {
+				t.Fatalf("valid: %+v", r)
+			}
+			if got := tt.found(r); !slices.Equal(got, tt.want) {
+				t.Fatalf("found %v, want %v: %+v", got, tt.want, r)
+			}
+		})
+	}
+}
+
+// An indeterminate command counts as confirmed when its business row
+// exists, and as never done when it does not: neither is lost or a ghost.
+func TestIndeterminateCommands(t *testing.T) {
+	seen := clean()
+	r := Check(history(map[string]Outcome{"g4": Indeterminate}), seen)
+	if !r.Valid || r.Recovered != 1 || r.Confirmed != 6 {
+		t.Fatalf("recovered: %+v", r)
+	}
+	seen.Business["g4"] = false
+	seen.Effects, seen.Counter = seen.Effects[:3], 3
+	if r := Check(history(map[string]Outcome{"g4": Indeterminate}), seen); !r.Valid || r.Confirmed != 5 {
+		t.Fatalf("never done: %+v", r)
+	}
+	// Had it been applied without its business row, it is a ghost.
+	seen.Effects, seen.Counter = clean().Effects, 4
+	if r := Check(history(map[string]Outcome{"g4": Indeterminate}), seen); r.Valid || !slices.Equal(r.Unexpected, []string{"g4"}) {
+		t.Fatalf("applied without its row: %+v", r)
+	}
+}
+
+func TestACounterOutOfStepOrAnUndrainedRunIsInvalid(t *testing.T) {
+	seen := clean()
+	seen.Counter = 5
+	if r := Check(history(nil), seen); r.Valid || !r.CounterMismatch {
+		t.Fatalf("counter: %+v", r)
+	}
+	seen = clean()
+	seen.Drained = false
+	if r := Check(history(nil), seen); r.Valid {
+		t.Fatalf("not drained: %+v", r)
+	}
+}
