@@ -1,0 +1,87 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/app/faults"
+	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// The fault suite's consumer, run by the platform: good events published
+// through POST /v1/events are applied once each, with a row and the
+// counter; poison events go through the retry schedule to the dead-letter
+// queue; the checker finds the run clean.
+func TestFaultProbeUnderThePlatform(t *testing.T) {
+	reg, err := handlers.NewRegistry(append(shipped(), probe.Plugin())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
+	p := startWith(t, reg, configs.FS, "test", "MOENDA_POSTGRES__URL="+db.URL, "MOENDA_AMQP__URL="+vhost.URL, "MOENDA_HANDLERS__ENABLED=faultprobe")
+	dead := testenv.Consume(t, vhost.URL, "faultprobe.efeitos.dlq")
+
+	// No aggregate: a RabbitMQ queue's messages are handled prefetch at a
+	// time, in no promised order (amqp.prefetch).
+	var history []faults.Op
+	for seq := range 20 {
+		kind, body := faults.Good, probe.Payload{Writer: 1, Seq: seq}
+		if seq%10 == 9 {
+			kind, body.Poison = faults.Poison, true
+		}
+		id := faults.EventID("probe-test", 1, seq)
+		op := faults.Op{Outcome: faults.Invoked, Writer: 1, Seq: seq, EventID: id, Kind: kind, Aggregate: body.Aggregate, At: time.Now()}
+		history = append(history, op)
+		code, answer := call(t, "POST", p.base+"/v1/events",
+			fmt.Sprintf(`{"event_id":%q,"event_name":%q,"source":"faults","payload":{"writer":1,"seq":%d,"aggregate":%q,"poison":%t}}`,
+				id, probe.Event, seq, body.Aggregate, body.Poison))
+		op.Outcome = faults.OK
+		if code != http.StatusAccepted {
+			t.Fatalf("POST /v1/events = %d %v", code, answer)
+		}
+		history = append(history, op)
+	}
+	testenv.Eventually(t, 20*time.Second, "the dead letters", func() bool { return len(dead()) == 2 })
+
+	ctx := context.Background()
+	seen := faults.Observed{Business: map[string]bool{}, Drained: true}
+	rows, err := db.Pool.Query(ctx, `SELECT uuid FROM watermill_outbox`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		seen.Business[id] = true
+	}
+	rows, err = db.Pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_efeitos`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var e faults.Effect
+		if err := rows.Scan(&e.EventID, &e.AppliedAt); err != nil {
+			t.Fatal(err)
+		}
+		seen.Effects = append(seen.Effects, e)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT n FROM faultprobe_contador`).Scan(&seen.Counter); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dead() {
+		h := func(k string) string { v, _ := d.Headers[k].(string); return v }
+		seen.DeadLetters = append(seen.DeadLetters, faults.DeadLetter{EventID: d.MessageId, Reason: h(event.HeaderReason), Attempts: h(event.HeaderAttempts)})
+	}
+	if r := faults.Check(history, seen); !r.Valid || r.Confirmed != 20 {
+		t.Fatalf("%+v", r)
+	}
+}
