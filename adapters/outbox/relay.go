@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/moenda/moenda/adapters/poll"
 )
 
 // Destination takes a batch of messages, each with its routing key, and
@@ -122,7 +124,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		} else {
 			r.logger.Error("outbox relay: will retry", "error", err, "retry_in", r.cfg.RetryInterval)
 		}
-		sleep(ctx, r.cfg.RetryInterval)
+		poll.Sleep(ctx, r.cfg.RetryInterval)
 	}
 	return nil
 }
@@ -163,7 +165,7 @@ func (r *Relay) session(ctx context.Context) error {
 		if locked {
 			break
 		}
-		if !sleep(ctx, r.cfg.PollInterval) { // another replica relays
+		if !poll.Sleep(ctx, r.cfg.PollInterval) { // another replica relays
 			return nil
 		}
 	}
@@ -421,16 +423,4 @@ func lockKey(name string) int64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(name))
 	return int64(h.Sum64())
-}
-
-// sleep waits d or until ctx ends, and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/moenda/moenda/adapters/poll"
 )
 
 // Prune deletes the outbox rows that every consumer group in groups has
@@ -67,7 +69,7 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, groups []string, cutoff time
 			return total, ctx.Err()
 		}
 		from = last
-		if !sleep(ctx, pruneRest*time.Since(began)) {
+		if !poll.Sleep(ctx, pruneRest*time.Since(began)) {
 			return total, ctx.Err()
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/moenda/moenda/adapters/poll"
 )
 
 // publication is the outbox's publication, created by the migrations.
@@ -175,7 +177,7 @@ func retireSlot(ctx context.Context, pool *pgxpool.Pool, group string, patience 
 	until := time.Now().Add(patience)
 	for {
 		err = DropSlot(ctx, pool, name)
-		if !errors.Is(err, errSlotInUse) || time.Now().After(until) || !sleep(ctx, 100*time.Millisecond) {
+		if !errors.Is(err, errSlotInUse) || time.Now().After(until) || !poll.Sleep(ctx, 100*time.Millisecond) {
 			return name, err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/moenda/moenda/adapters/poll"
 )
 
 // The logical reader streams the outbox's inserts from a replication slot
@@ -112,7 +114,7 @@ func (r *Relay) takeSlot(ctx context.Context, conn *pgconn.PgConn) (slotState, e
 				return st, fmt.Errorf("stream slot %s: %w", st.name, err)
 			}
 		}
-		if !sleep(ctx, r.cfg.PollInterval) {
+		if !poll.Sleep(ctx, r.cfg.PollInterval) {
 			return st, nil
 		}
 	}

@@ -37,3 +37,16 @@ func Until(ctx context.Context, timeout time.Duration, what string, cond func() 
 		}
 	}
 }
+
+// Sleep waits d or until ctx ends, and reports whether ctx is still live:
+// a loop that retries or idles stops at once when its context does.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/moenda/moenda/adapters/poll"
 )
 
 // Workload drives the real HTTP API: each writer publishes the probe's
@@ -54,7 +56,7 @@ func (w Workload) Run(ctx context.Context) (map[Outcome]int, error) {
 				mu.Lock()
 				counts[outcome]++
 				mu.Unlock()
-				if !sleepCtx(ctx, w.Interval) {
+				if !poll.Sleep(ctx, w.Interval) {
 					return
 				}
 			}
@@ -86,7 +88,7 @@ func (w Workload) one(ctx context.Context, writer, seq int) (Outcome, error) {
 	op.Outcome = Indeterminate
 	for attempt := 0; attempt < max(w.Attempts, 1) && op.Outcome == Indeterminate; attempt++ {
 		op.Outcome = w.send(sendCtx, body)
-		if op.Outcome == Indeterminate && !sleepCtx(sendCtx, time.Duration(attempt+1)*200*time.Millisecond) {
+		if op.Outcome == Indeterminate && !poll.Sleep(sendCtx, time.Duration(attempt+1)*200*time.Millisecond) {
 			break
 		}
 	}
@@ -114,16 +116,4 @@ func (w Workload) send(ctx context.Context, body []byte) Outcome {
 		return Failed
 	}
 	return Indeterminate
-}
-
-// sleepCtx waits d or until ctx ends, and reports whether ctx is live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
