@@ -312,7 +312,11 @@ const fenceCTE = `fence AS (SELECT 1 FROM pg_replication_slots WHERE slot_name =
 // settle records, once the stream is confirmed up to end, the rows parked
 // before it and, when promote, moves the group's position to the sample
 // taken earlier (its WAL position is at most end); when sample, it takes
-// a new sample and returns its WAL position.
+// a new sample and returns its WAL position. A promotion that leaves rows
+// after the new position (transactions that were open at the sample, or
+// began after it) takes a new sample too, whether or not this session
+// published them: a relay that took over, or went idle, would otherwise
+// leave the position behind them for good.
 func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, promote, sample bool, parked []parkedRow) (pglogrepl.LSN, error) {
 	r.queries.Add(1)
 	var held bool
@@ -326,7 +330,8 @@ func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, 
 			  AND s.backfill IS NULL AND s.sample_lsn <= $4::pg_lsn AND s.sample_xmin > p.last_processed_transaction_id),
 		sampled AS (
 			UPDATE moenda_outbox_slots SET sample_xmin = pg_snapshot_xmin(pg_current_snapshot()), sample_lsn = pg_current_wal_insert_lsn()
-			WHERE $6 AND consumer_group = $1 AND backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
+			WHERE ($6 OR $5 AND sample_lsn <= $4::pg_lsn AND EXISTS (SELECT 1 FROM watermill_outbox o WHERE o.transaction_id >= sample_xmin))
+			  AND consumer_group = $1 AND backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
 			RETURNING sample_lsn::text)
 		SELECT EXISTS (SELECT 1 FROM fence), (SELECT sample_lsn FROM sampled)`,
 		append([]any{r.cfg.ConsumerGroup, fence.slot, fence.pid, end.String(), promote, sample}, parkedColumns(parked)...)...).Scan(&held, &next)
@@ -463,7 +468,8 @@ func (rc *receiver) run(ctx context.Context) error {
 	loaded := false // rows came while the relay was publishing
 	for {
 		rc.mu.Lock()
-		report, flush, wanted := rc.dirty || !time.Now().Before(due), rc.flush, rc.wanted
+		periodic := !time.Now().Before(due)
+		report, flush, wanted := rc.dirty || periodic, rc.flush, rc.wanted
 		holding := len(out.rows) > 0 || out.end != 0
 		// A transaction that came while the relay waited goes at once.
 		// What came while it published was load: it goes once the stream
@@ -488,7 +494,7 @@ func (rc *receiver) run(ctx context.Context) error {
 		rc.mu.Unlock()
 		switch {
 		case report:
-			if err := rc.report(ctx, flush); err != nil {
+			if err := rc.report(ctx, flush, periodic && !inTx); err != nil {
 				return err
 			}
 			due = time.Now().Add(standbyInterval)
@@ -591,7 +597,7 @@ func (rc *receiver) hand(ctx context.Context, due *time.Time, it streamItem) err
 			flush := rc.flush
 			rc.dirty = false
 			rc.mu.Unlock()
-			if err := rc.report(ctx, flush); err != nil {
+			if err := rc.report(ctx, flush, false); err != nil {
 				return err
 			}
 			*due = time.Now().Add(standbyInterval)
@@ -600,10 +606,15 @@ func (rc *receiver) hand(ctx context.Context, due *time.Time, it streamItem) err
 }
 
 // report tells PostgreSQL the slot may move to flush (zero: nowhere yet;
-// it still counts as a sign of life).
-func (rc *receiver) report(ctx context.Context, flush pglogrepl.LSN) error {
+// it still counts as a sign of life). With reply, the server answers with
+// a keepalive that carries how far it has decoded: the periodic report
+// asks for one, because our reports keep the server from sending its own,
+// and an idle stream would otherwise never learn that the WAL of the
+// relay's last sample has passed (PostgreSQL streams no empty
+// transaction), and the group's position would stay behind its last rows.
+func (rc *receiver) report(ctx context.Context, flush pglogrepl.LSN, reply bool) error {
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, rc.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: flush, WALFlushPosition: flush, WALApplyPosition: flush})
+		WALWritePosition: flush, WALFlushPosition: flush, WALApplyPosition: flush, ReplyRequested: reply})
 	if err != nil {
 		return fmt.Errorf("replication stream: confirm %s: %w", flush, err)
 	}

@@ -502,3 +502,41 @@ func TestAFailedPublishIsRepeatedNotSkipped(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, "every event", func() bool { n, _ := distinct(got(), want); return n == len(want) })
 	})
 }
+
+// After its last rows, a logical relay that goes idle still moves the
+// group's position past them: retention, the lag metrics and a polling
+// relay taking over read that position. Here a transaction that took its
+// id before the rows ends after them, without rows of its own, so the
+// position first moves to that transaction's id only, and the relay
+// needs a sample after it. PostgreSQL streams no empty transaction and
+// sends no keepalive of its own to a stream that reports, so an idle
+// relay asks for one.
+func TestAnIdleLogicalRelayMovesThePositionPastItsLastRows(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	want := map[string]bool{}
+	s.startActiveRelay(t, logical(testConfig))
+	if _, err := s.db.Pool.Exec(ctx, `CREATE TABLE scratch (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	early, err := s.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Rollback(ctx)
+	if _, err := early.Exec(ctx, `INSERT INTO scratch VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	s.commit(t, 20, want)
+	testenv.Eventually(t, 30*time.Second, "every event", func() bool { n, _ := distinct(got(), want); return n == len(want) })
+	if err := early.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	testenv.Eventually(t, 45*time.Second, "the position past the last rows", func() bool {
+		done, err := outbox.CaughtUp(ctx, s.db.Pool, testConfig.ConsumerGroup)
+		return err == nil && done
+	})
+	t.Logf("the position passed the last rows %s after the early transaction ended", time.Since(at).Round(time.Millisecond))
+}
