@@ -242,9 +242,9 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		}
 	}
 	p.stats = router.NewStats(cfg.Metrics.Enabled)
-	router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer}, routes)
+	router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer, MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, routes)
 	if p.stream != nil {
-		router.AddRoutes(p.router, router.Deps{Subscriber: p.stream.subscriber, Sink: p.stream.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer}, streamRoutes)
+		router.AddRoutes(p.router, router.Deps{Subscriber: p.stream.subscriber, Sink: p.stream.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer, MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, streamRoutes)
 	}
 
 	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {

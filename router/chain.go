@@ -16,6 +16,9 @@ type Deps struct {
 	Inbox      Inbox
 	Stats      *Stats
 	Logger     *slog.Logger
+	// MaxMessageBytes bounds a message's body; a larger one fails
+	// permanently (too_large) before it is decoded. 0: no bound.
+	MaxMessageBytes int
 	// Tracer, when set, gives each message's handling a span (Trace),
 	// outside the rest of the chain.
 	Tracer trace.Tracer
@@ -32,8 +35,8 @@ type Deps struct {
 //     delivery is acknowledged once the broker holds the copy. A shutdown,
 //     or the platform's own database away, sends the message back to its
 //     queue without spending an attempt.
-//  2. decode (decode.go): the envelope is decoded and checked (a bad one is
-//     a permanent error with its reason class); an event type the handler
+//  2. decode (decode.go): the envelope is decoded and checked (a bad or
+//     oversized one is a permanent error with its reason class); an event type the handler
 //     does not handle is acknowledged and counted, not failed.
 //  3. retry (retry.go): a few immediate retries with doubling waits.
 //  4. inbox (inbox.go): each attempt is one unit of work that claims the
@@ -61,7 +64,7 @@ func chain(rt Route, deps Deps, stats *QueueStats, log *slog.Logger) []message.H
 	}
 	return append(mws,
 		Failures(rt.Queue, rt.Handler, rt.Policy, deps.Sink, stats, log),
-		Decode(rt.Envelope, rt.Handles, stats, log),
+		Decode(rt.Envelope, rt.Handles, deps.MaxMessageBytes, stats, log),
 		Retry(rt.Policy.ImmediateRetries, rt.Policy.ImmediateInterval, stats, log),
 		Dedup(rt.consumer(), deps.Inbox, stats, log),
 		middleware.Recoverer,

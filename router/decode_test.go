@@ -29,6 +29,7 @@ func TestDecode(t *testing.T) {
 		{"a JSON array", nil, []byte(`[1]`), event.ReasonDecode, false, false},
 		{"invalid UTF-8", nil, append(valid("a.b.v1")[:10:10], 0xff, 0xfe), event.ReasonInvalidEncoding, false, false},
 		{"missing event_id", nil, []byte(`{"event_name":"a.b.v1","occurred_at":"2026-01-15T10:30:00Z","payload":{}}`), event.ReasonMissingEventID, false, false},
+		{"a body over max_message_bytes", nil, append(valid("a.b.v1"), make([]byte, 1024)...), event.ReasonTooLarge, false, false},
 		{"event_id not a UUID", nil, []byte(`{"event_id":"42","event_name":"a.b.v1","occurred_at":"2026-01-15T10:30:00Z","payload":{}}`), event.ReasonInvalidEnvelope, false, false},
 	}
 	for _, tt := range tests {
@@ -36,7 +37,7 @@ func TestDecode(t *testing.T) {
 			stats := NewStats(true).Queue("q")
 			var got event.Event
 			handled := false
-			_, err := Decode("", tt.handles, stats, logger)(handlerFunc(func(msg *message.Message) error {
+			_, err := Decode("", tt.handles, 1024, stats, logger)(handlerFunc(func(msg *message.Message) error {
 				handled = true
 				got, _ = eventOf(msg.Context())
 				if event.CorrelationID(msg.Context()) != "c-1" || event.CausationID(msg.Context()) != got.ID {

@@ -112,7 +112,7 @@ func TestFailuresOfAnUndecodableMessage(t *testing.T) {
 	sink := &recordingSink{}
 	msg := message.NewMessage("11111111-1111-1111-1111-111111111111", []byte("{"))
 	msg.Metadata.Set(event.MetaCorrelationID, "corr-9")
-	_, err := Failures("q", "p/s", schedule, sink, NewStats(true).Queue("q"), logger)(Decode("", nil, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return nil })))(msg)
+	_, err := Failures("q", "p/s", schedule, sink, NewStats(true).Queue("q"), logger)(Decode("", nil, 0, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return nil })))(msg)
 	if err != nil {
 		t.Fatal(err)
 	}

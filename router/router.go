@@ -21,17 +21,25 @@ import (
 type Config struct {
 	// CloseTimeout bounds how long handlers may finish at shutdown.
 	CloseTimeout time.Duration `koanf:"close_timeout"`
+	// MaxMessageBytes bounds the body of a consumed message: a larger one
+	// goes to the dead-letter queue (too_large) without being decoded.
+	MaxMessageBytes int `koanf:"max_message_bytes"`
 }
 
-// DefaultConfig gives handlers 30 s to finish at shutdown.
-func DefaultConfig() Config { return Config{CloseTimeout: 30 * time.Second} }
+// DefaultConfig gives handlers 30 s to finish at shutdown, and takes
+// messages of up to 4 MiB: four times what the API accepts in a body.
+func DefaultConfig() Config { return Config{CloseTimeout: 30 * time.Second, MaxMessageBytes: 4 << 20} }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
+	var errs []error
 	if c.CloseTimeout <= 0 {
-		return fmt.Errorf("router.close_timeout must be positive, got %s", c.CloseTimeout)
+		errs = append(errs, fmt.Errorf("router.close_timeout must be positive, got %s", c.CloseTimeout))
 	}
-	return nil
+	if c.MaxMessageBytes < 1024 {
+		errs = append(errs, fmt.Errorf("router.max_message_bytes must be at least 1024, got %d", c.MaxMessageBytes))
+	}
+	return errors.Join(errs...)
 }
 
 // New returns an empty router.

@@ -178,6 +178,8 @@ func validVersion(s string) bool {
 const (
 	// ReasonDecode: the body is not a JSON envelope.
 	ReasonDecode = "decode_error"
+	// ReasonTooLarge: the body is larger than router.max_message_bytes.
+	ReasonTooLarge = "too_large"
 	// ReasonInvalidEncoding: the body is not valid UTF-8.
 	ReasonInvalidEncoding = "invalid_encoding"
 	// ReasonMissingEventID: the envelope has no event_id, so it cannot be
