@@ -12,6 +12,32 @@ import (
 	"github.com/moenda/moenda/app/bench"
 )
 
+// serveBinary is the moenda binary a command runs serve processes of: the
+// --serve-bin flag's, else this one.
+func serveBinary(command, flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("%s: find the moenda binary (set --serve-bin): %w", command, err)
+	}
+	return exe, nil
+}
+
+// writeFile creates path and writes it with write.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // benchCommand parses `bench`'s own flags and returns the command.
 func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
 	fl := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -27,13 +53,9 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 		if cfg.Broker.Kind != BrokerAMQP {
 			return errors.New("bench: measures PostgreSQL and RabbitMQ; run it in an environment with broker.kind amqp (local, compose)")
 		}
-		bin := *serveBin
-		if bin == "" {
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("bench: find the moenda binary (set --serve-bin): %w", err)
-			}
-			bin = exe
+		bin, err := serveBinary("bench", *serveBin)
+		if err != nil {
+			return err
 		}
 		res, runErr := bench.Run(ctx, bench.Options{
 			Quick:       *quick,
@@ -51,15 +73,8 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 			return runErr
 		}
 		if *markdown != "" {
-			f, err := os.Create(*markdown)
-			if err != nil {
-				return err
-			}
-			if err := res.WriteMarkdown(f, "go run . bench --markdown "+filepath.Base(*markdown)); err != nil {
-				_ = f.Close()
-				return err
-			}
-			if err := f.Close(); err != nil {
+			cmd := "go run . bench --markdown " + filepath.Base(*markdown)
+			if err := writeFile(*markdown, func(w io.Writer) error { return res.WriteMarkdown(w, cmd) }); err != nil {
 				return err
 			}
 		}

@@ -44,6 +44,11 @@ Commands:
   bench [--quick] [--json] [--markdown FILE]
                    measure moenda against the raw clients on the servers
                    of the configuration; --markdown writes BENCHMARKS.md
+  faults [--quick] [--only T03,T11] [--seed N] [--markdown FILE] [--json FILE] [--dir DIR]
+                   inject faults into the local PostgreSQL and RabbitMQ
+                   (it restarts and kills them) and check that nothing
+                   is lost or applied twice; --markdown writes
+                   RELIABILITY.md
 
 The environment is --env, else MOENDA_ENV, else "local"; its settings are
 the built-in defaults, then configs/base.yaml, then configs/ENV.yaml, then
@@ -87,6 +92,12 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 				fmt.Fprintf(stderr, "moenda: usage: moenda outbox slots [--drop NAME]\n")
 				return 2
 			}
+		}
+	case "faults":
+		run, ok = faultsCommand(fl.Args()[1:])
+		if !ok {
+			fmt.Fprintf(stderr, "moenda: usage: moenda faults [--quick] [--only T03,T11] [--seed N] [--markdown FILE] [--json FILE] [--dir DIR]\n")
+			return 2
 		}
 	case "replay":
 		run, ok = replayCommand(fl.Args()[1:])

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/analise"
 	"github.com/moenda/moenda/handlers/analytics"
@@ -15,8 +16,12 @@ import (
 )
 
 // Plugins is the registry of every plugin this binary carries. Which of
-// them run is chosen per environment by handlers.enabled.
-func Plugins() (*handlers.Registry, error) { return handlers.NewRegistry(shipped()...) }
+// them run is chosen per environment by handlers.enabled. The fault
+// suite's probe is carried for `moenda faults`, whose serve processes
+// enable it alone; no environment does.
+func Plugins() (*handlers.Registry, error) {
+	return handlers.NewRegistry(append(shipped(), probe.Plugin())...)
+}
 
 // shipped lists the plugins: a new plugin is one folder under handlers/
 // and one line here.

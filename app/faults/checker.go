@@ -33,6 +33,9 @@ type Kind string
 const (
 	// Good events are applied once.
 	Good Kind = "good"
+	// Transient events fail their first deliveries, then are applied
+	// once, like good ones.
+	Transient Kind = "transient"
 	// Poison events fail every time and must end in the dead-letter
 	// queue.
 	Poison Kind = "poison"
@@ -49,8 +52,11 @@ type Op struct {
 	Kind    Kind    `json:"kind"`
 	// Aggregate is the key whose events must be applied in order; empty
 	// where no order is promised.
-	Aggregate string    `json:"aggregate,omitempty"`
-	At        time.Time `json:"t"`
+	Aggregate string `json:"aggregate,omitempty"`
+	// Correlation is the correlation id the request carried; a dead
+	// letter of the event must carry it too.
+	Correlation string    `json:"correlation,omitempty"`
+	At          time.Time `json:"t"`
 }
 
 // Effect is a row of the consumer's deliberately non-idempotent effect
@@ -67,6 +73,10 @@ type DeadLetter struct {
 	Reason        string `json:"reason"`
 	Attempts      string `json:"attempts"`
 	CorrelationID string `json:"correlation_id"`
+	Queue         string `json:"queue,omitempty"`
+	RoutingKey    string `json:"routing_key,omitempty"`
+	FirstFailure  string `json:"first_failure,omitempty"`
+	LastFailure   string `json:"last_failure,omitempty"`
 }
 
 // Observed is what came out of the system once it drained.
@@ -77,9 +87,12 @@ type Observed struct {
 	// Counter is the consumer's counter, incremented with each effect.
 	Counter     int64
 	DeadLetters []DeadLetter
-	// Deliveries counts each event's deliveries to the consumer,
-	// repeats included.
-	Deliveries map[string]int
+	// Unrouted are the event ids the broker kept in the unrouted queue:
+	// no binding matched them. They are accounted for, not lost.
+	Unrouted []string
+	// Deduplicated counts the deliveries the consumer's inbox skipped
+	// because the event's effect had committed: duplicate deliveries.
+	Deduplicated int
 	// Drained reports whether relays, queues and dead-letter queues went
 	// quiet within the bound; failing to drain is itself a failure.
 	Drained bool
@@ -106,14 +119,21 @@ type Report struct {
 	CounterMismatch bool `json:"counter_mismatch"`
 	// DLQMissing are poison events not dead-lettered; DLQExtra are good
 	// events dead-lettered, or poison events applied; DLQIncomplete are
-	// dead letters without a reason or an attempt count.
+	// dead letters without a reason or an attempt count, or whose
+	// correlation id is not the request's.
 	DLQMissing    []string `json:"dlq_missing"`
 	DLQExtra      []string `json:"dlq_extra"`
 	DLQIncomplete []string `json:"dlq_incomplete"`
+	// DeadLettered counts the events dead-lettered, and PoisonConfirmed
+	// the confirmed poison events, which should be the same ones.
+	DeadLettered    int `json:"dead_lettered"`
+	PoisonConfirmed int `json:"poison_confirmed"`
 	// DLQDuplicates counts dead letters beyond one per event (allowed:
 	// dead-lettering is at least once).
 	DLQDuplicates int `json:"dlq_duplicates"`
-	// DuplicateDeliveries counts deliveries beyond one per event
+	// Unrouted counts events kept in the unrouted queue.
+	Unrouted int `json:"unrouted"`
+	// DuplicateDeliveries counts repeat deliveries of applied events
 	// (allowed: the price of at-least-once).
 	DuplicateDeliveries int `json:"duplicate_deliveries"`
 	// OrderViolations are events applied before an event of the same
@@ -161,16 +181,33 @@ func Check(history []Op, seen Observed) Report {
 			r.DLQIncomplete = append(r.DLQIncomplete, d.EventID)
 		}
 	}
+	unrouted := map[string]bool{}
+	for _, id := range seen.Unrouted {
+		unrouted[id] = true
+	}
+	r.Unrouted = len(unrouted)
+	r.DeadLettered = len(dead)
 	for id, op := range confirmed {
-		switch {
-		case op.Kind == Good && effects[id] == 0, op.Kind == Poison && dead[id] == 0:
+		poison := op.Kind == Poison
+		if poison {
+			r.PoisonConfirmed++
+		}
+		if unrouted[id] {
+			continue
+		}
+		if !poison && effects[id] == 0 || poison && dead[id] == 0 {
 			r.Lost = append(r.Lost, id)
 		}
-		if op.Kind == Poison && dead[id] == 0 {
+		if poison && dead[id] == 0 {
 			r.DLQMissing = append(r.DLQMissing, id)
 		}
-		if op.Kind == Good && dead[id] > 0 || op.Kind == Poison && effects[id] > 0 {
+		if !poison && dead[id] > 0 || poison && effects[id] > 0 {
 			r.DLQExtra = append(r.DLQExtra, id)
+		}
+	}
+	for _, d := range seen.DeadLetters {
+		if op, ok := confirmed[d.EventID]; ok && op.Correlation != "" && d.CorrelationID != op.Correlation {
+			r.DLQIncomplete = append(r.DLQIncomplete, d.EventID)
 		}
 	}
 	ghosts := map[string]bool{}
@@ -192,9 +229,7 @@ func Check(history []Op, seen Observed) Report {
 		r.Unexpected = append(r.Unexpected, id)
 	}
 	r.CounterMismatch = seen.Counter != int64(len(seen.Effects))
-	for _, n := range seen.Deliveries {
-		r.DuplicateDeliveries += max(n-1, 0)
-	}
+	r.DuplicateDeliveries = seen.Deduplicated
 	r.OrderViolations = orderViolations(seen.Effects, confirmed)
 
 	for _, l := range [][]string{r.Lost, r.Unexpected, r.DuplicateEffects, r.DLQMissing, r.DLQExtra, r.DLQIncomplete, r.OrderViolations} {

@@ -31,12 +31,12 @@ func history(outcomes map[string]Outcome) []Op {
 func clean() Observed {
 	t0 := time.Unix(100, 0)
 	return Observed{
-		Business:    map[string]bool{"g1": true, "g2": true, "g3": true, "g4": true, "p1": true, "p2": true},
-		Effects:     []Effect{{"g1", t0}, {"g2", t0.Add(time.Second)}, {"g3", t0.Add(2 * time.Second)}, {"g4", t0.Add(3 * time.Second)}},
-		Counter:     4,
-		DeadLetters: []DeadLetter{{EventID: "p1", Reason: "retries_exhausted", Attempts: "4"}, {EventID: "p2", Reason: "retries_exhausted", Attempts: "4"}},
-		Deliveries:  map[string]int{"g1": 1, "g2": 2, "g3": 1, "g4": 1},
-		Drained:     true,
+		Business:     map[string]bool{"g1": true, "g2": true, "g3": true, "g4": true, "p1": true, "p2": true},
+		Effects:      []Effect{{"g1", t0}, {"g2", t0.Add(time.Second)}, {"g3", t0.Add(2 * time.Second)}, {"g4", t0.Add(3 * time.Second)}},
+		Counter:      4,
+		DeadLetters:  []DeadLetter{{EventID: "p1", Reason: "retries_exhausted", Attempts: "4"}, {EventID: "p2", Reason: "retries_exhausted", Attempts: "4"}},
+		Deduplicated: 1,
+		Drained:      true,
 	}
 }
 
@@ -121,5 +121,32 @@ func TestACounterOutOfStepOrAnUndrainedRunIsInvalid(t *testing.T) {
 	seen.Drained = false
 	if r := Check(history(nil), seen); r.Valid {
 		t.Fatalf("not drained: %+v", r)
+	}
+}
+
+// A dead letter must carry the request's correlation id; an event kept in
+// the unrouted queue is accounted for, not lost.
+func TestCorrelationAndUnrouted(t *testing.T) {
+	h := history(nil)
+	for i := range h {
+		if h[i].EventID == "p1" {
+			h[i].Correlation = "c-p1"
+		}
+	}
+	seen := clean()
+	if r := Check(h, seen); r.Valid || !slices.Equal(r.DLQIncomplete, []string{"p1"}) {
+		t.Fatalf("a dead letter without the request's correlation id: %+v", r)
+	}
+	seen.DeadLetters[0].CorrelationID = "c-p1"
+	if r := Check(h, seen); !r.Valid {
+		t.Fatalf("with it: %+v", r)
+	}
+	seen.Effects, seen.Counter = seen.Effects[:3], 3
+	if r := Check(h, seen); r.Valid || !slices.Equal(r.Lost, []string{"g4"}) {
+		t.Fatalf("g4 neither applied nor unrouted: %+v", r)
+	}
+	seen.Unrouted = []string{"g4"}
+	if r := Check(h, seen); !r.Valid || r.Unrouted != 1 {
+		t.Fatalf("g4 unrouted: %+v", r)
 	}
 }

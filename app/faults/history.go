@@ -19,6 +19,12 @@ func EventID(run string, writer, seq int) string {
 	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("moenda-faults:"+run+":"+strconv.Itoa(writer)+":"+strconv.Itoa(seq))).String()
 }
 
+// CorrelationID is the correlation id the workload sends with an event's
+// request; its dead letter must carry it.
+func CorrelationID(eventID string) string {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("moenda-faults-correlation:"+eventID)).String()
+}
+
 // Line is one line of the history file: an operation of a writer, or a
 // fault of the nemesis (Fault set, Op zero).
 type Line struct {
@@ -32,10 +38,11 @@ type Line struct {
 // the database under test, as they happen: it survives whatever the
 // system under test loses.
 type History struct {
-	mu  sync.Mutex
-	f   *os.File
-	buf *bufio.Writer
-	enc *json.Encoder
+	mu     sync.Mutex
+	counts map[Outcome]int
+	f      *os.File
+	buf    *bufio.Writer
+	enc    *json.Encoder
 }
 
 // CreateHistory creates the history file at path.
@@ -55,7 +62,20 @@ func (h *History) Add(l Line) error {
 	if err := h.enc.Encode(l); err != nil {
 		return fmt.Errorf("faults: history: %w", err)
 	}
+	if l.Fault == "" {
+		if h.counts == nil {
+			h.counts = map[Outcome]int{}
+		}
+		h.counts[l.Outcome]++
+	}
 	return nil
+}
+
+// count is how many operations with outcome were added so far.
+func (h *History) count(o Outcome) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.counts[o]
 }
 
 // Close flushes and closes the file.

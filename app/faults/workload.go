@@ -15,25 +15,31 @@ import (
 // events through POST /v1/events, one at a time, and records every
 // operation in the history before and after it.
 type Workload struct {
-	// Base is the API's URL, such as http://127.0.0.1:8080.
-	Base string
+	// Bases are the API's URLs, such as http://127.0.0.1:8080: a writer
+	// sends each attempt of a command to the next one, so a node that
+	// went away costs it one attempt.
+	Bases []string
 	// RunID names the run: event ids derive from it.
 	RunID   string
 	Writers int
 	// Interval is the pause between a writer's operations.
 	Interval time.Duration
-	// PoisonEvery makes every n-th event of a writer poison; 0 none.
-	PoisonEvery int
-	// EventName and Payload make the request's event from (writer, seq,
-	// poison).
+	// PoisonEvery makes every n-th event of a writer poison, and
+	// TransientEvery every n-th of the others transient; 0 none.
+	PoisonEvery    int
+	TransientEvery int
+	// EventName and Payload make the request's event.
 	EventName string
-	Payload   func(writer, seq int, poison bool) any
+	Payload   func(writer, seq int, kind Kind) any
 	// Attempts is how often a writer sends a command whose answer was
 	// cut before it records it as indeterminate; a retry reuses the
 	// event id, so the API answers it once.
 	Attempts int
 	History  *History
 	Client   *http.Client
+	// OnStatus, when set, hears each answer's status code (0 when the
+	// request got none).
+	OnStatus func(code int)
 }
 
 // Run runs the writers until ctx ends, and returns how many operations
@@ -69,13 +75,10 @@ func (w Workload) Run(ctx context.Context) (map[Outcome]int, error) {
 
 // one sends a writer's seq-th command and records it.
 func (w Workload) one(ctx context.Context, writer, seq int) (Outcome, error) {
-	poison := w.PoisonEvery > 0 && seq%w.PoisonEvery == w.PoisonEvery-1
-	op := Op{Outcome: Invoked, Writer: writer, Seq: seq, EventID: EventID(w.RunID, writer, seq), Kind: Good, At: time.Now()}
-	if poison {
-		op.Kind = Poison
-	}
+	id := EventID(w.RunID, writer, seq)
+	op := Op{Outcome: Invoked, Writer: writer, Seq: seq, EventID: id, Kind: w.kind(seq), Correlation: CorrelationID(id), At: time.Now()}
 	body, err := json.Marshal(map[string]any{"event_id": op.EventID, "event_name": w.EventName, "source": "faults",
-		"payload": w.Payload(writer, seq, poison)})
+		"payload": w.Payload(writer, seq, op.Kind)})
 	if err != nil {
 		return "", err
 	}
@@ -87,7 +90,7 @@ func (w Workload) one(ctx context.Context, writer, seq int) (Outcome, error) {
 	sendCtx := context.WithoutCancel(ctx)
 	op.Outcome = Indeterminate
 	for attempt := 0; attempt < max(w.Attempts, 1) && op.Outcome == Indeterminate; attempt++ {
-		op.Outcome = w.send(sendCtx, body)
+		op.Outcome = w.send(sendCtx, w.Bases[(writer+attempt)%len(w.Bases)], op.Correlation, body)
 		if op.Outcome == Indeterminate && !poll.Sleep(sendCtx, time.Duration(attempt+1)*200*time.Millisecond) {
 			break
 		}
@@ -96,19 +99,37 @@ func (w Workload) one(ctx context.Context, writer, seq int) (Outcome, error) {
 	return op.Outcome, w.History.Add(Line{Op: op})
 }
 
+// kind is what the seq-th event of a writer is.
+func (w Workload) kind(seq int) Kind {
+	switch {
+	case w.PoisonEvery > 0 && seq%w.PoisonEvery == w.PoisonEvery-1:
+		return Poison
+	case w.TransientEvery > 0 && seq%w.TransientEvery == w.TransientEvery/2:
+		return Transient
+	}
+	return Good
+}
+
 // send posts body once: 2xx is acknowledged, 4xx a definite failure, and
 // anything else (a 5xx, a cut connection, a timeout) indeterminate.
-func (w Workload) send(ctx context.Context, body []byte) Outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.Base+"/v1/events", bytes.NewReader(body))
+func (w Workload) send(ctx context.Context, base, correlation string, body []byte) Outcome {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/events", bytes.NewReader(body))
 	if err != nil {
 		return Failed
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Correlation-ID", correlation)
 	resp, err := w.Client.Do(req)
 	if err != nil {
+		if w.OnStatus != nil {
+			w.OnStatus(0)
+		}
 		return Indeterminate
 	}
 	_ = resp.Body.Close()
+	if w.OnStatus != nil {
+		w.OnStatus(resp.StatusCode)
+	}
 	switch {
 	case resp.StatusCode < 300:
 		return OK

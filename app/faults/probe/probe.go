@@ -2,7 +2,9 @@
 // each good event with an effect that is deliberately not idempotent, and
 // fails every poison event, so that a lost event, a duplicate effect or a
 // poison event outside the dead-letter queue all show in its tables. It is
-// no shipped plugin: only the suite's processes register it.
+// registered so that `moenda faults` can run it in its own serve
+// processes, and enabled in no environment: its events carry nothing of
+// use.
 package probe
 
 import (
@@ -11,30 +13,50 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
-
-	"github.com/go-chi/chi/v5"
+	"time"
 
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/httpjson"
 )
+
+// Name is the plugin's name, for handlers.enabled.
+const Name = "faultprobe"
 
 // Event is what the suite's writers publish through POST /v1/events.
 const Event = "faultprobe.evento.v1"
 
-// Payload is the event's payload: who wrote it, in which order, and
-// whether it is poison.
+// Exchange and Queue are where the probe's events go and are consumed.
+const (
+	Exchange = "faultprobe.eventos"
+	Queue    = "faultprobe.efeitos"
+)
+
+// Payload is the event's payload: who wrote it, in which order, and how
+// the probe is to treat it.
 type Payload struct {
 	Writer    int    `json:"writer"`
 	Seq       int    `json:"seq"`
-	Aggregate string `json:"aggregate"`
-	Poison    bool   `json:"poison,omitempty"`
+	Aggregate string `json:"aggregate,omitempty"`
+	// Note is stored with the effect, as a handler stores what it was
+	// sent: text PostgreSQL refuses makes the delivery fail.
+	Note string `json:"note,omitempty"`
+	// Poison fails every delivery.
+	Poison bool `json:"poison,omitempty"`
+	// FailFirst fails the event's first deliveries to this process, as a
+	// dependency that answers 503 for a while.
+	FailFirst int `json:"fail_first,omitempty"`
+	// HoldMillis keeps the handler's unit of work open after the effect
+	// is written, so that a crash can land between the write and the
+	// commit.
+	HoldMillis int `json:"hold_ms,omitempty"`
 }
 
 // ErrPoison is how a poison event fails, every time.
 var ErrPoison = errors.New("faultprobe: poison event, failing as asked")
+
+// ErrTransient is how an event asked to fail its first deliveries fails.
+var ErrTransient = errors.New("faultprobe: failing this delivery as asked (fail_first)")
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -42,9 +64,9 @@ var migrationFiles embed.FS
 // Plugin returns the probe's definition.
 func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
-		Name:      "faultprobe",
+		Name:      Name,
 		Publishes: []string{Event},
-		Exchange:  "faultprobe.eventos",
+		Exchange:  Exchange,
 		Subscriptions: []handlers.Subscription{
 			{Name: "efeitos", Events: []string{"faultprobe.#"}, Handles: []string{Event}},
 		},
@@ -54,27 +76,20 @@ func Plugin() handlers.Definition {
 }
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
-	p := &probe{tx: deps.Tx, deliveries: map[string]int{}}
-	return handlers.Plugin{
-		Handlers: map[string]handlers.HandlerFunc{"efeitos": p.apply},
-		Routes:   func(r chi.Router) { r.Get("/faultprobe/entregas", p.listDeliveries) },
-	}, nil
+	p := &probe{tx: deps.Tx, failed: map[string]int{}}
+	return handlers.Plugin{Handlers: map[string]handlers.HandlerFunc{"efeitos": p.apply}}, nil
 }
 
-// probe counts its deliveries in memory: they are reported, not checked
-// (a repeat is the price of at-least-once), and a process that is killed
-// takes its count with it.
 type probe struct {
-	tx         handlers.Transactor
-	mu         sync.Mutex
-	deliveries map[string]int
+	tx handlers.Transactor
+	mu sync.Mutex
+	// failed counts the deliveries failed on purpose (fail_first), by
+	// event id; a restarted process starts again from none.
+	failed map[string]int
 }
 
 // apply writes the effect in the delivery's unit of work.
 func (p *probe) apply(ctx context.Context, e event.Event) error {
-	p.mu.Lock()
-	p.deliveries[e.ID]++
-	p.mu.Unlock()
 	var pl Payload
 	if err := json.Unmarshal(e.Payload, &pl); err != nil {
 		return event.Permanent(fmt.Errorf("faultprobe: payload: %w", err))
@@ -82,20 +97,32 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 	if pl.Poison {
 		return ErrPoison
 	}
+	if pl.FailFirst > 0 {
+		p.mu.Lock()
+		fail := p.failed[e.ID] < pl.FailFirst
+		if fail {
+			p.failed[e.ID]++
+		}
+		p.mu.Unlock()
+		if fail {
+			return ErrTransient
+		}
+	}
 	return p.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		if _, err := tx.Postgres().Exec(ctx, `INSERT INTO faultprobe_efeitos (event_id, writer, seq, aggregate) VALUES ($1, $2, $3, $4)`,
-			e.ID, pl.Writer, pl.Seq, pl.Aggregate); err != nil {
+		if _, err := tx.Postgres().Exec(ctx, `INSERT INTO faultprobe_efeitos (event_id, writer, seq, aggregate, nota) VALUES ($1, $2, $3, $4, $5)`,
+			e.ID, pl.Writer, pl.Seq, pl.Aggregate, pl.Note); err != nil {
 			return err
 		}
-		_, err := tx.Postgres().Exec(ctx, `UPDATE faultprobe_contador SET n = n + 1`)
-		return err
+		if _, err := tx.Postgres().Exec(ctx, `UPDATE faultprobe_contador SET n = n + 1`); err != nil {
+			return err
+		}
+		if pl.HoldMillis > 0 {
+			select {
+			case <-time.After(time.Duration(pl.HoldMillis) * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
 	})
-}
-
-// listDeliveries answers GET /faultprobe/entregas: the deliveries this
-// process has seen, by event id.
-func (p *probe) listDeliveries(w http.ResponseWriter, _ *http.Request) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	httpjson.Write(w, http.StatusOK, p.deliveries)
 }

@@ -8,6 +8,7 @@ CREATE TABLE faultprobe_efeitos (
     writer     INTEGER NOT NULL,
     seq        INTEGER NOT NULL,
     aggregate  TEXT NOT NULL,
+    nota       TEXT NOT NULL,
     applied_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
 );
 CREATE TABLE faultprobe_contador (n BIGINT NOT NULL);

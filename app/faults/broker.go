@@ -1,0 +1,149 @@
+package faults
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+)
+
+// steady starts n nodes and the writers: four of them, a command each
+// 10 ms, every 50th event poison.
+func (r *run) steady(ctx context.Context, n int) error {
+	if err := r.start(ctx, n); err != nil {
+		return err
+	}
+	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50})
+	return nil
+}
+
+// tail lets the writers run on after the last fault, so that the recovery
+// can be seen.
+func (r *run) tail(ctx context.Context) error { return r.wait(ctx, r.jitter(15*time.Second)) }
+
+func brokerRestart(ctx context.Context, r *run) error {
+	times, hold := r.scale(2, 1), r.scale(10, 5)
+	r.injected("writers at ~300 events/s; %d× rabbitmqctl stop_app, %d s, start_app", times, hold)
+	if err := r.steady(ctx, 2); err != nil {
+		return err
+	}
+	for range times {
+		if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
+			return err
+		}
+		if err := r.inject(ctx, "broker stop_app", time.Duration(hold)*time.Second, stopBroker, startBroker); err != nil {
+			return err
+		}
+	}
+	return r.tail(ctx)
+}
+
+func brokerCrash(ctx context.Context, r *run) error {
+	times := r.scale(2, 1)
+	r.injected("writers at ~300 events/s; %d× kill -9 of beam.smp, then rabbitmq-server -detached", times)
+	if err := r.steady(ctx, 2); err != nil {
+		return err
+	}
+	for range times {
+		if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
+			return err
+		}
+		if err := r.inject(ctx, "broker kill -9", 0, crashBroker, bootBroker); err != nil {
+			return err
+		}
+	}
+	return r.tail(ctx)
+}
+
+func connectionStorm(ctx context.Context, r *run) error {
+	times := r.scale(12, 4)
+	r.injected("writers at ~300 events/s; %d× every 5 s: close every AMQP connection of the vhost and end every database session", times)
+	if err := r.steady(ctx, 2); err != nil {
+		return err
+	}
+	for range times {
+		if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
+			return err
+		}
+		storm := func(ctx context.Context) error {
+			if err := r.closeConnections(ctx); err != nil {
+				return err
+			}
+			_, err := r.terminate(ctx)
+			return err
+		}
+		if err := r.inject(ctx, "connection storm", 0, storm, nil); err != nil {
+			return err
+		}
+	}
+	return r.tail(ctx)
+}
+
+func brokerUnreachable(ctx context.Context, r *run) error {
+	hold := r.scale(60, 20)
+	r.injected("writers at ~300 events/s; rabbitmqctl suspend_listeners and close_all_connections for %d s, then resume_listeners", hold)
+	if err := r.steady(ctx, 2); err != nil {
+		return err
+	}
+	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
+		return err
+	}
+	before := r.acknowledged()
+	err := r.inject(ctx, "broker unreachable", time.Duration(hold)*time.Second, r.suspendListeners, func(ctx context.Context) error {
+		if n := r.acknowledged() - before; n == 0 {
+			r.problem("the API committed nothing while the broker was unreachable")
+		} else {
+			r.note("the API acknowledged %d commands while the broker was unreachable", n)
+		}
+		return resumeListeners(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	return r.tail(ctx)
+}
+
+func memoryAlarmCase(ctx context.Context, r *run) error {
+	hold := r.scale(60, 20)
+	r.injected("writers at ~300 events/s; rabbitmqctl set_vm_memory_high_watermark 0.0001 for %d s, then the previous watermark", hold)
+	if err := r.steady(ctx, 2); err != nil {
+		return err
+	}
+	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
+		return err
+	}
+	var restore func(context.Context) error
+	err := r.inject(ctx, "memory alarm", time.Duration(hold)*time.Second, func(ctx context.Context) (err error) {
+		restore, err = memoryAlarm(ctx)
+		return err
+	}, func(ctx context.Context) error {
+		code, body := r.readyz(r.nodes[0])
+		r.note("/readyz during the alarm: %d %s", code, body)
+		if code == http.StatusOK {
+			r.problem("/readyz answered 200 while the broker blocked publishers")
+		}
+		if restore == nil {
+			return nil
+		}
+		return restore(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	return r.tail(ctx)
+}
+
+// acknowledged counts the commands acknowledged so far, from the history.
+func (r *run) acknowledged() int { return r.hist.count(OK) }
+
+// readyz asks nd whether it is ready.
+func (r *run) readyz(nd *node) (int, string) {
+	c := http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get("http://" + nd.addr + "/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return resp.StatusCode, string(b)
+}

@@ -1,0 +1,110 @@
+package faults
+
+import (
+	"context"
+	"time"
+)
+
+// crashLoop kills a node chosen by pick, times times at random intervals
+// of 3 to 10 s, and starts it again a second later, as a supervisor would.
+func (r *run) crashLoop(ctx context.Context, fault string, times int, pick func() *node) error {
+	for range times {
+		if err := r.wait(ctx, 3*time.Second+time.Duration(r.rng.Int64N(int64(7*time.Second)))); err != nil {
+			return err
+		}
+		nd := pick()
+		err := r.inject(ctx, fault+" "+nd.name, time.Second, func(context.Context) error { r.kill(nd); return nil },
+			func(ctx context.Context) error { return r.system.run(ctx, nd) })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func consumerCrash(ctx context.Context, r *run) error {
+	times := r.scale(20, 4)
+	r.injected("two nodes; writers at ~300 events/s, handlers holding their transaction 20 ms; %d× kill -9 of the second node every 3-10 s, started again 1 s later", times)
+	if err := r.start(ctx, 2); err != nil {
+		return err
+	}
+	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, Payload: holding(20)})
+	if err := r.crashLoop(ctx, "kill -9", times, func() *node { return r.nodes[1] }); err != nil {
+		return err
+	}
+	return r.tail(ctx)
+}
+
+func relayCrash(ctx context.Context, r *run) error {
+	times := r.scale(10, 3)
+	r.injected("two nodes, the relay leader among them; writers at ~300 events/s; %d× kill -9 of a node chosen by the seed every 3-10 s, started again 1 s later", times)
+	if err := r.steady(ctx, 2); err != nil {
+		return err
+	}
+	if err := r.crashLoop(ctx, "kill -9", times, func() *node { return r.nodes[r.rng.IntN(len(r.nodes))] }); err != nil {
+		return err
+	}
+	return r.tail(ctx)
+}
+
+func twoRelays(ctx context.Context, r *run) error {
+	r.injected("two nodes relaying one outbox; a third started mid-run (a double deploy), then the first stopped with SIGTERM")
+	if err := r.steady(ctx, 2); err != nil {
+		return err
+	}
+	if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
+		return err
+	}
+	if err := r.inject(ctx, "a third relay", 0, func(ctx context.Context) error { return r.start(ctx, 1) }, nil); err != nil {
+		return err
+	}
+	if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
+		return err
+	}
+	first := r.nodes[0]
+	err := r.inject(ctx, "first node stopped", 0, func(context.Context) error {
+		r.scrape(first)
+		_, err := first.stop(time.Minute)
+		r.gone[first] = true
+		return err
+	}, nil)
+	if err != nil {
+		return err
+	}
+	return r.tail(ctx)
+}
+
+func shutdownInBackoff(ctx context.Context, r *run) error {
+	r.injected("poison events waiting in the 5 s and 25 s retry queues; SIGTERM to every node, then all started again")
+	if err := r.steady(ctx, 2); err != nil {
+		return err
+	}
+	if err := r.wait(ctx, r.jitter(10*time.Second)); err != nil {
+		return err
+	}
+	err := r.inject(ctx, "SIGTERM", 0, func(context.Context) error {
+		for _, nd := range r.nodes {
+			r.scrape(nd)
+			took, err := nd.stop(time.Minute)
+			if err != nil {
+				return err
+			}
+			r.result.addExtra("sigterm_exit_seconds_max", took.Seconds())
+			if took > 10*time.Second {
+				r.problem("node %s took %s to exit after SIGTERM; router.close_timeout is 10 s", nd.name, took)
+			}
+		}
+		return nil
+	}, func(ctx context.Context) error {
+		for _, nd := range r.nodes {
+			if err := r.system.run(ctx, nd); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return r.tail(ctx)
+}

@@ -1,0 +1,251 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+func postgresRestart(ctx context.Context, r *run) error {
+	modes := []string{"fast", "immediate"}
+	r.injected("writers at ~300 events/s, every command retried with its event_id; pg_ctlcluster restart -m fast, then -m immediate")
+	var mu sync.Mutex
+	codes := map[int]int{}
+	if err := r.start(ctx, 2); err != nil {
+		return err
+	}
+	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50,
+		OnStatus: func(code int) { mu.Lock(); codes[code]++; mu.Unlock() }})
+	for _, mode := range modes {
+		if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
+			return err
+		}
+		if err := r.inject(ctx, "postgres restart -m "+mode, 0, func(ctx context.Context) error { return restartPostgres(ctx, mode) }, nil); err != nil {
+			return err
+		}
+	}
+	if err := r.tail(ctx); err != nil {
+		return err
+	}
+	r.after = append(r.after, func([]Op, Observed) {
+		mu.Lock()
+		defer mu.Unlock()
+		r.note("API answers during the run: %v (0: no answer)", codes)
+		for code, n := range codes {
+			if code >= 500 && code != 503 {
+				r.problem("the API answered %d %d times during the outage; 503 expected", code, n)
+			}
+		}
+	})
+	return nil
+}
+
+func sessionsKilled(ctx context.Context, r *run) error {
+	times := r.scale(20, 6)
+	r.injected("writers at ~300 events/s, handlers holding their transaction 5 ms; %d× every 3 s: pg_terminate_backend of every session of the database", times)
+	if err := r.start(ctx, 2); err != nil {
+		return err
+	}
+	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, Payload: holding(5)})
+	for range times {
+		if err := r.wait(ctx, r.jitter(3*time.Second)); err != nil {
+			return err
+		}
+		if err := r.inject(ctx, "sessions terminated", 0, func(ctx context.Context) error { _, err := r.terminate(ctx); return err }, nil); err != nil {
+			return err
+		}
+	}
+	return r.tail(ctx)
+}
+
+// holding makes the probe hold its unit of work open ms after the effect,
+// so that a fault can land between the effect and the commit.
+func holding(ms int) func(writer, seq int, kind Kind) any {
+	return func(writer, seq int, kind Kind) any {
+		return probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison, HoldMillis: ms}
+	}
+}
+
+// directWriter is the inbox consumer under which the direct writers
+// record their business rows.
+const directWriter = "moenda faults: direct writer"
+
+// errRollback makes a direct writer's transaction roll back on purpose.
+var errRollback = errors.New("rolled back on purpose")
+
+func commitOrder(ctx context.Context, r *run) error {
+	writers := 8
+	r.injected("%d writers in PostgreSQL: each transaction publishes, sleeps random()*0.5 s, then commits, or rolls back one time in ten; the polling reader", writers)
+	if err := r.start(ctx, 1); err != nil {
+		return err
+	}
+	cfg := topology.DefaultConfig()
+	cfg.Exchanges = []topology.ExchangeConfig{{Name: probe.Exchange, Events: []string{"faultprobe.#"}}}
+	top, err := topology.Build(cfg, nil)
+	if err != nil {
+		return err
+	}
+	tx := postgres.NewTransactor(r.pool, outbox.New(top.Routable, watermill.NewSlogLogger(slog.New(slog.DiscardHandler))), nil)
+	dur := time.Duration(r.scale(40, 15)) * time.Second
+	wctx, cancel := context.WithTimeout(ctx, dur)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		rng := rand.New(rand.NewPCG(r.rng.Uint64(), uint64(w)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 0; wctx.Err() == nil; seq++ {
+				if err := r.directWrite(ctx, tx, w, seq, rng.IntN(10) == 0); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// directWrite commits, or rolls back, one event in a transaction that
+// sleeps before its end, and records it.
+func (r *run) directWrite(ctx context.Context, tx *postgres.Transactor, writer, seq int, rollback bool) error {
+	id := EventID(r.dbName, writer, seq)
+	op := Op{Outcome: Invoked, Writer: writer, Seq: seq, EventID: id, Kind: Good, At: time.Now()}
+	if err := r.hist.Add(Line{Op: op}); err != nil {
+		return err
+	}
+	payload, _ := json.Marshal(probe.Payload{Writer: writer, Seq: seq})
+	err := tx.InTx(ctx, func(ctx context.Context, x handlers.Tx) error {
+		if _, err := x.Remember(ctx, handlers.Receipt{Consumer: directWriter, Key: id, Answer: []byte(`{}`)}); err != nil {
+			return err
+		}
+		if err := x.Publish(ctx, event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload}); err != nil {
+			return err
+		}
+		if _, err := x.Postgres().Exec(ctx, `SELECT pg_sleep(random() * 0.5)`); err != nil {
+			return err
+		}
+		if rollback {
+			return errRollback
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		op.Outcome = OK
+	case errors.Is(err, errRollback):
+		op.Outcome = Failed
+	default:
+		// The commit's answer may have been cut; the checker looks for
+		// the business row. Any other error ends the writer.
+		op.Outcome = Indeterminate
+		if !errors.Is(err, handlers.ErrUnavailable) {
+			_ = r.hist.Add(Line{Op: op})
+			return fmt.Errorf("direct writer %d: %w", writer, err)
+		}
+	}
+	op.At = time.Now()
+	return r.hist.Add(Line{Op: op})
+}
+
+func idleInTransaction(ctx context.Context, r *run) error {
+	timeout := r.scale(30, 10)
+	r.injected("writers at ~300 events/s; a session BEGINs, INSERTs and stays idle, until idle_in_transaction_session_timeout (%d s) ends it; the polling reader", timeout)
+	if err := r.steady(ctx, 1); err != nil {
+		return err
+	}
+	if _, err := r.pool.Exec(ctx, `CREATE TABLE faults_scratch (x int)`); err != nil {
+		return err
+	}
+	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
+		return err
+	}
+	var pid int
+	err := r.inject(ctx, "idle in transaction", 0, func(ctx context.Context) error {
+		conn, err := r.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, fmt.Sprintf(`SET idle_in_transaction_session_timeout = '%ds'`, timeout)); err != nil {
+			return err
+		}
+		if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			return err
+		}
+		for _, q := range []string{`BEGIN`, `INSERT INTO faults_scratch VALUES (1)`} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		// Idle until the server ends the session.
+		deadline := time.Now().Add(time.Duration(timeout)*time.Second + time.Minute)
+		for time.Now().Before(deadline) {
+			var alive bool
+			if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive); err != nil {
+				return err
+			}
+			if !alive {
+				conn.Conn().PgConn().Close(ctx)
+				return nil
+			}
+			if err := r.wait(ctx, 200*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("the idle session %d was not ended by idle_in_transaction_session_timeout", pid)
+	}, nil)
+	if err != nil {
+		return err
+	}
+	if err := r.tail(ctx); err != nil {
+		return err
+	}
+	r.after = append(r.after, func([]Op, Observed) {
+		if !r.logged("blocking_pid", strconv.Itoa(pid)) {
+			r.problem("no node's log names the idle session (blocking_pid %d)", pid)
+		}
+	})
+	return nil
+}
+
+// logged reports whether a node's log has a line holding every one of
+// words.
+func (r *run) logged(words ...string) bool {
+	for _, nd := range r.nodes {
+		b, err := os.ReadFile(nd.log)
+		if err != nil {
+			continue
+		}
+	lines:
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, w := range words {
+				if !strings.Contains(line, w) {
+					continue lines
+				}
+			}
+			return true
+		}
+	}
+	return false
+}

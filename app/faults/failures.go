@@ -1,0 +1,203 @@
+package faults
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+func unroutable(ctx context.Context, r *run) error {
+	hold := r.scale(3, 2)
+	r.injected("writers at ~300 events/s; the probe queue's binding deleted for %d s, then bound again", hold)
+	if err := r.steady(ctx, 1); err != nil {
+		return err
+	}
+	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
+		return err
+	}
+	ch, closeCh, err := r.channel()
+	if err != nil {
+		return err
+	}
+	defer closeCh()
+	err = r.inject(ctx, "binding deleted", time.Duration(hold)*time.Second,
+		func(context.Context) error { return ch.QueueUnbind(probe.Queue, "faultprobe.#", probe.Exchange, nil) },
+		func(context.Context) error {
+			return ch.QueueBind(probe.Queue, "faultprobe.#", probe.Exchange, false, nil)
+		})
+	if err != nil {
+		return err
+	}
+	if err := r.tail(ctx); err != nil {
+		return err
+	}
+	r.after = append(r.after, func(_ []Op, seen Observed) {
+		if len(seen.Unrouted) == 0 {
+			r.problem("no event reached the unrouted queue while the binding was gone")
+		}
+		r.note("%d events kept in %s while the binding was gone", len(seen.Unrouted), probeQueues.unrouted)
+	})
+	return nil
+}
+
+func transient(ctx context.Context, r *run) error {
+	r.injected("writers at ~300 events/s; 1 event in 100 fails its first 2 deliveries, then succeeds")
+	if err := r.start(ctx, 1); err != nil {
+		return err
+	}
+	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, TransientEvery: 100})
+	if err := r.wait(ctx, time.Duration(r.scale(40, 15))*time.Second); err != nil {
+		return err
+	}
+	r.after = append(r.after, func(ops []Op, seen Observed) {
+		// Two failures wait 1 s and 5 s in the retry queues: the effect
+		// comes 6 s after the commit, and not much later.
+		first := map[string]time.Time{}
+		for _, e := range seen.Effects {
+			if t, ok := first[e.EventID]; !ok || e.AppliedAt.Before(t) {
+				first[e.EventID] = e.AppliedAt
+			}
+		}
+		var lo, hi time.Duration
+		n := 0
+		for _, op := range ops {
+			if op.Outcome != OK || op.Kind != Transient {
+				continue
+			}
+			d := first[op.EventID].Sub(op.At)
+			if n == 0 || d < lo {
+				lo = d
+			}
+			hi = max(hi, d)
+			n++
+		}
+		r.note("%d transient events applied %s to %s after their commit (schedule: 1 s + 5 s)", n, lo.Round(10*time.Millisecond), hi.Round(10*time.Millisecond))
+		if n == 0 || lo < 5500*time.Millisecond || hi > 9*time.Second {
+			r.problem("transient events were applied %s to %s after their commit, not about 6 s (1 s + 5 s)", lo, hi)
+		}
+	})
+	return nil
+}
+
+func permanent(ctx context.Context, r *run) error {
+	dur := r.scale(40, 12)
+	r.injected("writers at ~300 events/s for %d s, 1 event in 100 always failing", dur)
+	if err := r.start(ctx, 1); err != nil {
+		return err
+	}
+	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 100})
+	if err := r.wait(ctx, time.Duration(dur)*time.Second); err != nil {
+		return err
+	}
+	r.after = append(r.after, func(ops []Op, seen Observed) { r.checkDeadLetters(seen, "4", 31*time.Second) })
+	return nil
+}
+
+// checkDeadLetters checks each dead letter's headers: the reason, the
+// attempts, the queue and routing key, and the span of its failures.
+func (r *run) checkDeadLetters(seen Observed, attempts string, span time.Duration) {
+	key := event.Event{Name: probe.Event}.RoutingKey()
+	bad := 0
+	var lo, hi time.Duration
+	for i, d := range seen.DeadLetters {
+		first, ferr := time.Parse(time.RFC3339Nano, d.FirstFailure)
+		last, lerr := time.Parse(time.RFC3339Nano, d.LastFailure)
+		took := last.Sub(first)
+		if i == 0 || took < lo {
+			lo = took
+		}
+		hi = max(hi, took)
+		if d.Reason != event.ReasonRetriesExhausted || d.Attempts != attempts || d.Queue != probe.Queue || d.RoutingKey != key ||
+			ferr != nil || lerr != nil || took < span-2*time.Second || took > span+5*time.Second {
+			if bad < 3 {
+				r.problem("dead letter %s: reason %q, attempts %q, queue %q, routing key %q, failures %s apart; want %s, %s, %s, %s, about %s",
+					d.EventID, d.Reason, d.Attempts, d.Queue, d.RoutingKey, took, event.ReasonRetriesExhausted, attempts, probe.Queue, key, span)
+			}
+			bad++
+		}
+	}
+	r.note("%d dead letters, first to last failure %s to %s", len(seen.DeadLetters), lo.Round(10*time.Millisecond), hi.Round(10*time.Millisecond))
+}
+
+func poisonBurst(ctx context.Context, r *run) error {
+	r.injected("8 writers for 60 s, 1 event in 8 always failing: about 2,000 poison events among 14,000")
+	if err := r.start(ctx, 2); err != nil {
+		return err
+	}
+	r.write(ctx, Workload{Writers: 8, Interval: 5 * time.Millisecond, PoisonEvery: 8})
+	if err := r.wait(ctx, time.Duration(r.scale(60, 15))*time.Second); err != nil {
+		return err
+	}
+	r.after = append(r.after, func(ops []Op, seen Observed) {
+		r.checkDeadLetters(seen, "4", 31*time.Second)
+		if r.result.Latency.P99 > lagBound {
+			r.problem("good events' p99 was %s while poison events were retried; under %s expected", r.result.Latency.P99, lagBound)
+		}
+	})
+	return nil
+}
+
+func duplicateInjection(ctx context.Context, r *run) error {
+	events, copies := r.scale(200, 50), 5
+	r.injected("two nodes; %d events published %d times each straight to the exchange, the copies back to back", events, copies)
+	if err := r.start(ctx, 2); err != nil {
+		return err
+	}
+	ch, closeCh, err := r.channel()
+	if err != nil {
+		return err
+	}
+	defer closeCh()
+	for seq := range events {
+		id := EventID(r.dbName, 0, seq)
+		op := Op{Outcome: Invoked, Seq: seq, EventID: id, Kind: Good, At: time.Now()}
+		if err := r.hist.Add(Line{Op: op}); err != nil {
+			return err
+		}
+		pub, err := wire(event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults",
+			Payload: []byte(`{"writer":0,"seq":` + strconv.Itoa(seq) + `}`)})
+		if err != nil {
+			return err
+		}
+		for range copies {
+			conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, probe.Exchange, probe.Event, true, false, pub)
+			if err != nil {
+				return err
+			}
+			if ok, err := conf.WaitContext(ctx); err != nil || !ok {
+				return errOr(err, "the broker refused a copy")
+			}
+		}
+		// The events are business rows of their own: the checker's.
+		if _, err := r.pool.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2)`, directWriter, id); err != nil {
+			return err
+		}
+		op.Outcome, op.At = OK, time.Now()
+		if err := r.hist.Add(Line{Op: op}); err != nil {
+			return err
+		}
+	}
+	r.after = append(r.after, func(ops []Op, seen Observed) {
+		want := events * (copies - 1)
+		r.note("%d copies beyond the first were acknowledged by the inbox as duplicates (%d sent)", seen.Deduplicated, want)
+		if seen.Deduplicated != want {
+			r.problem("the inbox counted %d duplicates; %d copies beyond the first were sent", seen.Deduplicated, want)
+		}
+	})
+	return nil
+}
+
+// wire is an event as the relay publishes it.
+func wire(e event.Event) (amqp091.Publishing, error) {
+	msg, err := event.ToMessage(e)
+	if err != nil {
+		return amqp091.Publishing{}, err
+	}
+	return amqp.Marshaler{}.Marshal(msg)
+}

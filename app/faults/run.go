@@ -1,0 +1,715 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Options set a run of the suite.
+type Options struct {
+	// Quick runs the cases marked for every change.
+	Quick bool
+	// Only runs these cases (T03, T11), whatever Quick says.
+	Only []string
+	// Seed drives every random choice of the schedule: the same seed
+	// injects the same faults at the same points of a case.
+	Seed uint64
+	// ServeBin is the moenda binary the nodes run.
+	ServeBin string
+	// PostgresURL and AMQPURL name the local servers; each case makes a
+	// database and a vhost of its own on them.
+	PostgresURL string
+	AMQPURL     string
+	// Dir keeps each case's history and node logs; a passing case's are
+	// removed.
+	Dir string
+	// Progress gets one line per case as it ends.
+	Progress io.Writer
+}
+
+// Result is one case's outcome.
+type Result struct {
+	ID    string `json:"id"`
+	Title string `json:"title"`
+	// Injected says what the nemesis did.
+	Injected string `json:"injected"`
+	// NotRun says why the case did not run here; the rest is empty then.
+	NotRun     string             `json:"not_run,omitempty"`
+	Pass       bool               `json:"pass"`
+	Counts     map[Outcome]int    `json:"counts,omitempty"`
+	Report     Report             `json:"report"`
+	Latency    Latency            `json:"latency"`
+	Recoveries []Recovery         `json:"recoveries,omitempty"`
+	Bound      time.Duration      `json:"recovery_bound,omitempty"`
+	Problems   []string           `json:"problems,omitempty"`
+	Notes      []string           `json:"notes,omitempty"`
+	Took       time.Duration      `json:"took"`
+	Kept       string             `json:"kept,omitempty"`
+	Extra      map[string]float64 `json:"extra,omitempty"`
+}
+
+// Worst is the longest recovery of the case.
+func (r Result) Worst() time.Duration {
+	var w time.Duration
+	for _, rc := range r.Recoveries {
+		w = max(w, rc.Took)
+	}
+	return w
+}
+
+// lagBound is the end-to-end lag under which a system counts as
+// recovered.
+const lagBound = 2 * time.Second
+
+// drainBound bounds the wait for the system to go quiet after healing:
+// the probe's last retry comes 31 s after its first attempt.
+const drainBound = 2 * time.Minute
+
+// Run runs the selected cases one after another, each on a database and
+// a vhost of its own, and returns their results.
+func Run(ctx context.Context, opts Options) ([]Result, error) {
+	if !loopback(opts.PostgresURL) || !loopback(opts.AMQPURL) {
+		return nil, fmt.Errorf("%w: postgres.url and amqp.url must name 127.0.0.1, ::1 or localhost, since the suite restarts and kills the servers", errNotLoopback)
+	}
+	cases, err := selectCases(opts.Quick, opts.Only)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Progress != nil {
+		fmt.Fprintf(opts.Progress, "faults: seed %d (re-run with --seed %d); failing cases keep their history and logs under %s\n", opts.Seed, opts.Seed, opts.Dir)
+	}
+	var results []Result
+	for _, c := range cases {
+		if ctx.Err() != nil {
+			return results, ctx.Err()
+		}
+		res := Result{ID: c.ID, Title: c.Title, NotRun: c.NotHere}
+		if c.NotHere == "" {
+			res = runCase(ctx, opts, c)
+		}
+		results = append(results, res)
+		if opts.Progress != nil {
+			fmt.Fprintln(opts.Progress, res.Line())
+		}
+	}
+	return results, nil
+}
+
+// runCase runs one case: its writers and its nemesis, then heals, drains,
+// observes and checks.
+func runCase(ctx context.Context, opts Options, c Case) (res Result) {
+	res = Result{ID: c.ID, Title: c.Title, Bound: c.bound()}
+	start := time.Now()
+	defer func() { res.Took = time.Since(start).Round(time.Second) }()
+	dir := filepath.Join(opts.Dir, fmt.Sprintf("%s-seed%d", c.ID, opts.Seed))
+	// A re-run of the seed replaces what an earlier one kept.
+	if err := os.RemoveAll(dir); err != nil {
+		res.Problems = append(res.Problems, err.Error())
+		return res
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		res.Problems = append(res.Problems, err.Error())
+		return res
+	}
+	s, err := newSystem(ctx, opts, dir, c.overlay())
+	if err != nil {
+		res.Problems = append(res.Problems, "set up: "+err.Error())
+		return res
+	}
+	defer s.close(context.WithoutCancel(ctx))
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(c.ID))
+	r := &run{system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), quick: opts.Quick, result: &res, gone: map[*node]bool{}}
+	watch := r.watchConsumers(ctx)
+	caseErr := c.Run(ctx, r)
+	if _, err := r.stopWriting(); err != nil {
+		r.problem("writers: %v", err)
+	}
+	if caseErr != nil {
+		r.problem("%v", caseErr)
+	}
+	// Heal what the case left down, then let the system drain.
+	for _, nd := range s.nodes {
+		if !nd.running() && !r.gone[nd] {
+			if err := s.run(ctx, nd); err != nil {
+				r.problem("restart %s: %v", nd.name, err)
+			}
+		}
+	}
+	seen, err := r.observe(ctx)
+	watch()
+	if err != nil {
+		r.problem("observe: %v", err)
+	}
+	if err := s.hist.Close(); err != nil {
+		r.problem("history: %v", err)
+	}
+	ops, faultLines, err := readHistoryFile(s.histAt)
+	if err != nil {
+		r.problem("%v", err)
+	}
+	res.Report = Check(ops, seen)
+	res.Latency = Latencies(ops, seen.Effects)
+	res.Recoveries = Recoveries(ops, seen.Effects, faultLines, lagBound, r.consumersBack)
+	for _, rc := range res.Recoveries {
+		if !rc.Recovered(res.Bound) {
+			r.problem("%s: not recovered within %s (took %s)", rc.Fault, res.Bound, fmtTook(rc.Took))
+		}
+	}
+	for _, after := range r.after {
+		after(ops, seen)
+	}
+	res.Pass = res.Report.Valid && len(res.Problems) == 0
+	if res.Pass {
+		_ = os.RemoveAll(dir)
+	} else {
+		res.Kept = dir
+	}
+	return res
+}
+
+// run is a case in progress: the system, the seeded schedule, and what the
+// case found.
+type run struct {
+	*system
+	rng    *rand.Rand
+	quick  bool
+	result *Result
+
+	writing  context.CancelFunc
+	written  chan writeResult
+	counts   map[Outcome]int
+	gone     map[*node]bool
+	after    []func(ops []Op, seen Observed)
+	dedupMu  sync.Mutex
+	dedup    int
+	ignored  int
+	backMu   sync.Mutex
+	samples  []consumerSample
+	drainFor time.Duration
+}
+
+type writeResult struct {
+	counts map[Outcome]int
+	err    error
+}
+
+type consumerSample struct {
+	at        time.Time
+	consumers int
+}
+
+// scale is n in a full run and quick in a quick one.
+func (r *run) scale(full, quick int) int {
+	if r.quick {
+		return quick
+	}
+	return full
+}
+
+// jitter is d give or take a quarter, from the seeded schedule.
+func (r *run) jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.75 + r.rng.Float64()/2))
+}
+
+// problem records a failed case-specific check.
+func (r *run) problem(format string, args ...any) {
+	r.result.Problems = append(r.result.Problems, fmt.Sprintf(format, args...))
+}
+
+// note records a finding that is not a failure.
+func (r *run) note(format string, args ...any) {
+	r.result.Notes = append(r.result.Notes, fmt.Sprintf(format, args...))
+}
+
+// injected says what the case does, for the report.
+func (r *run) injected(format string, args ...any) {
+	r.result.Injected = fmt.Sprintf(format, args...)
+}
+
+// write starts writers that publish the probe's event through the nodes'
+// API until stopWriting.
+func (r *run) write(ctx context.Context, w Workload) {
+	w.RunID = r.dbName
+	w.Bases = r.bases()
+	w.EventName = probe.Event
+	w.History = r.hist
+	if w.Attempts == 0 {
+		w.Attempts = 30
+	}
+	if w.Client == nil {
+		w.Client = &http.Client{Timeout: 5 * time.Second}
+	}
+	if w.Payload == nil {
+		w.Payload = func(writer, seq int, kind Kind) any {
+			pl := probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison}
+			if kind == Transient {
+				pl.FailFirst = 2
+			}
+			return pl
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	r.writing = cancel
+	r.written = make(chan writeResult, 1)
+	go func() {
+		counts, err := w.Run(wctx)
+		r.written <- writeResult{counts, err}
+	}()
+}
+
+// stopWriting stops the writers and waits for their last commands.
+func (r *run) stopWriting() (map[Outcome]int, error) {
+	if r.writing == nil {
+		return r.counts, nil
+	}
+	r.writing()
+	r.writing = nil
+	res := <-r.written
+	r.counts = res.counts
+	r.result.Counts = res.counts
+	return res.counts, res.err
+}
+
+// wait sleeps d unless ctx ends first.
+func (r *run) wait(ctx context.Context, d time.Duration) error {
+	if !poll.Sleep(ctx, d) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// inject runs a fault: do, a hold of the fault, then heal, each logged in
+// the history. heal runs even when ctx has ended, so that nothing is left
+// broken.
+func (r *run) inject(ctx context.Context, fault string, hold time.Duration, do, heal func(context.Context) error) error {
+	r.mark(fault, "start")
+	err := do(ctx)
+	if err == nil && hold > 0 {
+		err = r.wait(ctx, hold)
+	}
+	if heal != nil {
+		if herr := heal(context.WithoutCancel(ctx)); herr != nil {
+			err = errors.Join(err, fmt.Errorf("heal %s: %w", fault, herr))
+		}
+	}
+	r.mark(fault, "stop")
+	if err != nil {
+		return fmt.Errorf("%s: %w", fault, err)
+	}
+	return nil
+}
+
+// kill ends nd with SIGKILL, having read its duplicate-delivery count
+// first.
+func (r *run) kill(nd *node) {
+	r.scrape(nd)
+	nd.kill()
+}
+
+// scrape adds nd's counts of deliveries its inbox skipped and of events
+// of a type no handler of the queue handles.
+func (r *run) scrape(nd *node) {
+	resp, err := http.Get("http://" + nd.addr + "/metrics")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	dedup, ignored := 0, 0
+	for sc.Scan() {
+		line := sc.Text()
+		value := func() int {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return int(v)
+		}
+		switch {
+		case strings.HasPrefix(line, "moenda_messages_deduplicated_total"):
+			dedup += value()
+		case strings.HasPrefix(line, "moenda_messages_ignored_total"):
+			ignored += value()
+		}
+	}
+	r.dedupMu.Lock()
+	r.dedup += dedup
+	r.ignored += ignored
+	r.dedupMu.Unlock()
+}
+
+// watchConsumers samples the consumers of the probe's queue every 250 ms
+// until the returned function is called.
+func (r *run) watchConsumers(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var conn *amqp091.Connection
+		defer func() {
+			if conn != nil {
+				_ = conn.Close()
+			}
+		}()
+		for poll.Sleep(ctx, 250*time.Millisecond) {
+			n := 0
+			if conn == nil || conn.IsClosed() {
+				conn, _ = amqp091.DialConfig(r.amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(time.Second),
+					Properties: amqp091.Table{"connection_name": checkerApp}})
+			}
+			if conn != nil && !conn.IsClosed() {
+				if ch, err := conn.Channel(); err == nil {
+					if q, err := ch.QueueDeclarePassive(probeQueues.work, true, false, false, false, nil); err == nil {
+						n = q.Consumers
+					}
+					_ = ch.Close()
+				}
+			}
+			r.backMu.Lock()
+			r.samples = append(r.samples, consumerSample{time.Now(), n})
+			r.backMu.Unlock()
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// consumersBack is the first time at or after healed that the probe's
+// queue had a consumer; zero if never.
+func (r *run) consumersBack(healed time.Time) time.Time {
+	r.backMu.Lock()
+	defer r.backMu.Unlock()
+	for _, s := range r.samples {
+		if !s.at.Before(healed) && s.consumers > 0 {
+			return s.at
+		}
+	}
+	return time.Time{}
+}
+
+// observe waits until the system is quiet, drains the dead-letter and
+// unrouted queues, and reads what the probe applied.
+func (r *run) observe(ctx context.Context) (Observed, error) {
+	seen := Observed{Business: map[string]bool{}}
+	start := time.Now()
+	seen.Drained = r.drain(ctx)
+	r.drainFor = time.Since(start)
+	dead, unrouted, err := r.drainDeadLetters()
+	if err != nil {
+		return seen, err
+	}
+	seen.DeadLetters = dead
+	seen.Unrouted = unrouted
+	for _, nd := range r.nodes {
+		if nd.running() {
+			r.scrape(nd)
+			if took, err := nd.stop(time.Minute); err != nil {
+				r.problem("%v", err)
+			} else {
+				r.result.addExtra("exit_seconds_max", took.Seconds())
+			}
+		}
+	}
+	seen.Deduplicated = r.dedup
+	rows, err := r.pool.Query(ctx, `SELECT event_id FROM moenda_inbox WHERE consumer = ANY($1)`, businessConsumers)
+	if err != nil {
+		return seen, err
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return seen, err
+		}
+		seen.Business[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return seen, err
+	}
+	rows, err = r.pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_efeitos`)
+	if err != nil {
+		return seen, err
+	}
+	for rows.Next() {
+		var e Effect
+		if err := rows.Scan(&e.EventID, &e.AppliedAt); err != nil {
+			return seen, err
+		}
+		seen.Effects = append(seen.Effects, e)
+	}
+	if err := rows.Err(); err != nil {
+		return seen, err
+	}
+	return seen, r.pool.QueryRow(ctx, `SELECT n FROM faultprobe_contador`).Scan(&seen.Counter)
+}
+
+// businessConsumers are the inbox consumers whose claims are the
+// business rows of the workload's commands: the API's remembered answers,
+// and the direct writers' own.
+var businessConsumers = []string{"POST /v1/events", directWriter}
+
+// drain waits until the relay has published every row and every queue
+// but the dead-letter and unrouted ones is empty, through two readings in
+// a row, within drainBound. When it does not, a problem says what was
+// still busy.
+func (r *run) drain(ctx context.Context) bool {
+	deadline := time.Now().Add(drainBound)
+	quiet := 0
+	busy := ""
+	for time.Now().Before(deadline) {
+		busy = r.busy(ctx)
+		if busy == "" {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if quiet >= 2 {
+			return true
+		}
+		if !poll.Sleep(ctx, time.Second) {
+			return false
+		}
+	}
+	r.problem("not drained within %s: %s", drainBound, busy)
+	return false
+}
+
+// busy says what still works: the relay behind the outbox, or a queue but
+// the dead-letter and unrouted ones holding messages, ready or
+// unacknowledged; "" when nothing.
+func (r *run) busy(ctx context.Context) string {
+	caught, err := outbox.CaughtUp(ctx, r.pool, "moenda-relay")
+	switch {
+	case err != nil:
+		return "the relay's position: " + err.Error()
+	case !caught:
+		var detail string
+		_ = r.pool.QueryRow(ctx, `SELECT format('position %s/%s; %s rows after it, from transaction %s; slot sample %s at %s, backfill %s; confirmed %s, current %s',
+			p.last_processed_transaction_id, p.offset_acked,
+			(SELECT count(*) FROM watermill_outbox o WHERE (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked)),
+			(SELECT min(o.transaction_id::text) FROM watermill_outbox o WHERE (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked)),
+			s.sample_xmin, s.sample_lsn, s.backfill,
+			(SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = s.slot_name), pg_current_wal_lsn())
+			FROM watermill_offsets_outbox p LEFT JOIN moenda_outbox_slots s USING (consumer_group) WHERE p.consumer_group = 'moenda-relay'`).Scan(&detail)
+		return "the relay has rows to publish: " + detail
+	}
+	out, err := rabbitmqctl(ctx, "list_queues", "-p", r.vhost, "--no-table-headers", "name", "messages_ready", "messages_unacknowledged", "consumers")
+	if err != nil {
+		return err.Error()
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 4 && f[0] != probeQueues.dlq && f[0] != probeQueues.unrouted && (f[1] != "0" || f[2] != "0") {
+			return fmt.Sprintf("queue %s holds %s ready and %s unacknowledged messages, with %s consumers", f[0], f[1], f[2], f[3])
+		}
+	}
+	return ""
+}
+
+// drainDeadLetters reads the probe's dead-letter and unrouted queues to
+// their end, as the checker's own consumer.
+func (r *run) drainDeadLetters() (dead []DeadLetter, unrouted []string, err error) {
+	conn, err := amqp091.Dial(r.amqpURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, q := range []string{probeQueues.dlq, probeQueues.unrouted} {
+		for {
+			d, ok, err := ch.Get(q, false)
+			if err != nil {
+				var aerr *amqp091.Error
+				if errors.As(err, &aerr) && aerr.Code == amqp091.NotFound {
+					if ch, err = conn.Channel(); err != nil {
+						return nil, nil, err
+					}
+					break
+				}
+				return nil, nil, err
+			}
+			if !ok {
+				break
+			}
+			if err := d.Ack(false); err != nil {
+				return nil, nil, err
+			}
+			if q == probeQueues.unrouted {
+				unrouted = append(unrouted, d.MessageId)
+				continue
+			}
+			dead = append(dead, deadLetterOf(d))
+		}
+	}
+	return dead, unrouted, nil
+}
+
+// deadLetterOf reads a dead letter's headers.
+func deadLetterOf(d amqp091.Delivery) DeadLetter {
+	h := func(k string) string {
+		switch v := d.Headers[k].(type) {
+		case string:
+			return v
+		case nil:
+			return ""
+		default:
+			return fmt.Sprint(v)
+		}
+	}
+	id := h(event.HeaderEventID)
+	if id == "" {
+		id = d.MessageId
+	}
+	if id == "" {
+		id = bodyKey(d.Body)
+	}
+	return DeadLetter{EventID: id, Reason: h(event.HeaderReason), Attempts: h(event.HeaderAttempts), CorrelationID: h(event.HeaderCorrelationID),
+		Queue: h(event.HeaderQueue), RoutingKey: h(event.HeaderOriginalRoutingKey), FirstFailure: h(event.HeaderFirstFailureAt), LastFailure: h(event.HeaderLastFailureAt)}
+}
+
+// channel opens a channel in publisher-confirm mode to the case's vhost,
+// on a connection of the checker's own; closeCh closes both.
+func (r *run) channel() (ch *amqp091.Channel, closeCh func(), err error) {
+	conn, err := amqp091.DialConfig(r.amqpURL, amqp091.Config{Properties: amqp091.Table{"connection_name": checkerApp}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if ch, err = conn.Channel(); err == nil {
+		err = ch.Confirm(false)
+	}
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return ch, func() { _ = conn.Close() }, nil
+}
+
+// readHistoryFile reads the case's history back.
+func readHistoryFile(path string) ([]Op, []Line, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	return ReadHistory(f)
+}
+
+// addExtra keeps the largest value of a named figure.
+func (r *Result) addExtra(name string, v float64) {
+	if r.Extra == nil {
+		r.Extra = map[string]float64{}
+	}
+	r.Extra[name] = max(r.Extra[name], v)
+}
+
+// Line is the case's result for people, on one line.
+func (r Result) Line() string {
+	if r.NotRun != "" {
+		return fmt.Sprintf("%s  not run  %s: %s", r.ID, r.Title, r.NotRun)
+	}
+	verdict := "FAIL"
+	if r.Pass {
+		verdict = "pass"
+	}
+	rep := r.Report
+	line := fmt.Sprintf("%s  %s  %s: attempted %d, confirmed %d (recovered %d), lost %d, ghosts %d, duplicate effects %d, dead letters %d/%d expected, duplicate deliveries %d, p99 %s, worst recovery %s, %s",
+		r.ID, verdict, r.Title, rep.Attempted, rep.Confirmed, rep.Recovered, len(rep.Lost), len(rep.Unexpected), len(rep.DuplicateEffects),
+		rep.DeadLettered, rep.PoisonConfirmed, rep.DuplicateDeliveries, r.p99(), r.worst(), r.Took)
+	if !rep.Drained && r.Report.Attempted > 0 {
+		line += "; NOT DRAINED"
+	}
+	for _, p := range r.Problems {
+		line += "\n    " + p
+	}
+	if r.Kept != "" {
+		line += "\n    history and node logs kept in " + r.Kept
+	}
+	return line
+}
+
+// p99 and worst print the case's latency and worst recovery, or "–"
+// where it has none.
+func (r Result) p99() string {
+	if r.Latency.Max == 0 {
+		return "–"
+	}
+	return r.Latency.P99.Round(time.Millisecond).String()
+}
+
+func (r Result) worst() string {
+	if len(r.Recoveries) == 0 {
+		return "–"
+	}
+	return fmtTook(r.Worst())
+}
+
+func fmtTook(d time.Duration) string {
+	if d < 0 {
+		return "never"
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+// Selected names the cases a run would run, for messages.
+func Selected(quick bool, only []string) ([]string, error) {
+	cases, err := selectCases(quick, only)
+	var ids []string
+	for _, c := range cases {
+		ids = append(ids, c.ID)
+	}
+	return ids, err
+}
+
+func selectCases(quick bool, only []string) ([]Case, error) {
+	all := Cases()
+	if len(only) > 0 {
+		var out []Case
+		for _, id := range only {
+			i := slices.IndexFunc(all, func(c Case) bool { return strings.EqualFold(c.ID, strings.TrimSpace(id)) })
+			if i < 0 {
+				return nil, fmt.Errorf("faults: no case %q; the cases are T01 to T%02d", id, len(all))
+			}
+			out = append(out, all[i])
+		}
+		return out, nil
+	}
+	if !quick {
+		return all, nil
+	}
+	var out []Case
+	for _, c := range all {
+		if c.Quick {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// errOr is err, or an error saying what when err is nil.
+func errOr(err error, what string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(what)
+}

@@ -1,0 +1,118 @@
+package faults
+
+import (
+	"slices"
+	"time"
+)
+
+// Latency is the time from an event's acknowledgement to its first
+// effect, over the good events of a run.
+type Latency struct {
+	P50 time.Duration `json:"p50"`
+	P99 time.Duration `json:"p99"`
+	Max time.Duration `json:"max"`
+}
+
+// Recovery is how long the system took to be healthy again after a fault
+// was healed: end-to-end lag under a bound again, and consumers back.
+type Recovery struct {
+	Fault  string    `json:"fault"`
+	Healed time.Time `json:"healed"`
+	// Took is from Healed until events acknowledged from then on were
+	// applied within the lag bound, and stayed so; negative when that
+	// never happened.
+	Took time.Duration `json:"took"`
+}
+
+// Recovered reports whether the system recovered within bound.
+func (r Recovery) Recovered(bound time.Duration) bool { return r.Took >= 0 && r.Took <= bound }
+
+// lagged is one applied good event: when it was acknowledged and when it
+// was first applied.
+type lagged struct{ acked, applied time.Time }
+
+// appliedGood pairs each good event's acknowledgement with its first
+// effect, in the order of acknowledgement.
+func appliedGood(ops []Op, effects []Effect) []lagged {
+	first := map[string]time.Time{}
+	for _, e := range effects {
+		if t, ok := first[e.EventID]; !ok || e.AppliedAt.Before(t) {
+			first[e.EventID] = e.AppliedAt
+		}
+	}
+	var out []lagged
+	for _, op := range ops {
+		if op.Outcome == OK && op.Kind == Good {
+			if t, ok := first[op.EventID]; ok {
+				out = append(out, lagged{op.At, t})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b lagged) int { return a.acked.Compare(b.acked) })
+	return out
+}
+
+// Latencies measures acknowledgement to effect over the good events.
+func Latencies(ops []Op, effects []Effect) Latency {
+	var ds []time.Duration
+	for _, l := range appliedGood(ops, effects) {
+		ds = append(ds, max(l.applied.Sub(l.acked), 0))
+	}
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) time.Duration { return ds[min(int(q*float64(len(ds))), len(ds)-1)] }
+	return Latency{P50: at(0.50), P99: at(0.99), Max: ds[len(ds)-1]}
+}
+
+// Recoveries measures, for each healed fault, the time until the lag of
+// the events acknowledged after it fell under lagBound and stayed there
+// until the next fault began: the first such event's effect, less the
+// time the fault was healed. back, when given, is when the consumers were
+// seen again after each heal (by its Healed time), and a recovery is never
+// shorter than that.
+func Recoveries(ops []Op, effects []Effect, faults []Line, lagBound time.Duration, back func(healed time.Time) time.Time) []Recovery {
+	applied := appliedGood(ops, effects)
+	var out []Recovery
+	for i, f := range faults {
+		if f.Phase != "stop" {
+			continue
+		}
+		healed := f.At
+		until := time.Time{}
+		for _, next := range faults[i+1:] {
+			if next.Phase == "start" {
+				until = next.At
+				break
+			}
+		}
+		r := Recovery{Fault: f.Fault, Healed: healed, Took: -1}
+		// From the last slow event in the window, the next one marks
+		// the recovery.
+		var window []lagged
+		for _, l := range applied {
+			if !l.acked.Before(healed) && (until.IsZero() || l.acked.Before(until)) {
+				window = append(window, l)
+			}
+		}
+		start := 0
+		for j, l := range window {
+			if l.applied.Sub(l.acked) >= lagBound {
+				start = j + 1
+			}
+		}
+		if start < len(window) {
+			r.Took = max(window[start].applied.Sub(healed), 0)
+			if back != nil {
+				if b := back(healed); b.IsZero() {
+					r.Took = -1
+				} else {
+					r.Took = max(r.Took, b.Sub(healed))
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}

@@ -1,0 +1,65 @@
+package faults
+
+import (
+	"testing"
+	"time"
+)
+
+// Recovery runs from the heal to the first event of the unbroken run of
+// fast ones after it, and never ends before the consumers are back.
+func TestRecoveries(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var ops []Op
+	var effects []Effect
+	// Acknowledged at 10..19 s; those acknowledged before 14 s waited
+	// 3 s, the later ones 100 ms.
+	for i := range 10 {
+		id := string(rune('a' + i))
+		acked := at(10 + float64(i))
+		lag := 3 * time.Second
+		if i >= 4 {
+			lag = 100 * time.Millisecond
+		}
+		ops = append(ops, Op{Outcome: OK, EventID: id, Kind: Good, At: acked})
+		effects = append(effects, Effect{EventID: id, AppliedAt: acked.Add(lag)})
+	}
+	faults := []Line{{Fault: "f", Phase: "start", Op: Op{At: at(5)}}, {Fault: "f", Phase: "stop", Op: Op{At: at(10)}}}
+	rs := Recoveries(ops, effects, faults, 2*time.Second, nil)
+	if len(rs) != 1 || rs[0].Took != 4100*time.Millisecond {
+		t.Fatalf("%+v", rs)
+	}
+	back := func(time.Time) time.Time { return at(16) }
+	if rs := Recoveries(ops, effects, faults, 2*time.Second, back); rs[0].Took != 6*time.Second {
+		t.Fatalf("consumers back at 16 s: %+v", rs)
+	}
+	never := func(time.Time) time.Time { return time.Time{} }
+	if rs := Recoveries(ops, effects, faults, 2*time.Second, never); rs[0].Recovered(time.Minute) {
+		t.Fatalf("consumers never back: %+v", rs)
+	}
+	if l := Latencies(ops, effects); l.P50 != 100*time.Millisecond || l.Max != 3*time.Second {
+		t.Fatalf("%+v", l)
+	}
+}
+
+func TestOnlyLoopbackAndKnownCases(t *testing.T) {
+	for url, want := range map[string]bool{
+		"postgres://postgres@127.0.0.1:5432/x": true, "amqp://guest:guest@localhost:5672/": true, "amqp://[::1]:5672/": true,
+		"postgres://db.example.com/x": false, "amqp://10.0.0.5:5672/": false,
+	} {
+		if loopback(url) != want {
+			t.Errorf("loopback(%s) = %v", url, !want)
+		}
+	}
+	if ids, err := Selected(false, []string{"t03", "T11"}); err != nil || len(ids) != 2 || ids[0] != "T03" {
+		t.Fatalf("%v %v", ids, err)
+	}
+	if _, err := Selected(false, []string{"T99"}); err == nil {
+		t.Fatal("an unknown case was accepted")
+	}
+	all, _ := Selected(false, nil)
+	quick, _ := Selected(true, nil)
+	if len(all) != 30 || len(quick) == 0 || len(quick) >= len(all) {
+		t.Fatalf("%d cases, %d quick", len(all), len(quick))
+	}
+}
