@@ -191,7 +191,7 @@ func classify(err error, network bool) error {
 		return err
 	}
 	var netErr net.Error
-	if errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+	if errors.As(err, &netErr) || pgconn.SafeToRetry(err) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 		return fmt.Errorf("%w: %w", handlers.ErrUnavailable, err)
 	}
