@@ -55,6 +55,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 			return err
 		}
 		p.closers = append(p.closers, dest.Close)
+		p.publishing = dest.Blocked
 		if err := p.addRelay(ctx, dest, cfg.Outbox.ConsumerGroup); err != nil {
 			return err
 		}

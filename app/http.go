@@ -35,7 +35,7 @@ type builtPlugin struct {
 // and administration an admin token, once auth.enabled; plugin routes as
 // their Spec.RouteAuth says.
 func (p *Platform) handler(plugins []builtPlugin) http.Handler {
-	auth := newTokens(p.cfg.Auth)
+	auth := newTokens(p.cfg.Auth, p.logger)
 	r := chi.NewRouter()
 	if p.metrics != nil {
 		r.Use(p.metrics.measure)
@@ -152,6 +152,14 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	check("broker", p.broker.ready())
 	status, code := "ready", http.StatusOK
+	// A broker alarm stalls the relay, not the API: commits go on into
+	// the outbox, so the process stays ready, and says it is degraded.
+	if p.publishing != nil {
+		if reason := p.publishing(); reason != "" {
+			checks["broker_publishing"] = "blocked by RabbitMQ (" + reason + "): the relay waits, the outbox keeps the events"
+			status = "degraded"
+		}
+	}
 	if !ok {
 		status, code = "unavailable", http.StatusServiceUnavailable
 	}

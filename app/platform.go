@@ -48,11 +48,14 @@ type Platform struct {
 	router *message.Router
 	// relays move outbox rows to RabbitMQ, Kafka, or both; none with the
 	// memory broker.
-	relays   []*outbox.Relay
-	reader   string // how the relays read the outbox, once chosen
-	listener net.Listener
-	server   *http.Server
-	closers  []func() error
+	relays []*outbox.Relay
+	reader string // how the relays read the outbox, once chosen
+	// publishing says why RabbitMQ blocks the relay's publishing (an
+	// alarm), or ""; nil without a RabbitMQ relay.
+	publishing func() string
+	listener   net.Listener
+	server     *http.Server
+	closers    []func() error
 }
 
 // broker is what the platform needs of a transport.

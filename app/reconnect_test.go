@@ -82,3 +82,37 @@ func TestNotificationsSurviveBrokerRestart(t *testing.T) {
 	conclude(t, p.base, "depois")
 	waitNotified(t, p, "durante", "depois")
 }
+
+// While a memory alarm blocks publishing, the API still commits, the
+// relay waits, and /readyz says degraded with the broker's reason while
+// staying ready; once the alarm ends the event arrives. It sets the node's
+// memory watermark, so it runs alone with TEST_BROKER_RESTART=1.
+func TestReadinessSaysDegradedWhileAnAlarmBlocksTheRelay(t *testing.T) {
+	if os.Getenv("TEST_BROKER_RESTART") != "1" {
+		t.Skip("sets the RabbitMQ node's memory alarm; set TEST_BROKER_RESTART=1 where no other test uses it (.ci/test does)")
+	}
+	p, _ := startAMQP(t)
+	was := strings.TrimSpace(testenv.Rabbitmqctl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
+	testenv.Rabbitmqctl(t, "set_vm_memory_high_watermark", "0.0001")
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			testenv.Rabbitmqctl(t, "set_vm_memory_high_watermark", was)
+		}
+	}
+	t.Cleanup(restore)
+	conclude(t, p.base, "durante")
+	testenv.Eventually(t, 20*time.Second, "/readyz to say degraded", func() bool {
+		code, body := call(t, "GET", p.base+"/readyz", "")
+		checks, _ := body["checks"].(map[string]any)
+		blocked, _ := checks["broker_publishing"].(string)
+		return code == http.StatusOK && body["status"] == "degraded" && strings.Contains(blocked, "blocked by RabbitMQ")
+	})
+	restore()
+	waitNotified(t, p, "durante")
+	testenv.Eventually(t, 20*time.Second, "/readyz ready again", func() bool {
+		code, body := call(t, "GET", p.base+"/readyz", "")
+		return code == http.StatusOK && body["status"] == "ready"
+	})
+}

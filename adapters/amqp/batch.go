@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -31,6 +32,9 @@ type BatchPublisher struct {
 	conn    *amqp091.Connection
 	ch      *amqp091.Channel
 	returns chan amqp091.Return
+	// blocked is the broker's reason while it blocks publishing on the
+	// connection (a memory or disk alarm); nil otherwise.
+	blocked atomic.Pointer[string]
 }
 
 // NewBatchPublisher returns a publisher that connects on first use; name
@@ -175,7 +179,27 @@ func (p *BatchPublisher) connect() error {
 	}
 	p.conn, p.ch = conn, ch
 	p.returns = ch.NotifyReturn(make(chan amqp091.Return, 1))
+	blocks := conn.NotifyBlocked(make(chan amqp091.Blocking, 1))
+	go func() {
+		for b := range blocks {
+			if b.Active {
+				p.blocked.Store(&b.Reason)
+			} else {
+				p.blocked.Store(nil)
+			}
+		}
+		p.blocked.Store(nil) // the connection is gone, and its block with it
+	}()
 	return nil
+}
+
+// Blocked returns why the broker blocks this publisher's connection (an
+// alarm: low on memory or disk), or "" when it does not.
+func (p *BatchPublisher) Blocked() string {
+	if r := p.blocked.Load(); r != nil {
+		return *r
+	}
+	return ""
 }
 
 func (p *BatchPublisher) reset() {
