@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
 
+	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/httpjson"
 )
 
@@ -77,10 +79,11 @@ type tokens struct {
 	enabled bool
 	hashes  [][sha256.Size]byte
 	roles   []string // roles[i] is what hashes[i] may do
+	logger  *slog.Logger
 }
 
-func newTokens(a AuthConfig) tokens {
-	t := tokens{enabled: a.Enabled}
+func newTokens(a AuthConfig, logger *slog.Logger) tokens {
+	t := tokens{enabled: a.Enabled, logger: logger}
 	for _, s := range a.Tokens {
 		role, hash, _ := strings.Cut(s, ":") // validated by Load
 		var h [sha256.Size]byte
@@ -102,21 +105,30 @@ func (t tokens) require(role string, writesOnly bool) func(http.Handler) http.Ha
 			raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || raw == "" {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="moenda"`)
-				httpjson.Error(w, http.StatusUnauthorized, "a token is required: send Authorization: Bearer <token> with a "+role+" token")
+				t.refuse(w, r, http.StatusUnauthorized, "a token is required: send Authorization: Bearer <token> with a "+role+" token")
 				return
 			}
 			known, allowed := t.check(raw, role)
 			switch {
 			case !known:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="moenda", error="invalid_token"`)
-				httpjson.Error(w, http.StatusUnauthorized, "the token is not one of auth.tokens")
+				t.refuse(w, r, http.StatusUnauthorized, "the token is not one of auth.tokens")
 			case !allowed:
-				httpjson.Error(w, http.StatusForbidden, "the token lacks the "+role+" role")
+				t.refuse(w, r, http.StatusForbidden, "the token lacks the "+role+" role")
 			default:
 				next.ServeHTTP(w, r)
 			}
 		})
 	}
+}
+
+// refuse answers code with msg, and leaves a trace of the refusal for
+// audit: who asked for what, under which correlation id. The token itself
+// is never logged.
+func (t tokens) refuse(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	t.logger.WarnContext(r.Context(), "request refused", "status", code, "reason", msg, "method", r.Method, "path", r.URL.Path,
+		"remote_addr", r.RemoteAddr, "correlation_id", event.CorrelationID(r.Context()))
+	httpjson.Error(w, code, msg)
 }
 
 // check compares the token's hash with every configured one in constant
