@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -18,6 +19,13 @@ type Case struct {
 	NotHere string
 	// Reader is outbox.reader for the case's nodes; auto when empty.
 	Reader string
+	// Overlay adds settings to the nodes' configuration, and Plugins
+	// enables plugins beside the probe.
+	Overlay string
+	Plugins []string
+	// Drain bounds the wait for quiet after the case; drainBound when
+	// zero.
+	Drain time.Duration
 	// Bound is the recovery bound after each healed fault; 15 s when
 	// zero.
 	Bound time.Duration
@@ -40,7 +48,7 @@ func (c Case) overlay() string {
 		reader = "auto"
 	}
 	return fmt.Sprintf(`log: {level: warn, format: json}
-handlers: {enabled: [faultprobe]}
+handlers: {enabled: [%s]}
 outbox: {reader: %s}
 metrics: {poll_interval: 1s}
 router: {close_timeout: 10s}
@@ -48,7 +56,7 @@ topology:
   exchanges:
     - name: faultprobe.eventos
       failure: {immediate_retries: 0, delays: [1s, 5s, 25s]}
-`, reader)
+%s`, strings.Join(append([]string{"faultprobe"}, c.Plugins...), ", "), reader, c.Overlay)
 }
 
 // Cases lists every case of RELIABILITY-CASES, in order: those the command
@@ -67,8 +75,8 @@ func Cases() []Case {
 		{ID: "T10", Title: "two relays on one outbox", Run: twoRelays},
 		{ID: "T11", Title: "commit-order inversion and rollbacks", Quick: true, Reader: "poll", Run: commitOrder},
 		{ID: "T12", Title: "idle-in-transaction session", Reader: "poll", Bound: 10 * time.Second, Run: idleInTransaction},
-		{ID: "T13", Title: "outbox and inbox bloat soak", NotHere: notHereSoak},
-		{ID: "T14", Title: "network degradation", NotHere: notHereNetwork},
+		{ID: "T13", Title: "outbox and inbox bloat soak", Overlay: soakOverlay, Drain: 15 * time.Minute, Run: bloatSoak},
+		{ID: "T14", Title: "network degradation", Run: networkDegradation},
 		{ID: "T15", Title: "unroutable events", Run: unroutable},
 		{ID: "T16", Title: "transient failure, then success", Run: transient},
 		{ID: "T17", Title: "permanent failure, no head-of-line blocking", Quick: true, Run: permanent},
@@ -82,8 +90,8 @@ func Cases() []Case {
 		{ID: "T25", Title: "duplicate delivery injection", Quick: true, Run: duplicateInjection},
 		{ID: "T26", Title: "shutdown during a retry's backoff", Run: shutdownInBackoff},
 		{ID: "T27", Title: "Kafka analytics replay, rebalance, poison record", NotHere: notHereKafka},
-		{ID: "T28", Title: "unauthenticated and unauthorised admin calls", NotHere: notHereAuth},
-		{ID: "T29", Title: "SQL injection and hostile parameters", NotHere: notHereSQL},
-		{ID: "T30", Title: "oversized bodies, slow clients, header abuse", NotHere: notHereSlow},
+		{ID: "T28", Title: "unauthenticated and unauthorised admin calls", Overlay: authOverlay, Run: unauthorised},
+		{ID: "T29", Title: "SQL injection and hostile parameters", Plugins: []string{"tarefas"}, Run: hostileParameters},
+		{ID: "T30", Title: "oversized bodies, slow clients, header abuse", Run: slowClients},
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -13,11 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-
-	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
-	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -96,13 +91,10 @@ func commitOrder(ctx context.Context, r *run) error {
 	if err := r.start(ctx, 1); err != nil {
 		return err
 	}
-	cfg := topology.DefaultConfig()
-	cfg.Exchanges = []topology.ExchangeConfig{{Name: probe.Exchange, Events: []string{"faultprobe.#"}}}
-	top, err := topology.Build(cfg, nil)
+	tx, err := r.directTransactor()
 	if err != nil {
 		return err
 	}
-	tx := postgres.NewTransactor(r.pool, outbox.New(top.Routable, watermill.NewSlogLogger(slog.New(slog.DiscardHandler))), nil)
 	dur := time.Duration(r.scale(40, 15)) * time.Second
 	wctx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()

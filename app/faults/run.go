@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,7 +140,7 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	defer s.close(context.WithoutCancel(ctx))
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(c.ID))
-	r := &run{system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), quick: opts.Quick, result: &res, gone: map[*node]bool{}}
+	r := &run{drainBound: cmp.Or(c.Drain, drainBound), system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), quick: opts.Quick, result: &res, gone: map[*node]bool{}}
 	watch := r.watchConsumers(ctx)
 	caseErr := c.Run(ctx, r)
 	if _, err := r.stopWriting(); err != nil {
@@ -207,6 +208,8 @@ type run struct {
 	backMu   sync.Mutex
 	samples  []consumerSample
 	drainFor time.Duration
+	// drainBound bounds the wait for quiet after the case.
+	drainBound time.Duration
 }
 
 type writeResult struct {
@@ -471,7 +474,7 @@ var businessConsumers = []string{"POST /v1/events", directWriter}
 // a row, within drainBound. When it does not, a problem says what was
 // still busy.
 func (r *run) drain(ctx context.Context) bool {
-	deadline := time.Now().Add(drainBound)
+	deadline := time.Now().Add(r.drainBound)
 	quiet := 0
 	busy := ""
 	for time.Now().Before(deadline) {
@@ -488,7 +491,7 @@ func (r *run) drain(ctx context.Context) bool {
 			return false
 		}
 	}
-	r.problem("not drained within %s: %s", drainBound, busy)
+	r.problem("not drained within %s: %s", r.drainBound, busy)
 	return false
 }
 

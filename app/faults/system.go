@@ -40,6 +40,11 @@ type system struct {
 	hist    *History
 	histAt  string
 	nodes   []*node
+	// nodeDB and nodeAMQP are the URLs the nodes connect to: the case's
+	// database and vhost, or a proxy in front of them.
+	nodeDB, nodeAMQP string
+	// closers run when the system closes, after the nodes stop.
+	closers []func()
 	// overlay is the case's configuration, layered on base.yaml.
 	overlay string
 }
@@ -95,6 +100,7 @@ func newSystem(ctx context.Context, opts Options, dir, overlay string) (_ *syste
 	}
 	u.Path = "/" + name
 	s.amqpURL = u.String()
+	s.nodeDB, s.nodeAMQP = s.dbURL, s.amqpURL
 	if err := s.writeConfig(); err != nil {
 		return nil, err
 	}
@@ -154,7 +160,7 @@ func (s *system) run(ctx context.Context, nd *node) error {
 		return err
 	}
 	cmd := exec.Command(s.opts.ServeBin, "--config-dir", s.dir, "--env", "faults", "serve")
-	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+s.dbURL, "MOENDA_AMQP__URL="+s.amqpURL, "MOENDA_HTTP__ADDR="+nd.addr)
+	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+s.nodeDB, "MOENDA_AMQP__URL="+s.nodeAMQP, "MOENDA_HTTP__ADDR="+nd.addr)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
@@ -190,6 +196,16 @@ func (s *system) waitReady(ctx context.Context, nd *node, bound time.Duration) e
 		}
 	}
 	return fmt.Errorf("node %s was not ready within %s; its log: %s", nd.name, bound, nd.log)
+}
+
+// pid is the node's process id; 0 when it never started.
+func (nd *node) pid() int {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd == nil {
+		return 0
+	}
+	return nd.cmd.Process.Pid
 }
 
 // exited is closed once the node's process has ended.
@@ -262,6 +278,9 @@ func (s *system) mark(fault, phase string) {
 func (s *system) close(ctx context.Context) {
 	for _, nd := range s.nodes {
 		nd.kill()
+	}
+	for _, c := range s.closers {
+		c()
 	}
 	if s.hist != nil {
 		_ = s.hist.Close()

@@ -1,0 +1,170 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/moenda/moenda/app/faults/probe"
+)
+
+// slowClients runs slowhttptest against a node in its two modes (slow
+// headers, slow body), with a prober asking /readyz every 100 ms
+// meanwhile, then streams oversized bodies and abuses X-Correlation-ID.
+func slowClients(ctx context.Context, r *run) error {
+	secs := r.scale(60, 20)
+	r.injected("slowhttptest -H then -B, 500 connections at 100/s for %d s each, beside writers; 10 MB and 100 MB bodies, one chunked; X-Correlation-ID of 64 KB and with markup", secs)
+	tool, err := exec.LookPath("slowhttptest")
+	if err != nil {
+		r.problem("slowhttptest is not installed here (apt-get install slowhttptest)")
+		return nil
+	}
+	if err := r.start(ctx, 1); err != nil {
+		return err
+	}
+	nd := r.nodes[0]
+	r.write(ctx, Workload{Writers: 2, Interval: 20 * time.Millisecond})
+	fds := func() int { e, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", nd.pid())); return len(e) }
+	before := fds()
+
+	pctx, stopProbe := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var probes []time.Duration
+	failed := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		client := http.Client{Timeout: 5 * time.Second}
+		for pctx.Err() == nil {
+			at := time.Now()
+			resp, err := client.Get("http://" + nd.addr + "/readyz")
+			mu.Lock()
+			if err != nil {
+				failed++
+			} else {
+				_ = resp.Body.Close()
+				probes = append(probes, time.Since(at))
+			}
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	most := before
+	for _, mode := range []string{"-H", "-B"} {
+		args := []string{mode, "-c", "500", "-r", "100", "-i", "10", "-l", fmt.Sprint(secs), "-u", "http://" + nd.addr + "/v1/events", "-p", "3"}
+		if mode == "-B" {
+			args = append(args, "-t", "POST", "-s", "8192", "-f", "application/json")
+		}
+		err := r.inject(ctx, "slowhttptest "+mode, 0, func(ctx context.Context) error {
+			cmd := exec.CommandContext(ctx, tool, args...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("slowhttptest %s: %w: %s", mode, err, lastLines(out, 5))
+			}
+			r.note("slowhttptest %s: %s", mode, strings.Join(strings.Fields(lastLines(out, 8)), " "))
+			return nil
+		}, nil)
+		if err != nil {
+			stopProbe()
+			<-done
+			return err
+		}
+		most = max(most, fds())
+	}
+	stopProbe()
+	<-done
+	slices.Sort(probes)
+	if len(probes) > 0 {
+		p99 := probes[min(len(probes)*99/100, len(probes)-1)]
+		r.note("/readyz during the slow clients: %d answers, p99 %s, %d without an answer; open files %d before, %d at most, %d after", len(probes), p99.Round(time.Millisecond), failed, before, most, fds())
+		if p99 > 500*time.Millisecond || failed > 0 {
+			r.problem("/readyz answered with p99 %s and failed %d times under slow clients; p99 under 500 ms and no failure expected", p99, failed)
+		}
+	}
+	r.oversizedBodies(nd)
+	r.correlationAbuse(nd)
+	return r.tail(ctx)
+}
+
+// oversizedBodies posts 10 MB with its length and 100 MB chunked: both get
+// 413 within a second, before the body is read.
+func (r *run) oversizedBodies(nd *node) {
+	for _, b := range []struct {
+		name    string
+		size    int64
+		chunked bool
+	}{{"10 MB with Content-Length", 10 << 20, false}, {"100 MB chunked", 100 << 20, true}} {
+		var body io.Reader = io.LimitReader(zeros{}, b.size)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.addr+"/v1/events", body)
+		req.Header.Set("Content-Type", "application/json")
+		if !b.chunked {
+			req.ContentLength = b.size
+		}
+		at := time.Now()
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		took := time.Since(at)
+		switch {
+		case err != nil:
+			// The server may close the connection while the client
+			// still writes the body; the answer then never arrives.
+			r.note("%s: the server closed the connection after %s (%v)", b.name, took.Round(time.Millisecond), err)
+			if took > time.Second {
+				r.problem("%s: cut after %s, not within 1 s", b.name, took)
+			}
+		default:
+			_ = resp.Body.Close()
+			r.note("%s: %d in %s", b.name, resp.StatusCode, took.Round(time.Millisecond))
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || took > time.Second {
+				r.problem("%s: %d in %s; 413 within 1 s expected", b.name, resp.StatusCode, took)
+			}
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = '0'
+	}
+	return len(p), nil
+}
+
+// correlationAbuse sends X-Correlation-ID values moenda must not keep: the
+// answer carries a new UUID instead.
+func (r *run) correlationAbuse(nd *node) {
+	for name, value := range map[string]string{
+		"64 KB":       strings.Repeat("a", 64<<10),
+		"with markup": `<script>alert(1)</script>`,
+		"with spaces": "a b\tc",
+	} {
+		body := fmt.Sprintf(`{"event_name":%q,"payload":{"writer":30}}`, probe.Event)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.addr+"/v1/events", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Correlation-ID", value)
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			r.problem("X-Correlation-ID %s: %v", name, err)
+			continue
+		}
+		_ = resp.Body.Close()
+		got := resp.Header.Get("X-Correlation-ID")
+		if _, perr := uuid.Parse(got); resp.StatusCode >= 500 || got == value || perr != nil {
+			r.problem("X-Correlation-ID %s: %d, answered with %.40q; a new UUID expected", name, resp.StatusCode, got)
+		}
+	}
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}

@@ -1,0 +1,33 @@
+package faults
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// RELIABILITY.md carries every case: a passing one's counts, a failing
+// one's findings, and the reason a case did not run.
+func TestWriteMarkdown(t *testing.T) {
+	results := []Result{
+		{ID: "T01", Title: "ok case", Injected: "a fault", Pass: true, Report: Report{Valid: true, Attempted: 10, Confirmed: 10, Drained: true},
+			Recoveries: []Recovery{{Fault: "f", Took: 2 * time.Second}}, Bound: 15 * time.Second},
+		{ID: "T02", Title: "bad case", Injected: "another", Report: Report{Attempted: 5, Confirmed: 5, Lost: []string{"x"}, Drained: true},
+			Problems: []string{"something broke"}},
+		{ID: "T03", Title: "elsewhere", NotRun: "needs a cluster"},
+	}
+	var b strings.Builder
+	if err := WriteMarkdown(&b, results, 7, "go run . faults --seed 7"); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"seed 7", "**1 passed, 1 failed, 1 not run here.**", "| T01 ok case | a fault | pass | 10 | 10 | 0 |",
+		"2s (15s)", "| T02 bad case | another | **fail**", "FAIL: something broke.", "1 lost", "**T03 elsewhere**: needs a cluster."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if s := Summarize(results); s.Lost != 1 || s.Worst != 2*time.Second || s.WorstCase != "T01" {
+		t.Errorf("%+v", s)
+	}
+}
