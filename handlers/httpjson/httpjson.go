@@ -71,11 +71,15 @@ func DecodeTolerant(w http.ResponseWriter, r *http.Request, v any) bool {
 
 func decode(w http.ResponseWriter, r *http.Request, v any, strict bool) bool {
 	body, err := io.ReadAll(r.Body)
+	var keys []string
 	if err == nil {
-		err = checkText(body)
+		keys, err = checkText(body)
 	}
 	if err == nil {
 		err = unmarshal(body, v, strict)
+	}
+	if err == nil && strict {
+		err = exactNames(keys, v)
 	}
 	if err == nil {
 		return true
@@ -100,6 +104,42 @@ func unmarshal(body []byte, v any, strict bool) error {
 	}
 	if len(bytes.Trim(body[dec.InputOffset():], " \t\r\n")) > 0 {
 		return errTrailing
+	}
+	return nil
+}
+
+// exactNames refuses a top-level field name that matches one of v's fields
+// only when case is ignored, as encoding/json matches them: USUARIO_ID is
+// a misspelling, not usuario_id.
+func exactNames(keys []string, v any) error {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	names := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names[name] = true
+	}
+	for _, k := range keys {
+		if names[k] {
+			continue
+		}
+		for name := range names {
+			if strings.EqualFold(k, name) {
+				return &textError{path: "body", name: true, problem: fmt.Sprintf("%q matches %q only when case is ignored; field names are case-sensitive", k, name)}
+			}
+		}
 	}
 	return nil
 }
@@ -142,15 +182,19 @@ type frame struct {
 	index   int    // the element being read, in an array
 	key     string // the field being read, in an object
 	wantKey bool   // in an object, the next string is a field name
+	keys    map[string]bool
 }
 
 // checkText checks that every string of body, field names included, is
-// UTF-8 and holds no NUL, and that nesting stays within maxDepth. It reads
+// UTF-8 and holds no NUL, that no object names a field twice (parsers
+// disagree on which one wins: jsonb and encoding/json keep the last, others
+// the first), and that nesting stays within maxDepth; it returns the
+// top-level object's field names. It reads
 // the raw bytes: encoding/json turns invalid UTF-8 and unpaired surrogate
 // escapes into U+FFFD without a word, and PostgreSQL refuses NUL in text.
 // It walks tokens, without recursion, and leaves syntax errors to the
 // decoder, which reports them with their offset.
-func checkText(body []byte) error {
+func checkText(body []byte) (topKeys []string, err error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber() // any number is a token: ranges are the decoder's business
 	var stack []frame
@@ -158,13 +202,13 @@ func checkText(body []byte) error {
 		start := dec.InputOffset()
 		tok, err := dec.Token()
 		if err != nil {
-			return nil
+			return topKeys, nil
 		}
 		switch tok := tok.(type) {
 		case json.Delim:
 			if tok == '{' || tok == '[' {
 				if len(stack) == maxDepth {
-					return depthError{}
+					return nil, depthError{}
 				}
 				stack = append(stack, frame{array: tok == '[', wantKey: tok == '{'})
 				continue
@@ -174,18 +218,28 @@ func checkText(body []byte) error {
 			if problem := stringProblem(rawString(body, start, dec.InputOffset())); problem != "" {
 				top := len(stack) - 1
 				if top >= 0 && stack[top].wantKey {
-					return &textError{path: path(stack[:top]), name: true, problem: problem}
+					return nil, &textError{path: path(stack[:top]), name: true, problem: problem}
 				}
-				return &textError{path: path(stack), problem: problem}
+				return nil, &textError{path: path(stack), problem: problem}
 			}
 			if top := len(stack) - 1; top >= 0 && stack[top].wantKey {
-				stack[top].key, stack[top].wantKey = tok, false
+				f := &stack[top]
+				if f.keys[tok] {
+					return nil, &textError{path: path(stack[:top]), name: true, problem: fmt.Sprintf("%q appears twice; send each field once", tok)}
+				}
+				if f.keys == nil {
+					f.keys = map[string]bool{}
+				}
+				f.keys[tok], f.key, f.wantKey = true, tok, false
+				if top == 0 {
+					topKeys = append(topKeys, tok)
+				}
 				continue
 			}
 		}
 		// A value has ended: move its container to the next one.
 		if len(stack) == 0 {
-			return nil
+			return topKeys, nil
 		}
 		top := &stack[len(stack)-1]
 		if top.array {

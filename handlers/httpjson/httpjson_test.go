@@ -41,6 +41,9 @@ func TestCheckText(t *testing.T) {
 		{"numbers out of any range are the decoder's business", `{"n":1e400}`, ""},
 		{"a syntax error is the decoder's business", `{"a" 1}`, ""},
 		{"only the first value is read", `{} "\u0000"`, ""},
+		{"a field twice", `{"a":1,"b":2,"a":3}`, `a field name in body "a" appears twice`},
+		{"a field twice, nested", `{"x":{"b":1,"b":2}}`, `a field name in x "b" appears twice`},
+		{"one name in two objects", `[{"a":1},{"a":2}]`, ""},
 		{"100 levels", strings.Repeat("[", 100) + strings.Repeat("]", 100), ""},
 		{"101 levels", strings.Repeat("[", 101) + strings.Repeat("]", 101), "more than 100 deep"},
 		{"10,000 arrays", strings.Repeat("[", 10000) + strings.Repeat("]", 10000), "more than 100 deep"},
@@ -49,7 +52,7 @@ func TestCheckText(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := checkText([]byte(tt.body))
+			_, err := checkText([]byte(tt.body))
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("checkText = %v, want nil", err)
@@ -92,6 +95,9 @@ func TestDecodeDescribesInJSONTerms(t *testing.T) {
 		{"a date without a time", true, `{"at":"2026-01-15"}`, http.StatusBadRequest, `not an RFC 3339 string like 2026-01-15T10:30:00Z: got "2026-01-15"`},
 		{"a time as a number", true, `{"at":5}`, http.StatusBadRequest, "not an RFC 3339 string"},
 		{"an unknown field", true, `{"titlo":"x"}`, http.StatusBadRequest, `unknown field "titlo"`},
+		{"a field in other case", true, `{"USUARIO_ID":1}`, http.StatusBadRequest, `"USUARIO_ID" matches "usuario_id" only when case is ignored`},
+		{"a field twice", true, `{"usuario_id":1,"usuario_id":2}`, http.StatusBadRequest, `"usuario_id" appears twice`},
+		{"a field twice, tolerant", false, `{"payload":{"a":1,"a":2}}`, http.StatusBadRequest, `"a" appears twice`},
 		{"an unknown field, tolerated", false, `{"titlo":"x"}`, http.StatusOK, ""},
 		{"two values", true, `{} {}`, http.StatusBadRequest, "more than one JSON value"},
 		{"a stray brace", true, `{}}`, http.StatusBadRequest, "more than one JSON value"},
