@@ -19,8 +19,8 @@ type Case struct {
 	NotHere string
 	// Reader is outbox.reader for the case's nodes; auto when empty.
 	Reader string
-	// Overlay adds settings to the nodes' configuration, and Plugins
-	// enables plugins beside the probe.
+	// Overlay is a configuration file layered over the case's (--config),
+	// and Plugins enables plugins beside the probe.
 	Overlay string
 	Plugins []string
 	// Drain bounds the wait for quiet after the case; drainBound when
@@ -56,7 +56,7 @@ topology:
   exchanges:
     - name: faultprobe.eventos
       failure: {immediate_retries: 0, delays: [1s, 5s, 25s]}
-%s`, strings.Join(append([]string{"faultprobe"}, c.Plugins...), ", "), reader, c.Overlay)
+`, strings.Join(append([]string{"faultprobe"}, c.Plugins...), ", "), reader)
 }
 
 // Cases lists every case of RELIABILITY-CASES, in order: those the command

@@ -60,6 +60,13 @@ func slowClients(ctx context.Context, r *run) error {
 	}()
 	most := before
 	for _, mode := range []string{"-H", "-B"} {
+		// Past the recovery bound between the modes, so each recovery
+		// can be seen.
+		if err := r.tail(ctx); err != nil {
+			stopProbe()
+			<-done
+			return err
+		}
 		args := []string{mode, "-c", "500", "-r", "100", "-i", "10", "-l", fmt.Sprint(secs), "-u", "http://" + nd.addr + "/v1/events", "-p", "3"}
 		if mode == "-B" {
 			args = append(args, "-t", "POST", "-s", "8192", "-f", "application/json")
@@ -142,12 +149,11 @@ func (zeros) Read(p []byte) (int, error) {
 // correlationAbuse sends X-Correlation-ID values moenda must not keep: the
 // answer carries a new UUID instead.
 func (r *run) correlationAbuse(nd *node) {
-	for name, value := range map[string]string{
-		"64 KB":       strings.Repeat("a", 64<<10),
-		"with markup": `<script>alert(1)</script>`,
-		"with spaces": "a b\tc",
-	} {
-		body := fmt.Sprintf(`{"event_name":%q,"payload":{"writer":30}}`, probe.Event)
+	for i, value := range []string{strings.Repeat("a", 64<<10), `<script>alert(1)</script>`, "a b\tc"} {
+		name := []string{"64 KB", "with markup", "with spaces"}[i]
+		op := Op{Outcome: Invoked, Writer: 30, Seq: i, EventID: EventID(r.dbName, 30, i), Kind: Good, At: time.Now()}
+		_ = r.hist.Add(Line{Op: op})
+		body := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"writer":30,"seq":%d}}`, op.EventID, probe.Event, i)
 		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.addr+"/v1/events", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Correlation-ID", value)
@@ -157,6 +163,11 @@ func (r *run) correlationAbuse(nd *node) {
 			continue
 		}
 		_ = resp.Body.Close()
+		op.Outcome, op.At = Failed, time.Now()
+		if resp.StatusCode < 300 {
+			op.Outcome = OK
+		}
+		_ = r.hist.Add(Line{Op: op})
 		got := resp.Header.Get("X-Correlation-ID")
 		if _, perr := uuid.Parse(got); resp.StatusCode >= 500 || got == value || perr != nil {
 			r.problem("X-Correlation-ID %s: %d, answered with %.40q; a new UUID expected", name, resp.StatusCode, got)

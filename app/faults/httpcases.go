@@ -73,9 +73,17 @@ func unauthorised(ctx context.Context, r *run) error {
 	}
 	nd := r.nodes[0]
 	for i := range 5 {
-		body := fmt.Sprintf(`{"event_id":%q,"event_name":"faultprobe.evento.v1","payload":{"writer":28,"seq":%d}}`, EventID(r.dbName, 28, i), i)
+		op := Op{Outcome: Invoked, Writer: 28, Seq: i, EventID: EventID(r.dbName, 28, i), Kind: Good, At: time.Now()}
+		if err := r.hist.Add(Line{Op: op}); err != nil {
+			return err
+		}
+		body := fmt.Sprintf(`{"event_id":%q,"event_name":"faultprobe.evento.v1","payload":{"writer":28,"seq":%d}}`, op.EventID, i)
 		if a, err := call(nd, http.MethodPost, "/v1/events", "Bearer "+publisherToken, body); err != nil || a.code != http.StatusAccepted {
 			return fmt.Errorf("publish with the publisher token: %d %s %v", a.code, a.body, err)
+		}
+		op.Outcome, op.At = OK, time.Now()
+		if err := r.hist.Add(Line{Op: op}); err != nil {
+			return err
 		}
 	}
 	if err := r.wait(ctx, 2*time.Second); err != nil {

@@ -100,7 +100,9 @@ func networkDegradation(ctx context.Context, r *run) error {
 		{"sliced streams", hold, both("slicer", `{"average_size":64,"size_variation":32,"delay":10}`)},
 	}
 	for _, st := range steps {
-		if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
+		// Past the recovery bound since the last step, so each
+		// recovery can be seen.
+		if err := r.tail(ctx); err != nil {
 			return err
 		}
 		var removes []func(context.Context) error

@@ -132,7 +132,7 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 		res.Problems = append(res.Problems, err.Error())
 		return res
 	}
-	s, err := newSystem(ctx, opts, dir, c.overlay())
+	s, err := newSystem(ctx, opts, dir, c.overlay(), c.Overlay)
 	if err != nil {
 		res.Problems = append(res.Problems, "set up: "+err.Error())
 		return res
@@ -149,19 +149,24 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	if caseErr != nil {
 		r.problem("%v", caseErr)
 	}
-	// Heal what the case left down, then let the system drain.
+	// Heal what the case left down, then let the system drain; a node
+	// that will not start leaves nothing to drain.
+	up := true
 	for _, nd := range s.nodes {
 		if !nd.running() && !r.gone[nd] {
 			if err := s.run(ctx, nd); err != nil {
 				r.problem("restart %s: %v", nd.name, err)
+				up = false
 			}
 		}
 	}
-	seen, err := r.observe(ctx)
-	watch()
-	if err != nil {
-		r.problem("observe: %v", err)
+	var seen Observed
+	if up {
+		if seen, err = r.observe(ctx); err != nil {
+			r.problem("observe: %v", err)
+		}
 	}
+	watch()
 	if err := s.hist.Close(); err != nil {
 		r.problem("history: %v", err)
 	}

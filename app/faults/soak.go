@@ -53,8 +53,10 @@ func (r *run) readSizes(ctx context.Context) (sizes, error) {
 }
 
 func bloatSoak(ctx context.Context, r *run) error {
-	total := r.scale(1_000_000, 50_000)
-	r.injected("%d events written at full speed by 4 writers, 50 to a transaction, with outbox retention 20 s every 10 s and inbox retention 2 min every 10 s; the tables' sizes read every 10 s", total)
+	// At a steady 2,000 events/s, for minutes: a burst would leave no
+	// steady state to compare with.
+	total, rate := r.scale(300_000, 50_000), 2000
+	r.injected("%d events at %d/s from 4 writers, 50 to a transaction, with outbox retention 20 s every 10 s and inbox retention 2 min every 10 s; the tables' sizes read every 10 s", total, rate)
 	if err := r.start(ctx, 1); err != nil {
 		return err
 	}
@@ -87,6 +89,10 @@ func bloatSoak(ctx context.Context, r *run) error {
 			for {
 				first := int(next.Add(50)) - 50
 				if first >= total || ctx.Err() != nil {
+					return
+				}
+				// The batch starting at first is due at first/rate.
+				if err := r.wait(ctx, time.Until(start.Add(time.Duration(first)*time.Second/time.Duration(rate)))); err != nil {
 					return
 				}
 				if err := r.directBatch(ctx, tx, w, first, min(50, total-first)); err != nil {

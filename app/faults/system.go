@@ -45,8 +45,9 @@ type system struct {
 	nodeDB, nodeAMQP string
 	// closers run when the system closes, after the nodes stop.
 	closers []func()
-	// overlay is the case's configuration, layered on base.yaml.
-	overlay string
+	// overlay is the case's configuration, layered on base.yaml, and
+	// extra a file layered over it (--config) when not empty.
+	overlay, extra string
 }
 
 // node is one `moenda serve` process; it keeps its address across
@@ -60,11 +61,11 @@ type node struct {
 	done chan struct{}
 }
 
-func newSystem(ctx context.Context, opts Options, dir, overlay string) (_ *system, err error) {
+func newSystem(ctx context.Context, opts Options, dir, overlay, extra string) (_ *system, err error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
-	s := &system{opts: opts, dir: dir, overlay: overlay}
+	s := &system{opts: opts, dir: dir, overlay: overlay, extra: extra}
 	defer func() {
 		if err != nil {
 			s.close(context.WithoutCancel(ctx))
@@ -121,7 +122,13 @@ func (s *system) writeConfig() error {
 	if err := os.WriteFile(filepath.Join(s.dir, "base.yaml"), base, 0o600); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.dir, "faults.yaml"), []byte(s.overlay), 0o600)
+	if err := os.WriteFile(filepath.Join(s.dir, "faults.yaml"), []byte(s.overlay), 0o600); err != nil {
+		return err
+	}
+	if s.extra == "" {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(s.dir, "case.yaml"), []byte(s.extra), 0o600)
 }
 
 // onDatabase is the PostgreSQL URL with another database.
@@ -159,7 +166,11 @@ func (s *system) run(ctx context.Context, nd *node) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(s.opts.ServeBin, "--config-dir", s.dir, "--env", "faults", "serve")
+	args := []string{"--config-dir", s.dir, "--env", "faults"}
+	if s.extra != "" {
+		args = append(args, "--config", filepath.Join(s.dir, "case.yaml"))
+	}
+	cmd := exec.Command(s.opts.ServeBin, append(args, "serve")...)
 	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+s.nodeDB, "MOENDA_AMQP__URL="+s.nodeAMQP, "MOENDA_HTTP__ADDR="+nd.addr)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -69,9 +69,10 @@ func Latencies(ops []Op, effects []Effect) Latency {
 // Recoveries measures, for each healed fault, the time until the lag of
 // the events acknowledged after it fell under lagBound and stayed there
 // until the next fault began: the first such event's effect, less the
-// time the fault was healed. back, when given, is when the consumers were
-// seen again after each heal (by its Healed time), and a recovery is never
-// shorter than that.
+// time the fault was healed. Events still waiting when the next fault
+// began are that fault's to judge. back, when given, is when the consumers
+// were seen again after each heal (by its Healed time), and a recovery is
+// never shorter than that.
 func Recoveries(ops []Op, effects []Effect, faults []Line, lagBound time.Duration, back func(healed time.Time) time.Time) []Recovery {
 	applied := appliedGood(ops, effects)
 	var out []Recovery
@@ -88,14 +89,14 @@ func Recoveries(ops []Op, effects []Effect, faults []Line, lagBound time.Duratio
 			}
 		}
 		r := Recovery{Fault: f.Fault, Healed: healed, Took: -1}
-		// From the last slow event in the window, the next one marks
-		// the recovery.
 		var window []lagged
 		for _, l := range applied {
-			if !l.acked.Before(healed) && (until.IsZero() || l.acked.Before(until)) {
+			if !l.acked.Before(healed) && (until.IsZero() || l.applied.Before(until)) {
 				window = append(window, l)
 			}
 		}
+		// From the last slow event in the window, the next one marks
+		// the recovery.
 		start := 0
 		for j, l := range window {
 			if l.applied.Sub(l.acked) >= lagBound {

@@ -24,6 +24,9 @@ func TestRecoveries(t *testing.T) {
 		ops = append(ops, Op{Outcome: OK, EventID: id, Kind: Good, At: acked})
 		effects = append(effects, Effect{EventID: id, AppliedAt: acked.Add(lag)})
 	}
+	if l := Latencies(ops, effects); l.P50 != 100*time.Millisecond || l.Max != 3*time.Second {
+		t.Fatalf("%+v", l)
+	}
 	faults := []Line{{Fault: "f", Phase: "start", Op: Op{At: at(5)}}, {Fault: "f", Phase: "stop", Op: Op{At: at(10)}}}
 	rs := Recoveries(ops, effects, faults, 2*time.Second, nil)
 	if len(rs) != 1 || rs[0].Took != 4100*time.Millisecond {
@@ -33,12 +36,18 @@ func TestRecoveries(t *testing.T) {
 	if rs := Recoveries(ops, effects, faults, 2*time.Second, back); rs[0].Took != 6*time.Second {
 		t.Fatalf("consumers back at 16 s: %+v", rs)
 	}
+	// An event still waiting when the next fault begins is that
+	// fault's: with a fault from 19.5 s, j (acknowledged at 19 s,
+	// applied at 19.1 s) still counts, and a late one would not.
+	ops = append(ops, Op{Outcome: OK, EventID: "late", Kind: Good, At: at(19.4)})
+	effects = append(effects, Effect{EventID: "late", AppliedAt: at(40)})
+	next := append(faults, Line{Fault: "g", Phase: "start", Op: Op{At: at(19.5)}})
+	if rs := Recoveries(ops, effects, next, 2*time.Second, nil); rs[0].Took != 4100*time.Millisecond {
+		t.Fatalf("with a later fault: %+v", rs)
+	}
 	never := func(time.Time) time.Time { return time.Time{} }
 	if rs := Recoveries(ops, effects, faults, 2*time.Second, never); rs[0].Recovered(time.Minute) {
 		t.Fatalf("consumers never back: %+v", rs)
-	}
-	if l := Latencies(ops, effects); l.P50 != 100*time.Millisecond || l.Max != 3*time.Second {
-		t.Fatalf("%+v", l)
 	}
 }
 
