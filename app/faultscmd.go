@@ -71,7 +71,13 @@ func faultsCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdo
 		fmt.Fprintf(stdout, "faults: %d passed, %d failed, %d not run here; attempted %d, confirmed %d, lost %d, duplicate effects %d\n",
 			sum.Passed, sum.Failed, sum.NotRun, sum.Attempted, sum.Confirmed, sum.Lost, sum.DuplicateEffects)
 		if sum.Failed > 0 {
-			return fmt.Errorf("faults: %d case(s) failed; re-run them with --seed %d --only ...", sum.Failed, s)
+			var failed []string
+			for _, r := range results {
+				if !r.Pass && r.NotRun == "" {
+					failed = append(failed, r.ID)
+				}
+			}
+			return fmt.Errorf("faults: %d case(s) failed; re-run them with --seed %d --only %s", sum.Failed, s, strings.Join(failed, ","))
 		}
 		return nil
 	}, true

@@ -202,17 +202,16 @@ type run struct {
 	quick  bool
 	result *Result
 
-	writing  context.CancelFunc
-	written  chan writeResult
-	counts   map[Outcome]int
-	gone     map[*node]bool
-	after    []func(ops []Op, seen Observed)
-	dedupMu  sync.Mutex
-	dedup    int
-	ignored  int
-	backMu   sync.Mutex
-	samples  []consumerSample
-	drainFor time.Duration
+	writing context.CancelFunc
+	written chan writeResult
+	counts  map[Outcome]int
+	gone    map[*node]bool
+	after   []func(ops []Op, seen Observed)
+	dedupMu sync.Mutex
+	dedup   int
+	ignored int
+	backMu  sync.Mutex
+	samples []consumerSample
 	// drainBound bounds the wait for quiet after the case.
 	drainBound time.Duration
 }
@@ -420,7 +419,7 @@ func (r *run) observe(ctx context.Context) (Observed, error) {
 	seen := Observed{Business: map[string]bool{}}
 	start := time.Now()
 	seen.Drained = r.drain(ctx)
-	r.drainFor = time.Since(start)
+	r.result.addExtra("drain_seconds", time.Since(start).Seconds())
 	dead, unrouted, err := r.drainDeadLetters()
 	if err != nil {
 		return seen, err
