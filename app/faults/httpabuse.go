@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -137,6 +138,8 @@ func (r *run) oversizedBodies(nd *node) {
 	}
 }
 
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) {
@@ -175,7 +178,8 @@ func (r *run) correlationAbuse(nd *node) {
 	}
 }
 
+// lastLines is the last n lines of a tool's output, without its colours.
 func lastLines(b []byte, n int) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	lines := strings.Split(strings.TrimSpace(ansi.ReplaceAllString(string(b), "")), "\n")
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
