@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -120,9 +119,12 @@ func memoryAlarmCase(ctx context.Context, r *run) error {
 		restore, err = memoryAlarm(ctx)
 		return err
 	}, func(ctx context.Context) error {
-		code, body := r.readyz(r.nodes[0])
-		r.note("/readyz during the alarm: %d %s", code, body)
-		if !strings.Contains(body, `"degraded"`) {
+		a, err := call(r.nodes[0], http.MethodGet, "/readyz", "", "")
+		if err != nil {
+			a.body = err.Error()
+		}
+		r.note("/readyz during the alarm: %d %s", a.code, a.body)
+		if !strings.Contains(a.body, `"degraded"`) {
 			r.problem("/readyz did not say degraded while the broker blocked publishers")
 		}
 		if restore == nil {
@@ -138,15 +140,3 @@ func memoryAlarmCase(ctx context.Context, r *run) error {
 
 // acknowledged counts the commands acknowledged so far, from the history.
 func (r *run) acknowledged() int { return r.hist.count(OK) }
-
-// readyz asks nd whether it is ready.
-func (r *run) readyz(nd *node) (int, string) {
-	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + nd.addr + "/readyz")
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	return resp.StatusCode, string(b)
-}

@@ -244,12 +244,7 @@ func Check(history []Op, seen Observed) Report {
 // an event of the same aggregate with a higher sequence number: each
 // aggregate's events come from one writer, in its order.
 func orderViolations(effects []Effect, confirmed map[string]Op) []string {
-	first := map[string]time.Time{}
-	for _, e := range effects {
-		if t, ok := first[e.EventID]; !ok || e.AppliedAt.Before(t) {
-			first[e.EventID] = e.AppliedAt
-		}
-	}
+	first := firstEffects(effects)
 	byAggregate := map[string][]Op{}
 	for id := range first {
 		if op, ok := confirmed[id]; ok && op.Aggregate != "" {

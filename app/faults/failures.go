@@ -58,12 +58,7 @@ func transient(ctx context.Context, r *run) error {
 	r.after = append(r.after, func(ops []Op, seen Observed) {
 		// Two failures wait 1 s and 5 s in the retry queues: the effect
 		// comes 6 s after the commit, and not much later.
-		first := map[string]time.Time{}
-		for _, e := range seen.Effects {
-			if t, ok := first[e.EventID]; !ok || e.AppliedAt.Before(t) {
-				first[e.EventID] = e.AppliedAt
-			}
-		}
+		first := firstEffects(seen.Effects)
 		var lo, hi time.Duration
 		n := 0
 		for _, op := range ops {

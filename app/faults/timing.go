@@ -31,15 +31,21 @@ func (r Recovery) Recovered(bound time.Duration) bool { return r.Took >= 0 && r.
 // was first applied.
 type lagged struct{ acked, applied time.Time }
 
-// appliedGood pairs each good event's acknowledgement with its first
-// effect, in the order of acknowledgement.
-func appliedGood(ops []Op, effects []Effect) []lagged {
+// firstEffects is when each event was first applied.
+func firstEffects(effects []Effect) map[string]time.Time {
 	first := map[string]time.Time{}
 	for _, e := range effects {
 		if t, ok := first[e.EventID]; !ok || e.AppliedAt.Before(t) {
 			first[e.EventID] = e.AppliedAt
 		}
 	}
+	return first
+}
+
+// appliedGood pairs each good event's acknowledgement with its first
+// effect, in the order of acknowledgement.
+func appliedGood(ops []Op, effects []Effect) []lagged {
+	first := firstEffects(effects)
 	var out []lagged
 	for _, op := range ops {
 		if op.Outcome == OK && op.Kind == Good {
