@@ -204,7 +204,6 @@ type run struct {
 
 	writing context.CancelFunc
 	written chan writeResult
-	counts  map[Outcome]int
 	gone    map[*node]bool
 	after   []func(ops []Op, seen Observed)
 	dedupMu sync.Mutex
@@ -288,12 +287,11 @@ func (r *run) write(ctx context.Context, w Workload) {
 // stopWriting stops the writers and waits for their last commands.
 func (r *run) stopWriting() (map[Outcome]int, error) {
 	if r.writing == nil {
-		return r.counts, nil
+		return r.result.Counts, nil
 	}
 	r.writing()
 	r.writing = nil
 	res := <-r.written
-	r.counts = res.counts
 	r.result.Counts = res.counts
 	return res.counts, res.err
 }
