@@ -61,7 +61,7 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 			Quick:       *quick,
 			ServeBin:    bin,
 			PostgresURL: cfg.Postgres.URL,
-			AMQPURL:     cfg.AMQP.URL,
+			AMQPURL:     cfg.AMQP.Nodes()[0],
 			Settings:    bench.Settings{AMQP: cfg.AMQP, Outbox: cfg.Outbox, Router: cfg.Router, Failure: cfg.Topology.Failure},
 			Kafka:       cfg.Kafka,
 			Logger:      cfg.Log.Logger(stderr),

@@ -38,7 +38,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := amqp.Declare(ctx, cfg.AMQP.URL, declared); err != nil {
+		if err := amqp.Declare(ctx, cfg.AMQP.Nodes(), declared); err != nil {
 			return err
 		}
 		if err := p.warnOfUnreadQueues(); err != nil {
@@ -50,7 +50,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		}
 		p.broker = broker{subscriber: b.Subscriber, sink: b.Sink, ready: b.Ready, close: b.Close}
 		p.closers = append(p.closers, p.broker.close)
-		dest, err := amqp.NewBatchPublisher(cfg.AMQP.URL, "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
+		dest, err := amqp.NewBatchPublisher(cfg.AMQP.Nodes(), "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
 		if err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func (p *Platform) warnOfUnreadQueues() error {
 		return nil
 	}
 	queues, _ := p.kafkaReaders()
-	left, err := amqp.ExistingQueues(p.cfg.AMQP.URL, queues)
+	left, err := amqp.ExistingQueues(p.cfg.AMQP.Nodes(), queues)
 	for _, q := range left {
 		p.logger.Warn("a queue of a plugin that now reads Kafka is still on RabbitMQ and fills up unread; delete it once it is empty or no longer needed",
 			"queue", q, "command", "rabbitmqctl delete_queue "+q)

@@ -492,6 +492,8 @@ func (c *Resolved) Print(w io.Writer) error {
 			v = redact.Path(fmt.Sprint(v))
 		case strings.HasSuffix(key, ".url"):
 			v = redact.URL(fmt.Sprint(v))
+		case strings.HasSuffix(key, ".urls"):
+			v = redactEach(v)
 		case (strings.HasSuffix(key, "password") || strings.HasSuffix(key, "secret")) && fmt.Sprint(v) != "":
 			v = "[redacted]"
 		}
@@ -499,6 +501,19 @@ func (c *Resolved) Print(w io.Writer) error {
 	}
 	_, err := w.Write([]byte(b.String()))
 	return err
+}
+
+// redactEach hides the password of each URL in a list of them.
+func redactEach(v any) any {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Slice {
+		return redact.URL(fmt.Sprint(v))
+	}
+	out := make([]string, rv.Len())
+	for i := range out {
+		out[i] = redact.URL(fmt.Sprint(rv.Index(i).Interface()))
+	}
+	return out
 }
 
 // plain returns v with pointers replaced by what they point at (nil by

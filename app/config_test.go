@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -86,6 +87,7 @@ func TestPrintHidesSecrets(t *testing.T) {
 	cfg, err := Load(Source{Env: "local", Files: configs.FS, Environ: []string{
 		"MOENDA_POSTGRES__URL=postgres://moenda:pg-secret@db:5432/moenda",
 		"MOENDA_AMQP__URL=amqp://moenda:mq-secret@mq:5672/",
+		"MOENDA_AMQP__URLS=amqp://moenda:mq1-secret@mq1:5672/,amqp://moenda:mq2-secret@mq2:5672/",
 		"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URL=https://hooks.slack.com/services/T0/B0/hook-secret",
 		"MOENDA_HANDLERS__LOCACOES__JWT_SECRET=jwt-secret-of-at-least-thirty-two-bytes",
 		"MOENDA_HANDLERS__EMAILS__SMTP__USERNAME=moenda",
@@ -98,13 +100,47 @@ func TestPrintHidesSecrets(t *testing.T) {
 	if err := cfg.Print(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"pg-secret", "mq-secret", "hook-secret", "jwt-secret", "smtp-secret"} {
+	for _, secret := range []string{"pg-secret", "mq-secret", "mq1-secret", "mq2-secret", "hook-secret", "jwt-secret", "smtp-secret"} {
 		if strings.Contains(b.String(), secret) {
 			t.Errorf("config print shows %s:\n%s", secret, b.String())
 		}
 	}
 	if !strings.Contains(b.String(), "handlers.notificacoes.webhook.url = https://hooks.slack.com/xxxxx") {
 		t.Errorf("webhook url not shown redacted:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "amqp.urls = [amqp://moenda:xxxxx@mq1:5672/ amqp://moenda:xxxxx@mq2:5672/]") {
+		t.Errorf("amqp.urls not shown redacted:\n%s", b.String())
+	}
+}
+
+// amqp.urls comes from YAML as a list or from MOENDA_AMQP__URLS separated
+// by commas, and replaces amqp.url when set.
+func TestAMQPNodes(t *testing.T) {
+	const a, b = "amqp://moenda:s@mq1:5672/", "amqp://moenda:s@mq2:5672/"
+	tests := []struct {
+		name    string
+		overlay string
+		environ []string
+		want    []string
+	}{
+		{"amqp.url alone", "", []string{"MOENDA_AMQP__URL=" + a}, []string{a}},
+		{"from the environment", "", []string{"MOENDA_AMQP__URL=amqp://other:5672/", "MOENDA_AMQP__URLS=" + a + "," + b}, []string{a, b}},
+		{"from YAML", "amqp:\n  urls: [" + b + ", " + a + "]\n", nil, []string{b, a}},
+		{"the environment over YAML", "amqp:\n  urls: [" + b + ", " + a + "]\n", []string{"MOENDA_AMQP__URLS=" + a}, []string{a}},
+		{"empty variable", "", []string{"MOENDA_AMQP__URL=" + a, "MOENDA_AMQP__URLS="}, []string{a}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base, _ := configs.FS.ReadFile("base.yaml")
+			files := fstest.MapFS{"base.yaml": {Data: base}, "overlay.yaml": {Data: []byte(tt.overlay)}}
+			cfg, err := Load(Source{Env: "overlay", Files: files, Environ: tt.environ}, registry(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.AMQP.Nodes(); !slices.Equal(got, tt.want) {
+				t.Fatalf("amqp nodes = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -128,6 +164,10 @@ func TestLoadErrors(t *testing.T) {
 		{"one relay position for two relays", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true", "MOENDA_ANALYTICS__KAFKA__RELAY_GROUP=moenda-relay"}, "", []string{`analytics.kafka.relay_group "moenda-relay" must differ from outbox.consumer_group`}},
 		{"kafka settings checked when Kafka is used", []string{"MOENDA_BROKER__KIND=kafka", "MOENDA_KAFKA__BROKERS=nohost", "MOENDA_KAFKA__PARTITIONS=0"}, "", []string{
 			`kafka.brokers[0] "nohost" must be host:port`, "kafka.partitions must be at least 1",
+		}},
+		{"bad nodes in amqp.urls", []string{"MOENDA_AMQP__URLS=amqp://moenda:s3cret@mq1:5672/,http://moenda:s3cret@mq2/,amqp://moenda:s3cret@mq1:5672/"}, "", []string{
+			`amqp.urls[1] "http://moenda:xxxxx@mq2/" must look like amqp://user:password@host:5672/vhost`,
+			`amqp.urls[2] "amqp://moenda:xxxxx@mq1:5672/" repeats amqp.urls[0]`,
 		}},
 		{"every problem at once", []string{"MOENDA_HTTP__ADDR=nope", "MOENDA_AMQP__PREFETCH=0", "MOENDA_POSTGRES__URL=mysql://x"}, "", []string{
 			`http.addr "nope" must be host:port`, "amqp.prefetch must be at least 1", "postgres.url",

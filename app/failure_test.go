@@ -39,10 +39,17 @@ func TestFailTwiceThenSucceedWithinTheImmediateTier(t *testing.T) {
 }
 
 // With the schedule [200ms, 400ms, 800ms], redeliveries come at those
-// delays, then exactly one dead letter arrives with every failure header.
+// delays, then exactly one dead letter arrives with every failure header;
+// through classic and through quorum queues.
 func TestAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T) {
+	forEachQueueType(t, testAlwaysFailingFollowsTheScheduleThenDeadLetters)
+}
+
+func testAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T, typ, setting string) {
 	s := newProbeStack(t)
+	s.extra = append(s.extra, setting)
 	p := s.start(t)
+	requireQueueTypes(t, s.vhost.Name, typ)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.slow.dlq")
 	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
 	testenv.Eventually(t, 15*time.Second, "the dead letter", func() bool { return len(dead()) > 0 })
@@ -133,10 +140,16 @@ func TestAWaitingMessageBlocksNothing(t *testing.T) {
 
 // Bodies no retry can fix reach the dead-letter queue after one attempt,
 // each with its reason; events without ids are not deduplicated against
-// each other.
+// each other. Through classic and through quorum queues.
 func TestMalformedMessagesAreDeadLetteredAtOnce(t *testing.T) {
+	forEachQueueType(t, testMalformedMessagesAreDeadLetteredAtOnce)
+}
+
+func testMalformedMessagesAreDeadLetteredAtOnce(t *testing.T, typ, setting string) {
 	s := newProbeStack(t)
+	s.extra = append(s.extra, setting)
 	p := s.start(t)
+	requireQueueTypes(t, s.vhost.Name, typ)
 	ch := testenv.Channel(t, s.vhost.URL)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
 	valid := string(envelope(t, uuid.NewString(), "probe.work.hit.v1", probeOrder{}))
@@ -181,10 +194,17 @@ func TestUnknownTypesAreIgnoredAndUnknownVersionsDeadLettered(t *testing.T) {
 }
 
 // The same event delivered five times, at once, to two consumers in two
-// processes' worth of platforms: one run, one effect.
+// processes' worth of platforms: one run, one effect; from classic and
+// from quorum queues.
 func TestConcurrentDuplicatesHaveOneEffect(t *testing.T) {
+	forEachQueueType(t, testConcurrentDuplicatesHaveOneEffect)
+}
+
+func testConcurrentDuplicatesHaveOneEffect(t *testing.T, typ, setting string) {
 	s := newProbeStack(t)
+	s.extra = append(s.extra, setting)
 	a, b := s.start(t), s.start(t)
+	requireQueueTypes(t, s.vhost.Name, typ)
 	ch := testenv.Channel(t, s.vhost.URL)
 	id := uuid.NewString()
 	body := envelope(t, id, "probe.work.hit.v1", probeOrder{})

@@ -52,7 +52,7 @@ func faultsCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdo
 			keep = filepath.Join(os.TempDir(), fmt.Sprintf("moenda-faults-%d", s))
 		}
 		results, err := faults.Run(ctx, faults.Options{Quick: *quick, Only: ids, Seed: s, ServeBin: bin,
-			PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.URL, Dir: keep, Progress: stdout})
+			PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.Nodes()[0], Dir: keep, Progress: stdout})
 		if *asJSON != "" {
 			if werr := writeFile(*asJSON, func(w io.Writer) error { return faults.WriteJSON(w, results) }); werr != nil {
 				return werr

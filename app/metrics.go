@@ -102,7 +102,7 @@ func (m *metrics) measure(next http.Handler) http.Handler {
 func (p *Platform) pollMetrics(ctx context.Context) {
 	var depths *amqp.DepthReader
 	if p.cfg.Broker.Kind == BrokerAMQP {
-		depths = amqp.NewDepthReader(p.cfg.AMQP.URL)
+		depths = amqp.NewDepthReader(p.cfg.AMQP.Nodes())
 		defer depths.Close()
 	}
 	dlqs, alternates := p.watchedQueues()

@@ -92,10 +92,10 @@ func (p *Platform) republishDestinations(ctx context.Context) (map[string]outbox
 		if err != nil {
 			return nil, err
 		}
-		if err := amqp.Declare(ctx, cfg.AMQP.URL, declared); err != nil {
+		if err := amqp.Declare(ctx, cfg.AMQP.Nodes(), declared); err != nil {
 			return nil, err
 		}
-		dest, err := amqp.NewBatchPublisher(cfg.AMQP.URL, "moenda outbox republish", cfg.Outbox.ConfirmWindow, p.top)
+		dest, err := amqp.NewBatchPublisher(cfg.AMQP.Nodes(), "moenda outbox republish", cfg.Outbox.ConfirmWindow, p.top)
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,10 @@ type Config struct {
 	// URL is amqp://user:password@host:port/vhost; keep the password in
 	// MOENDA_AMQP__URL rather than in a file.
 	URL string `koanf:"url"`
+	// URLs name several nodes of one cluster, tried in this order; when set
+	// they replace URL. A connection keeps the first node that answers and
+	// moves on to the next when that node goes away.
+	URLs []string `koanf:"urls"`
 	// Prefetch bounds the unacknowledged deliveries of each queue, and so
 	// how many of its messages this process handles at once; order across
 	// them is not kept.
@@ -37,14 +42,37 @@ type Config struct {
 // DefaultConfig is the local RabbitMQ, and 50 messages of a queue handled
 // at once.
 func DefaultConfig() Config {
-	return Config{URL: "amqp://guest:guest@127.0.0.1:5672/", Prefetch: 50}
+	return Config{URL: "amqp://guest:guest@127.0.0.1:5672/", URLs: []string{}, Prefetch: 50}
+}
+
+// Nodes returns the URLs moenda connects to, in the order tried: URLs when
+// set, else URL alone.
+func (c Config) Nodes() []string {
+	if len(c.URLs) > 0 {
+		return slices.Clone(c.URLs)
+	}
+	return []string{c.URL}
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
-	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("amqp.url %q must look like amqp://user:password@host:5672/vhost", redact.URL(c.URL)))
+	check := func(path, raw string) {
+		if u, err := url.Parse(raw); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s %q must look like amqp://user:password@host:5672/vhost", path, redact.URL(raw)))
+		}
+	}
+	if len(c.URLs) == 0 {
+		check("amqp.url", c.URL)
+	}
+	seen := map[string]int{}
+	for i, raw := range c.URLs {
+		path := fmt.Sprintf("amqp.urls[%d]", i)
+		check(path, raw)
+		if j, ok := seen[raw]; ok {
+			errs = append(errs, fmt.Errorf("%s %q repeats amqp.urls[%d]; name each node once", path, redact.URL(raw), j))
+		}
+		seen[raw] = i
 	}
 	if c.Prefetch < 1 {
 		errs = append(errs, fmt.Errorf("amqp.prefetch must be at least 1, got %d", c.Prefetch))
@@ -62,19 +90,24 @@ type Broker struct {
 	Sink FailureSink
 }
 
-// Connect makes the consumer and the failure publisher; both (re)connect
-// by themselves when the broker goes away.
+// Connect makes the consumer, the failure publisher and the readiness
+// probe, each with its own connection to one of cfg's nodes; each
+// (re)connects by itself when its node goes away.
 func Connect(cfg Config, top *topology.Topology, logger *slog.Logger) (*Broker, error) {
-	sub, err := NewSubscriber(cfg.URL, cfg.Prefetch, logger)
+	probeNodes, err := newNodes(cfg.Nodes())
+	if err != nil {
+		return nil, fmt.Errorf("amqp: %w", err)
+	}
+	sub, err := NewSubscriber(cfg.Nodes(), cfg.Prefetch, logger)
 	if err != nil {
 		return nil, err
 	}
-	failures, err := NewBatchPublisher(cfg.URL, "moenda failures", 1, top)
+	failures, err := NewBatchPublisher(cfg.Nodes(), "moenda failures", 1, top)
 	if err != nil {
 		return nil, errors.Join(err, sub.Close())
 	}
 	return &Broker{
-		probe:      &probe{url: cfg.URL},
+		probe:      &probe{nodes: probeNodes},
 		failures:   failures,
 		Subscriber: sub,
 		Sink:       FailureSink{pub: failures, top: top},
@@ -112,9 +145,9 @@ func (b *Broker) Ready() error { return b.probe.check() }
 
 // probe keeps one idle connection and redials it when it is gone.
 type probe struct {
-	url  string
-	mu   sync.Mutex
-	conn *amqp091.Connection
+	nodes *nodes
+	mu    sync.Mutex
+	conn  *amqp091.Connection
 }
 
 func (p *probe) check() error {
@@ -123,12 +156,12 @@ func (p *probe) check() error {
 	if p.conn != nil && !p.conn.IsClosed() {
 		return nil
 	}
-	conn, err := amqp091.DialConfig(p.url, amqp091.Config{
+	conn, _, err := p.nodes.dial(context.Background(), amqp091.Config{
 		Dial:       amqp091.DefaultDial(2 * time.Second),
 		Properties: amqp091.Table{"connection_name": "moenda readiness"},
 	})
 	if err != nil {
-		return fmt.Errorf("amqp: RabbitMQ at %s does not answer: %w", redact.URL(p.url), err)
+		return fmt.Errorf("amqp: RabbitMQ does not answer: %w", err)
 	}
 	p.conn = conn
 	return nil

@@ -11,7 +11,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -23,7 +22,7 @@ import (
 // the broker takes; pipelining keeps per-channel order and the guarantee.
 // It redials on the next batch after any failure.
 type BatchPublisher struct {
-	url    string
+	nodes  *nodes
 	name   string
 	window int
 	top    *topology.Topology
@@ -37,13 +36,15 @@ type BatchPublisher struct {
 	blocked atomic.Pointer[string]
 }
 
-// NewBatchPublisher returns a publisher that connects on first use; name
-// names its connection in the broker's management tools, and window is
-// how many confirms may be outstanding (at least 1).
-func NewBatchPublisher(url, name string, window int, top *topology.Topology) (*BatchPublisher, error) {
+// NewBatchPublisher returns a publisher that connects on first use to one
+// of urls, the nodes of one cluster (see nodes); name names its connection
+// in the broker's management tools, and window is how many confirms may
+// be outstanding (at least 1).
+func NewBatchPublisher(urls []string, name string, window int, top *topology.Topology) (*BatchPublisher, error) {
 	var errs []error
-	if _, err := amqp091.ParseURI(url); err != nil {
-		errs = append(errs, fmt.Errorf("url %q: %w", redact.URL(url), err))
+	n, err := newNodes(urls)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if window < 1 {
 		errs = append(errs, fmt.Errorf("confirm window must be at least 1, got %d", window))
@@ -54,7 +55,7 @@ func NewBatchPublisher(url, name string, window int, top *topology.Topology) (*B
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("amqp: publisher %s: %w", name, err)
 	}
-	return &BatchPublisher{url: url, name: name, window: window, top: top}, nil
+	return &BatchPublisher{nodes: n, name: name, window: window, top: top}, nil
 }
 
 // PublishBatch publishes each message to the exchange the topology assigns
@@ -162,12 +163,12 @@ func (p *BatchPublisher) connect() error {
 		return nil
 	}
 	p.reset()
-	conn, err := amqp091.DialConfig(p.url, amqp091.Config{
+	conn, _, err := p.nodes.dial(context.Background(), amqp091.Config{
 		Dial:       amqp091.DefaultDial(5 * time.Second),
 		Properties: amqp091.Table{"connection_name": p.name},
 	})
 	if err != nil {
-		return fmt.Errorf("amqp: connect to %s: %w", redact.URL(p.url), err)
+		return fmt.Errorf("amqp: %w", err)
 	}
 	ch, err := conn.Channel()
 	if err == nil {

@@ -24,12 +24,12 @@ func TestNewBatchPublisherRefusesWhatCannotWork(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := NewBatchPublisher(tt.url, "test", tt.window, tt.top); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := NewBatchPublisher([]string{tt.url}, "test", tt.window, tt.top); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want it to say %q", err, tt.want)
 			}
 		})
 	}
-	if _, err := NewBatchPublisher("amqp://guest:guest@127.0.0.1:5672/", "test", 1, top); err != nil {
+	if _, err := NewBatchPublisher([]string{"amqp://guest:guest@127.0.0.1:5672/"}, "test", 1, top); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -15,11 +17,10 @@ import (
 // bindings. Declaring what already exists with the same arguments is a
 // no-op; a conflicting existing declaration fails with an error naming the
 // exchange or queue and the broker's account of the differing argument.
-func Declare(ctx context.Context, url string, t *topology.Topology) error {
-	conn, err := amqp091.DialConfig(url, amqp091.Config{
-		Dial:       amqp091.DefaultDial(5 * time.Second),
-		Properties: amqp091.Table{"connection_name": "moenda topology"},
-	})
+// It declares through the first of urls, the nodes of one cluster, that
+// answers.
+func Declare(ctx context.Context, urls []string, t *topology.Topology) error {
+	conn, err := dialOnce(ctx, urls)
 	if err != nil {
 		return fmt.Errorf("amqp: connect to declare topology: %w", err)
 	}
@@ -43,6 +44,9 @@ func Declare(ctx context.Context, url string, t *topology.Topology) error {
 			return err
 		}
 		if _, err := ch.QueueDeclare(q.Name, true, false, false, false, table(q.Args)); err != nil {
+			if err := retyped(q, err); err != nil {
+				return err
+			}
 			return conflict("queue", q.Name, err)
 		}
 	}
@@ -73,14 +77,68 @@ func conflict(kind, name string, err error) error {
 	return fmt.Errorf("amqp: declare %s %q: %w", kind, name, err)
 }
 
+// quorumArgs are the arguments moenda gives its quorum queues and never
+// its classic ones.
+var quorumArgs = []string{topology.ArgQueueType, topology.ArgDeadLetterStrategy, topology.ArgOverflow, topology.ArgDeliveryLimit}
+
+// inequivalent reads RabbitMQ's PRECONDITION_FAILED reason: the argument
+// that differs, what the declaration sent and what the queue has, e.g.
+// "inequivalent arg 'x-overflow' for queue 'q' in vhost '/': received the
+// value 'reject-publish' of type 'longstr' but current is none".
+var inequivalent = regexp.MustCompile(`inequivalent arg '([^']+)' .*: received (.*) but current is (.*)$`)
+
+// quoted is the first quoted word of a value in that reason.
+var quoted = regexp.MustCompile(`'([^']*)'`)
+
+// retyped returns the error for q when err says that the queue exists
+// with another type, and nil otherwise. RabbitMQ names the first argument
+// that differs, which for a queue with a dead-letter exchange is seldom
+// x-queue-type (3.10 names x-overflow or x-dead-letter-strategy); one of
+// the arguments that only moenda's quorum queues have, sent but not held
+// or held but not sent, says the same.
+func retyped(q topology.Queue, err error) error {
+	var aerr *amqp091.Error
+	if !errors.As(err, &aerr) || aerr.Code != amqp091.PreconditionFailed {
+		return nil
+	}
+	m := inequivalent.FindStringSubmatch(aerr.Reason)
+	if m == nil || !slices.Contains(quorumArgs, m[1]) {
+		return nil
+	}
+	arg, sentNone, heldNone := m[1], m[2] == "none", m[3] == "none"
+	want, _ := q.Args[topology.ArgQueueType].(string)
+	if want == "" {
+		want = topology.Classic
+	}
+	var had string
+	switch {
+	case arg == topology.ArgQueueType && heldNone:
+		had = topology.Classic
+	case arg == topology.ArgQueueType:
+		if v := quoted.FindStringSubmatch(m[3]); v != nil {
+			had = v[1]
+		}
+	case sentNone == heldNone:
+		return nil // both quorum queues, with other settings
+	case want == topology.Classic:
+		had = topology.Quorum
+	default:
+		had = topology.Classic
+	}
+	if had == "" || had == want {
+		return nil
+	}
+	return fmt.Errorf("amqp: queue %q exists as a %s queue, and the configuration declares it %s: a queue's type cannot change in place. "+
+		"Drain the queue and delete it so that moenda declares it anew, with its retry and dead-letter queues (`moenda topology print` lists them), "+
+		"or move its messages out first, e.g. with a shovel, and back once it is declared; or set queue_type back to %s: %w", q.Name, had, want, had, err)
+}
+
 // ExistingQueues returns those of names that exist on the broker: a queue
 // the configuration no longer declares is not deleted by moenda, and goes
-// on receiving what its bindings route to it.
-func ExistingQueues(url string, names []string) ([]string, error) {
-	conn, err := amqp091.DialConfig(url, amqp091.Config{
-		Dial:       amqp091.DefaultDial(5 * time.Second),
-		Properties: amqp091.Table{"connection_name": "moenda topology"},
-	})
+// on receiving what its bindings route to it. It asks the first of urls
+// that answers.
+func ExistingQueues(urls []string, names []string) ([]string, error) {
+	conn, err := dialOnce(context.Background(), urls)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: connect to look for queues: %w", err)
 	}
@@ -103,4 +161,18 @@ func ExistingQueues(url string, names []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// dialOnce opens the topology connection of Declare and ExistingQueues, to
+// the first of urls that answers.
+func dialOnce(ctx context.Context, urls []string) (*amqp091.Connection, error) {
+	n, err := newNodes(urls)
+	if err != nil {
+		return nil, err
+	}
+	conn, _, err := n.dial(ctx, amqp091.Config{
+		Dial:       amqp091.DefaultDial(5 * time.Second),
+		Properties: amqp091.Table{"connection_name": "moenda topology"},
+	})
+	return conn, err
 }

@@ -1,40 +1,51 @@
 package amqp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-
-	"github.com/moenda/moenda/adapters/redact"
 )
 
 // DepthReader reads how many ready messages queues hold, for the metrics
 // of dead-letter and unrouted queues. It keeps a connection of its own,
 // opened on first use and again after a failure.
 type DepthReader struct {
-	url  string
+	nodes *nodes
+	// bad is why urls cannot be dialed, reported by every Depths.
+	bad  error
 	mu   sync.Mutex
 	conn *amqp091.Connection
 }
 
-// NewDepthReader returns a reader for the broker at url.
-func NewDepthReader(url string) *DepthReader { return &DepthReader{url: url} }
+// NewDepthReader returns a reader for the broker at urls, the nodes of one
+// cluster (see nodes). URLs that cannot be dialed fail every Depths.
+func NewDepthReader(urls []string) *DepthReader {
+	n, err := newNodes(urls)
+	if err != nil {
+		return &DepthReader{bad: fmt.Errorf("amqp: depth reader: %w", err)}
+	}
+	return &DepthReader{nodes: n}
+}
 
 // Depths returns the ready messages of each queue in names that exists;
 // a queue that does not exist is left out.
 func (d *DepthReader) Depths(names []string) (map[string]int, error) {
+	if d.bad != nil {
+		return nil, d.bad
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.conn == nil || d.conn.IsClosed() {
-		conn, err := amqp091.DialConfig(d.url, amqp091.Config{
+		conn, _, err := d.nodes.dial(context.Background(), amqp091.Config{
 			Dial:       amqp091.DefaultDial(5 * time.Second),
 			Properties: amqp091.Table{"connection_name": "moenda metrics"},
 		})
 		if err != nil {
-			return nil, fmt.Errorf("amqp: connect to %s: %w", redact.URL(d.url), err)
+			return nil, fmt.Errorf("amqp: %w", err)
 		}
 		d.conn = conn
 	}

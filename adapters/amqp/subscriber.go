@@ -36,11 +36,12 @@ var ErrSubscriberClosed = errors.New("amqp: subscriber is closed")
 // All subscriptions share one connection, each on a channel of its own.
 // Subscribe declares nothing: the queue must already exist. When the
 // connection or a channel is lost, each subscription affected logs one
-// warning, redials with backoff and consumes again on the same output
-// channel, logging once when it does. Messages handed out before the loss
-// cannot be acked any more: the broker redelivers them.
+// warning, redials with backoff (to the next node first, see nodes) and
+// consumes again on the same output channel, logging once when it does,
+// with the node. Messages handed out before the loss cannot be acked any
+// more: the broker redelivers them.
 type Subscriber struct {
-	url      string
+	nodes    *nodes
 	prefetch int
 	logger   *slog.Logger
 
@@ -57,18 +58,18 @@ type Subscriber struct {
 	mu     sync.Mutex
 	closed bool
 	conn   *amqp091.Connection
+	// node is the URL conn was dialed to.
+	node string
 }
 
-// NewSubscriber returns a subscriber that consumes from url with at most
-// prefetch unacknowledged deliveries per subscription. It connects on the
-// first Subscribe, which fails if RabbitMQ cannot be reached. A nil logger
-// discards logs.
-func NewSubscriber(url string, prefetch int, logger *slog.Logger) (*Subscriber, error) {
-	if url == "" {
-		return nil, errors.New("amqp: subscriber: url is empty")
-	}
-	if _, err := amqp091.ParseURI(url); err != nil {
-		return nil, fmt.Errorf("amqp: subscriber: url %q: %w", redact.URL(url), err)
+// NewSubscriber returns a subscriber that consumes from urls, the nodes of
+// one cluster, with at most prefetch unacknowledged deliveries per
+// subscription. It connects on the first Subscribe, which fails if no node
+// can be reached. A nil logger discards logs.
+func NewSubscriber(urls []string, prefetch int, logger *slog.Logger) (*Subscriber, error) {
+	n, err := newNodes(urls)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: subscriber: %w", err)
 	}
 	if prefetch < 1 {
 		return nil, fmt.Errorf("amqp: subscriber: prefetch must be at least 1, got %d", prefetch)
@@ -77,7 +78,7 @@ func NewSubscriber(url string, prefetch int, logger *slog.Logger) (*Subscriber, 
 		logger = slog.New(slog.DiscardHandler)
 	}
 	life, stop := context.WithCancel(context.Background())
-	return &Subscriber{url: url, prefetch: prefetch, logger: logger, life: life, stop: stop}, nil
+	return &Subscriber{nodes: n, prefetch: prefetch, logger: logger, life: life, stop: stop}, nil
 }
 
 // Subscribe consumes queue, which must already be declared, until ctx ends
@@ -123,6 +124,8 @@ type consuming struct {
 	// closes receives the error the channel or connection closed with. It
 	// is buffered: amqp091 sends to it synchronously while holding locks.
 	closes chan *amqp091.Error
+	// node is the URL of the node consumed from, passwords hidden.
+	node string
 }
 
 // run hands over deliveries until ctx ends, consuming again whenever the
@@ -149,7 +152,7 @@ func (s *Subscriber) run(ctx context.Context, queue string, c consuming, out cha
 			return
 		}
 		c = next
-		s.logger.Info("amqp: consuming again", "queue", queue, "down_for", time.Since(lost).Round(time.Millisecond), "attempts", attempts)
+		s.logger.Info("amqp: consuming again", "queue", queue, "node", c.node, "down_for", time.Since(lost).Round(time.Millisecond), "attempts", attempts)
 	}
 }
 
@@ -248,7 +251,7 @@ func (s *Subscriber) reconsume(ctx context.Context, queue string) (consuming, in
 // consume opens a channel on the shared connection and consumes queue on
 // it with manual acks.
 func (s *Subscriber) consume(ctx context.Context, queue string) (consuming, error) {
-	conn, err := s.connection(ctx)
+	conn, node, err := s.connection(ctx)
 	if err != nil {
 		return consuming{}, err
 	}
@@ -266,29 +269,30 @@ func (s *Subscriber) consume(ctx context.Context, queue string) (consuming, erro
 		_ = ch.Close()
 		return consuming{}, err
 	}
-	return consuming{ch: ch, deliveries: deliveries, closes: closes}, nil
+	return consuming{ch: ch, deliveries: deliveries, closes: closes, node: redact.URL(node)}, nil
 }
 
-// connection returns the shared connection, dialing it if there is none or
-// it was lost. ctx cuts the dial short.
-func (s *Subscriber) connection(ctx context.Context) (*amqp091.Connection, error) {
+// connection returns the shared connection and its node's URL, dialing it
+// if there is none or it was lost. ctx cuts the dial short.
+func (s *Subscriber) connection(ctx context.Context) (*amqp091.Connection, string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrSubscriberClosed
+		return nil, "", ErrSubscriberClosed
 	}
 	if s.conn != nil && !s.conn.IsClosed() {
-		return s.conn, nil
+		return s.conn, s.node, nil
 	}
-	conn, err := amqp091.DialConfig(s.url, amqp091.Config{
+	conn, node, err := s.nodes.dial(ctx, amqp091.Config{
 		Dial:       dialContext(ctx),
 		Properties: amqp091.Table{"connection_name": "moenda consumer"},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redact.URL(s.url), err)
+		return nil, "", err
 	}
-	s.conn = conn
-	return conn, nil
+	s.logger.Debug("amqp: consumer connected", "node", redact.URL(node))
+	s.conn, s.node = conn, node
+	return conn, node, nil
 }
 
 // dialContext is amqp091.DefaultDial that also gives up when ctx ends, so Close

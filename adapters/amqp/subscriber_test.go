@@ -31,7 +31,7 @@ func TestSubscriberUniversalPubSub(t *testing.T) {
 	logger := testenv.Logger()
 	newPubSub := func(t *testing.T) (message.Publisher, message.Subscriber) {
 		pub := newTestPublisher(t, vhost.URL)
-		sub, err := NewSubscriber(vhost.URL, 50, logger)
+		sub, err := NewSubscriber([]string{vhost.URL}, 50, logger)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestNewSubscriberValidates(t *testing.T) {
 		{"http://127.0.0.1:5672/", 10, "url"},
 		{"amqp://guest:guest@127.0.0.1:5672/", 0, "prefetch must be at least 1, got 0"},
 	} {
-		_, err := NewSubscriber(c.url, c.prefetch, nil)
+		_, err := NewSubscriber([]string{c.url}, c.prefetch, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewSubscriber(%q, %d) = %v, want an error containing %q", c.url, c.prefetch, err, c.want)
 		}
@@ -113,7 +113,7 @@ func TestNewSubscriberValidates(t *testing.T) {
 func TestSubscriberSubscribeFailsClearly(t *testing.T) {
 	t.Run("broker down", func(t *testing.T) {
 		// Nothing listens on port 1.
-		sub, err := NewSubscriber("amqp://guest:secret@127.0.0.1:1/", 1, testenv.Logger())
+		sub, err := NewSubscriber([]string{"amqp://guest:secret@127.0.0.1:1/"}, 1, testenv.Logger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestSubscriberSubscribeFailsClearly(t *testing.T) {
 		}
 	})
 	t.Run("closed", func(t *testing.T) {
-		sub, err := NewSubscriber("amqp://guest:guest@127.0.0.1:5672/", 1, nil)
+		sub, err := NewSubscriber([]string{"amqp://guest:guest@127.0.0.1:5672/"}, 1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +212,7 @@ func subscribedWithLogs(t *testing.T) (testenv.VHost, string, *levelCounter, <-c
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	logs := &levelCounter{Handler: testenv.Logger().Handler(), counts: map[slog.Level]int{}}
-	sub, err := NewSubscriber(vhost.URL, 10, slog.New(logs))
+	sub, err := NewSubscriber([]string{vhost.URL}, 10, slog.New(logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestSubscriberCloseWhileAcking(t *testing.T) {
 	// consume hands each message to a handler goroutine that acks after a
 	// short, varying delay, and closes the subscriber once done says so.
 	consume := func(done func(received int) bool) {
-		sub, err := NewSubscriber(vhost.URL, 50, testenv.Logger())
+		sub, err := NewSubscriber([]string{vhost.URL}, 50, testenv.Logger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -459,7 +459,7 @@ func TestSubscriberEndsWithContext(t *testing.T) {
 
 func newTestSubscriber(t *testing.T, url string, prefetch int) *Subscriber {
 	t.Helper()
-	sub, err := NewSubscriber(url, prefetch, testenv.Logger())
+	sub, err := NewSubscriber([]string{url}, prefetch, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

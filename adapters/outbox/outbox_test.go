@@ -57,7 +57,7 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	s.top = stackTopology(t)
-	if err := amqp.Declare(ctx, s.vhost.URL, s.top); err != nil {
+	if err := amqp.Declare(ctx, []string{s.vhost.URL}, s.top); err != nil {
 		t.Fatal(err)
 	}
 	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.top.Routable, s.wlog), s.wake)
@@ -95,7 +95,7 @@ func (s *stack) wake() {
 // the test ends.
 func (s *stack) publisher(t *testing.T, name string, window int, top *topology.Topology) *amqp.BatchPublisher {
 	t.Helper()
-	dest, err := amqp.NewBatchPublisher(s.vhost.URL, name, window, top)
+	dest, err := amqp.NewBatchPublisher([]string{s.vhost.URL}, name, window, top)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestRelayProcess(t *testing.T) {
 	cfg := logical(testConfig)
 	cfg.BatchSize, _ = strconv.Atoi(os.Getenv("RELAY_BATCH"))
 	top := stackTopology(t)
-	dest, err := amqp.NewBatchPublisher(os.Getenv("RELAY_AMQP"), "moenda outbox relay", cfg.ConfirmWindow, top)
+	dest, err := amqp.NewBatchPublisher([]string{os.Getenv("RELAY_AMQP")}, "moenda outbox relay", cfg.ConfirmWindow, top)
 	if err != nil {
 		t.Fatal(err)
 	}

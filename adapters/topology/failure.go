@@ -41,8 +41,8 @@ type DeadLetterConfig struct {
 	Queue    string `koanf:"queue"`
 }
 
-// SubscriptionConfig overrides the failure handling of one queue, and
-// says which envelope its publishers write.
+// SubscriptionConfig overrides the failure handling and the queue type
+// of one queue, and says which envelope its publishers write.
 type SubscriptionConfig struct {
 	Queue   string        `koanf:"queue"`
 	Failure FailureConfig `koanf:"failure"`
@@ -51,6 +51,10 @@ type SubscriptionConfig struct {
 	// (event.Envelopes). Unset, it is the format of the exchanges the
 	// queue is bound on, moenda's by default.
 	Envelope string `koanf:"envelope"`
+	// QueueType is the type of the queue and of its retry and dead-letter
+	// queues. Unset, it is that of the exchanges the queue is bound on,
+	// else topology.queue_type.
+	QueueType string `koanf:"queue_type"`
 }
 
 // Policy is the failure handling of one queue, resolved.

@@ -6,6 +6,7 @@
 package topology
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,11 @@ type Config struct {
 	// Unrouted names the alternate exchange and queue that keep messages no
 	// binding matched ("{exchange}" is replaced); empty turns it off.
 	Unrouted string `koanf:"unrouted"`
+	// QueueType is the type of the queues moenda consumes and of their
+	// retry, dead-letter and unrouted queues, unless an exchange or a
+	// subscription says otherwise: classic (one copy, on one node) or
+	// quorum (replicated; see the README). Empty is classic.
+	QueueType string `koanf:"queue_type"`
 }
 
 // DefaultConfig is seed 000's schedule (after two immediate retries: 1 s,
@@ -52,7 +58,8 @@ func DefaultConfig() Config {
 			Delays:            []time.Duration{time.Second, 5 * time.Second, 25 * time.Second},
 			DeadLetter:        DeadLetterConfig{Exchange: "moenda.dlx", Queue: "{queue}.dlq"},
 		},
-		Unrouted: "{exchange}.unrouted",
+		Unrouted:  "{exchange}.unrouted",
+		QueueType: Classic,
 	}
 }
 
@@ -79,6 +86,10 @@ type ExchangeConfig struct {
 	// (event.PublishedEnvelopes). The queues bound on it read that format
 	// unless their subscription says otherwise.
 	Envelope string `koanf:"envelope"`
+	// QueueType is the type of the queues bound on the exchange, unless
+	// their subscription says otherwise, and of its unrouted queue; empty
+	// inherits topology.queue_type.
+	QueueType string `koanf:"queue_type"`
 }
 
 // Validate reports every problem at once, each with its config path.
@@ -102,8 +113,10 @@ func (c Config) Validate() error {
 		if x.Envelope != "" && !slices.Contains(event.PublishedEnvelopes, x.Envelope) {
 			errs = append(errs, fmt.Errorf("%s.envelope %q must be one of %s", path, x.Envelope, strings.Join(event.PublishedEnvelopes, ", ")))
 		}
+		errs = append(errs, validateQueueType(path+".queue_type", x.QueueType))
 	}
 	errs = append(errs, c.Failure.validate("topology.failure", true))
+	errs = append(errs, validateQueueType("topology.queue_type", c.QueueType))
 	queues := map[string]bool{}
 	for i, s := range c.Subscriptions {
 		path := fmt.Sprintf("topology.subscriptions[%d]", i)
@@ -117,6 +130,7 @@ func (c Config) Validate() error {
 		if s.Envelope != "" && !slices.Contains(event.Envelopes, s.Envelope) {
 			errs = append(errs, fmt.Errorf("%s.envelope %q must be one of %s", path, s.Envelope, strings.Join(event.Envelopes, ", ")))
 		}
+		errs = append(errs, validateQueueType(path+".queue_type", s.QueueType))
 	}
 	for i, q := range c.Queues {
 		path := fmt.Sprintf("topology.queues[%d]", i)
@@ -144,6 +158,14 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateQueueType accepts the queue types and empty, which inherits.
+func validateQueueType(path, typ string) error {
+	if typ != "" && !slices.Contains(QueueTypes, typ) {
+		return fmt.Errorf("%s %q must be one of %s", path, typ, strings.Join(QueueTypes, ", "))
+	}
+	return nil
+}
+
 // Subscription is one consuming queue and the routing-key patterns it binds.
 type Subscription struct {
 	Queue    string
@@ -160,13 +182,55 @@ const (
 	Fanout = "fanout"
 )
 
+// Queue types (topology.queue_type).
+const (
+	// Classic queues keep one copy of each message, on one node: no
+	// arguments are added for them.
+	Classic = "classic"
+	// Quorum queues replicate each message on several nodes, confirming
+	// it once a majority holds it (one node runs them too), and
+	// dead-letter at least once.
+	Quorum = "quorum"
+)
+
+// QueueTypes lists the valid values of queue_type.
+var QueueTypes = []string{Classic, Quorum}
+
 // AMQP argument names used in declarations.
 const (
 	ArgAlternateExchange    = "alternate-exchange"
 	ArgDeadLetterExchange   = "x-dead-letter-exchange"
 	ArgDeadLetterRoutingKey = "x-dead-letter-routing-key"
 	ArgMessageTTL           = "x-message-ttl"
+	ArgQueueType            = "x-queue-type"
+	ArgDeadLetterStrategy   = "x-dead-letter-strategy"
+	ArgOverflow             = "x-overflow"
+	ArgDeliveryLimit        = "x-delivery-limit"
 )
+
+// Values of the quorum queues' arguments. RabbitMQ dead-letters at least
+// once only from a queue that rejects publishes when full; with no length
+// limit set, reject-publish never rejects anything.
+const (
+	atLeastOnce   = "at-least-once"
+	rejectPublish = "reject-publish"
+)
+
+// DeliveryLimit is x-delivery-limit of a quorum queue that moenda
+// consumes: once a message has gone back to its queue unacknowledged more
+// often than this, RabbitMQ dead-letters it (x-death reason
+// delivery_limit) to the queue's dead-letter queue. moenda's own retries
+// ack the delivery and publish a copy, so the count grows only when a
+// message goes back unacknowledged: a crash or a lost connection while it
+// is in hand, a shutdown, a copy the broker did not confirm, and, once a
+// second, an outage of moenda's PostgreSQL (RabbitMQ 3.10 counts every
+// return: a nack or reject with requeue, or a closed channel). It is a
+// safety net for a message that kills its consumer, set well above
+// RabbitMQ 4's default of 20 so that a database outage of a minute or so
+// sends nothing to the dead-letter queue. It is part of each quorum
+// queue's declaration: changing it makes existing quorum queues fail to
+// declare.
+const DeliveryLimit = 100
 
 // Exchange is a durable exchange to declare.
 type Exchange struct {
@@ -221,6 +285,9 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	// An exchange listed for its failure settings alone, with no enabled
 	// plugin publishing to it, carries nothing: it is not declared.
 	cfg.Exchanges = slices.DeleteFunc(slices.Clone(cfg.Exchanges), func(x ExchangeConfig) bool { return len(x.Events) == 0 })
+	if cfg.QueueType == "" {
+		cfg.QueueType = Classic
+	}
 	t := &Topology{routes: cfg.Exchanges, policies: map[string]Policy{}, envelopes: map[string]string{}, published: map[string]string{}}
 	d := declarations{}
 	var errs []error
@@ -230,7 +297,7 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 			alt := strings.ReplaceAll(cfg.Unrouted, "{exchange}", x.Name)
 			ex.Args = map[string]any{ArgAlternateExchange: alt}
 			errs = append(errs, d.exchange(Exchange{Name: alt, Kind: Fanout}))
-			d.queue(Queue{Name: alt})
+			d.queue(Queue{Name: alt, Args: typeArgs(cmp.Or(x.QueueType, cfg.QueueType))})
 			d.bind(Binding{Exchange: alt, Queue: alt})
 		}
 		errs = append(errs, d.exchange(ex))
@@ -240,9 +307,11 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	}
 	overrides := map[string]FailureConfig{}
 	envelopes := map[string]string{}
+	types := map[string]string{}
 	for _, o := range cfg.Subscriptions {
 		overrides[o.Queue] = o.Failure
 		envelopes[o.Queue] = o.Envelope
+		types[o.Queue] = o.QueueType
 	}
 	queues := map[string]bool{}
 	for _, s := range subs {
@@ -272,7 +341,8 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 			}
 		}
 		pol, err := resolve(cfg.Failure, bound, overrides[s.Queue], s.Queue)
-		if err != nil {
+		typ, terr := queueTypeOf(cfg.QueueType, bound, types[s.Queue], s.Queue)
+		if err = errors.Join(err, terr); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -280,7 +350,7 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 			t.envelopes[s.Queue] = format
 		}
 		t.policies[s.Queue] = pol
-		errs = append(errs, t.declareFailure(&d, s.Queue, pol))
+		errs = append(errs, t.declareFailure(&d, s.Queue, pol, typ))
 	}
 	for i, q := range cfg.Queues {
 		if queues[q.Name] {
@@ -324,6 +394,25 @@ func resolve(def FailureConfig, bound []ExchangeConfig, own FailureConfig, queue
 	return pol, nil
 }
 
+// queueTypeOf is the type of queue: its own setting, else that of the
+// exchange groups it is bound on, else the platform's. Groups that
+// disagree need the queue's own setting to settle it.
+func queueTypeOf(def string, bound []ExchangeConfig, own, queue string) (string, error) {
+	if own != "" {
+		return own, nil
+	}
+	if len(bound) == 0 {
+		return def, nil
+	}
+	typ := cmp.Or(bound[0].QueueType, def)
+	for _, x := range bound[1:] {
+		if other := cmp.Or(x.QueueType, def); other != typ {
+			return "", fmt.Errorf("queue %q is bound on exchanges %q (queue_type %s) and %q (queue_type %s); give the queue its own queue_type in topology.subscriptions", queue, bound[0].Name, typ, x.Name, other)
+		}
+	}
+	return typ, nil
+}
+
 // envelopeOf is the format queue reads: its own setting, else that of
 // the exchanges it is bound on. The one format an exchange may carry
 // besides moenda's reads moenda's envelope too, so it settles a queue
@@ -346,19 +435,30 @@ func equalPolicy(a, b Policy) bool {
 }
 
 // declareFailure adds queue itself, its retry queues and its dead-letter
-// exchange and queue. A retry queue holds messages for its delay, then
-// dead-letters them through the default exchange back to queue.
-func (t *Topology) declareFailure(d *declarations, queue string, pol Policy) error {
-	d.queue(Queue{Name: queue, Args: map[string]any{
+// exchange and queue, all of type typ. A retry queue holds messages for
+// its delay, then dead-letters them through the default exchange back to
+// queue. A quorum queue dead-letters at least once: RabbitMQ keeps a
+// message in its source queue until the target queue has confirmed it
+// (measured on 3.10: a retry queue's message whose target queue was
+// missing stayed, and arrived at the next try after the queue was
+// declared, three minutes after the first). The queue itself
+// dead-letters only the messages that exceed DeliveryLimit; moenda
+// publishes its own dead letters.
+func (t *Topology) declareFailure(d *declarations, queue string, pol Policy, typ string) error {
+	args := withType(typ, map[string]any{
 		ArgDeadLetterExchange:   pol.DeadLetterExchange,
 		ArgDeadLetterRoutingKey: queue,
-	}})
+	})
+	if typ == Quorum {
+		args[ArgDeliveryLimit] = int64(DeliveryLimit)
+	}
+	d.queue(Queue{Name: queue, Args: args})
 	for _, delay := range pol.Delays {
-		d.queue(Queue{Name: RetryQueue(queue, delay), Args: map[string]any{
+		d.queue(Queue{Name: RetryQueue(queue, delay), Args: withType(typ, map[string]any{
 			ArgMessageTTL:           delay.Milliseconds(),
 			ArgDeadLetterExchange:   "",
 			ArgDeadLetterRoutingKey: queue,
-		}})
+		})})
 	}
 	kind, key := Direct, queue
 	if pol.Central {
@@ -367,9 +467,41 @@ func (t *Topology) declareFailure(d *declarations, queue string, pol Policy) err
 	if err := d.exchange(Exchange{Name: pol.DeadLetterExchange, Kind: kind}); err != nil {
 		return fmt.Errorf("queue %q: %w (one dead-letter exchange cannot serve both per-queue and central dead-letter queues)", queue, err)
 	}
-	d.queue(Queue{Name: pol.DeadLetterQueue})
+	if had, ok := d.queues[pol.DeadLetterQueue]; ok && typeOf(had.Args) != typ {
+		return fmt.Errorf("queue %q is %s, but its dead-letter queue %q takes the dead letters of %s queues too, and a queue has one type; give the queues that share it the same queue_type", queue, typ, pol.DeadLetterQueue, typeOf(had.Args))
+	}
+	d.queue(Queue{Name: pol.DeadLetterQueue, Args: typeArgs(typ)})
 	d.bind(Binding{Exchange: pol.DeadLetterExchange, Queue: pol.DeadLetterQueue, Key: key})
 	return nil
+}
+
+// typeArgs are the arguments of a queue of type typ that dead-letters
+// nothing: none for a classic queue.
+func typeArgs(typ string) map[string]any {
+	if typ != Quorum {
+		return nil
+	}
+	return map[string]any{ArgQueueType: Quorum}
+}
+
+// withType adds to args, those of a queue that dead-letters, what type
+// typ needs: for a quorum queue, its type and at-least-once
+// dead-lettering.
+func withType(typ string, args map[string]any) map[string]any {
+	if typ == Quorum {
+		args[ArgQueueType] = Quorum
+		args[ArgDeadLetterStrategy] = atLeastOnce
+		args[ArgOverflow] = rejectPublish
+	}
+	return args
+}
+
+// typeOf is the type of a queue declared with args.
+func typeOf(args map[string]any) string {
+	if t, ok := args[ArgQueueType].(string); ok {
+		return t
+	}
+	return Classic
 }
 
 // declarations collects the layout, each name once.
@@ -423,6 +555,16 @@ func (d *declarations) sorted() ([]Exchange, []Queue, []Binding) {
 func (t *Topology) Policy(queue string) (Policy, bool) {
 	p, ok := t.policies[queue]
 	return p, ok
+}
+
+// QueueType returns the type of a queue the topology declares (Classic
+// or Quorum), and "" for a queue it does not declare.
+func (t *Topology) QueueType(queue string) string {
+	i := slices.IndexFunc(t.Queues, func(q Queue) bool { return q.Name == queue })
+	if i < 0 {
+		return ""
+	}
+	return typeOf(t.Queues[i].Args)
 }
 
 // Envelope returns the format of queue's messages (event.Envelopes).

@@ -354,3 +354,158 @@ func TestTwoSubscriptionsCannotShareAQueue(t *testing.T) {
 		t.Fatalf("two subscriptions on one queue: %v", err)
 	}
 }
+
+// A quorum queue gets its type and at-least-once dead-lettering, and the
+// consuming queue the delivery limit; its retry queues are quorum too and
+// still dead-letter back through the default exchange, its dead-letter
+// queue is quorum, and so is the exchange's unrouted queue.
+func TestBuildQuorumPrint(t *testing.T) {
+	cfg := Config{
+		Exchanges: []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"},
+			Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "notificacoes.dlx"}}}},
+		Failure:   FailureConfig{ImmediateRetries: ptr(2), ImmediateInterval: 100 * time.Millisecond, Delays: []time.Duration{time.Second}, DeadLetter: defaultFailure.DeadLetter},
+		Unrouted:  "{exchange}.unrouted",
+		QueueType: Quorum,
+	}
+	top, err := Build(cfg, []Subscription{{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := top.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := `exchange eventos.dominio type=topic durable alternate-exchange=eventos.dominio.unrouted
+exchange eventos.dominio.unrouted type=fanout durable
+exchange notificacoes.dlx type=direct durable
+queue eventos.dominio.unrouted durable x-queue-type=quorum
+queue notificacoes.tarefas-concluidas durable x-dead-letter-exchange=notificacoes.dlx x-dead-letter-routing-key=notificacoes.tarefas-concluidas x-dead-letter-strategy=at-least-once x-delivery-limit=100 x-overflow=reject-publish x-queue-type=quorum
+queue notificacoes.tarefas-concluidas.dlq durable x-queue-type=quorum
+queue notificacoes.tarefas-concluidas.retry.1s durable x-dead-letter-exchange= x-dead-letter-routing-key=notificacoes.tarefas-concluidas x-dead-letter-strategy=at-least-once x-message-ttl=1000 x-overflow=reject-publish x-queue-type=quorum
+binding eventos.dominio -> notificacoes.tarefas-concluidas key="tarefa.concluida"
+binding eventos.dominio.unrouted -> eventos.dominio.unrouted key=""
+binding notificacoes.dlx -> notificacoes.tarefas-concluidas.dlq key="notificacoes.tarefas-concluidas"
+`
+	if b.String() != want {
+		t.Fatalf("Print:\n%s\nwant:\n%s", b.String(), want)
+	}
+	for _, q := range top.Queues {
+		if got := top.QueueType(q.Name); got != Quorum {
+			t.Errorf("QueueType(%s) = %q", q.Name, got)
+		}
+	}
+	if got := top.QueueType("elsewhere"); got != "" {
+		t.Errorf("QueueType of a queue not declared = %q", got)
+	}
+}
+
+// The queue type resolves like the failure settings: the subscription's
+// own, else the exchange groups the queue is bound on, else the
+// platform's; groups that disagree need the subscription to settle it.
+func TestQueueTypeResolves(t *testing.T) {
+	subs := []Subscription{
+		{Queue: "on-a", Patterns: []string{"a.*"}},
+		{Queue: "on-b", Patterns: []string{"b.*"}},
+		{Queue: "on-both", Patterns: []string{"#"}},
+	}
+	tests := []struct {
+		name             string
+		platform, xa, xb string
+		own              map[string]string
+		want             map[string]string // by queue; the unrouted queues of a and b too
+		err              string
+	}{
+		{name: "the default is classic", want: map[string]string{"on-a": Classic, "on-both": Classic, "a.unrouted": Classic}},
+		{name: "the platform's", platform: Quorum, want: map[string]string{"on-a": Quorum, "on-b": Quorum, "on-both": Quorum, "a.unrouted": Quorum}},
+		{name: "an exchange's over the platform's", platform: Quorum, xa: Classic,
+			own:  map[string]string{"on-both": Quorum},
+			want: map[string]string{"on-a": Classic, "a.unrouted": Classic, "on-b": Quorum, "b.unrouted": Quorum, "on-both": Quorum}},
+		{name: "groups that disagree", platform: Quorum, xa: Classic,
+			err: `queue "on-both" is bound on exchanges "a" (queue_type classic) and "b" (queue_type quorum); give the queue its own queue_type in topology.subscriptions`},
+		{name: "the subscription settles it", xa: Quorum,
+			own:  map[string]string{"on-both": Quorum, "on-b": Quorum},
+			want: map[string]string{"on-a": Quorum, "on-b": Quorum, "on-both": Quorum, "a.unrouted": Quorum, "b.unrouted": Classic}},
+		{name: "a subscription over its exchange's", xa: Quorum, xb: Quorum,
+			own:  map[string]string{"on-a": Classic},
+			want: map[string]string{"on-a": Classic, "on-b": Quorum, "on-both": Quorum, "a.unrouted": Quorum}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{
+				Exchanges: []ExchangeConfig{{Name: "a", Events: []string{"a.*"}, QueueType: tt.xa}, {Name: "b", Events: []string{"b.*"}, QueueType: tt.xb}},
+				Failure:   defaultFailure,
+				Unrouted:  "{exchange}.unrouted",
+				QueueType: tt.platform,
+			}
+			for q, typ := range tt.own {
+				cfg.Subscriptions = append(cfg.Subscriptions, SubscriptionConfig{Queue: q, QueueType: typ})
+			}
+			top, err := Build(cfg, subs)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("Build = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for q, want := range tt.want {
+				if got := top.QueueType(q); got != want {
+					t.Errorf("QueueType(%s) = %q, want %q", q, got, want)
+				}
+				if _, ok := top.Policy(q); !ok {
+					continue
+				}
+				// Its retry and dead-letter queues have its type.
+				for _, d := range defaultFailure.Delays {
+					if got := top.QueueType(RetryQueue(q, d)); got != want {
+						t.Errorf("QueueType(%s) = %q, want %q", RetryQueue(q, d), got, want)
+					}
+				}
+				if got := top.QueueType(q + ".dlq"); got != want {
+					t.Errorf("QueueType(%s.dlq) = %q, want %q", q, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestQueueTypeErrors(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.QueueType = "mirrored"
+	cfg.Exchanges = []ExchangeConfig{{Name: "a", Events: []string{"a.*"}, QueueType: "Quorum"}}
+	cfg.Subscriptions = []SubscriptionConfig{{Queue: "q", QueueType: "stream"}}
+	err := cfg.Validate()
+	for _, want := range []string{
+		`topology.queue_type "mirrored" must be one of classic, quorum`,
+		`topology.exchanges[0].queue_type "Quorum" must be one of classic, quorum`,
+		`topology.subscriptions[0].queue_type "stream" must be one of classic, quorum`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, does not say %q", err, want)
+		}
+	}
+	if DefaultConfig().QueueType != Classic || DefaultConfig().Validate() != nil {
+		t.Errorf("DefaultConfig's queue type is %q", DefaultConfig().QueueType)
+	}
+
+	// A central dead-letter queue has one type: the queues that share it
+	// must agree.
+	cfg = DefaultConfig()
+	cfg.Failure.DeadLetter.Queue = "all.dlq"
+	cfg.Exchanges = []ExchangeConfig{{Name: "a", Events: []string{"a.*"}}}
+	cfg.Subscriptions = []SubscriptionConfig{{Queue: "q2", QueueType: Quorum}}
+	subs := []Subscription{{Queue: "q1", Patterns: []string{"a.x"}}, {Queue: "q2", Patterns: []string{"a.y"}}}
+	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `queue "q2" is quorum, but its dead-letter queue "all.dlq" takes the dead letters of classic queues too`) {
+		t.Fatalf("a central dead-letter queue of both types: %v", err)
+	}
+	cfg.Subscriptions = append(cfg.Subscriptions, SubscriptionConfig{Queue: "q1", QueueType: Quorum})
+	top, err := Build(cfg, subs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := top.QueueType("all.dlq"); got != Quorum {
+		t.Fatalf("the central dead-letter queue is %q", got)
+	}
+}

@@ -294,7 +294,7 @@ topology:
 	addr := l.Addr().String()
 	_ = l.Close()
 	cmd := exec.CommandContext(ctx, e.opts.ServeBin, "--config-dir", dir, "--env", "bench", "serve")
-	cmd.Env = append(append(os.Environ(), "MOENDA_POSTGRES__URL="+e.dbURL, "MOENDA_AMQP__URL="+e.opts.AMQPURL, "MOENDA_HTTP__ADDR="+addr), environ...)
+	cmd.Env = append(append(os.Environ(), "MOENDA_POSTGRES__URL="+e.dbURL, "MOENDA_AMQP__URL="+e.opts.AMQPURL, "MOENDA_AMQP__URLS=", "MOENDA_HTTP__ADDR="+addr), environ...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return 0, nil, fmt.Errorf("start %s serve: %w", e.opts.ServeBin, err)

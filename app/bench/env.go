@@ -111,7 +111,7 @@ func newEnv(ctx context.Context, opts Options) (_ *env, err error) {
 	if e.top, err = topology.Build(e.topologyConfig(), []topology.Subscription{{Queue: e.sink, Patterns: []string{"bench.#"}}}); err != nil {
 		return nil, err
 	}
-	if err := amqp.Declare(ctx, opts.AMQPURL, e.top); err != nil {
+	if err := amqp.Declare(ctx, []string{opts.AMQPURL}, e.top); err != nil {
 		return nil, err
 	}
 	e.tx = postgres.NewTransactor(e.pool, outbox.New(e.top.Routable, e.wlog), nil)

@@ -37,7 +37,7 @@ func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), erro
 // newRelay returns a relay over the bench's outbox and exchange, as serve
 // configures it, and a function that closes its connection.
 func (e *env) newRelay(reader string) (*outbox.Relay, func() error, error) {
-	dest, err := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
+	dest, err := amqp.NewBatchPublisher([]string{e.opts.AMQPURL}, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -66,7 +66,7 @@ func (e *env) runRelay(ctx context.Context, reader string) (relay *outbox.Relay,
 // publishEvents puts n fresh envelopes on the sink queue with the raw
 // client and returns their event ids, in the order published.
 func (e *env) publishEvents(ctx context.Context, n int) ([]string, error) {
-	dest, err := amqp.NewBatchPublisher(e.opts.AMQPURL, "moenda bench", 256, e.top)
+	dest, err := amqp.NewBatchPublisher([]string{e.opts.AMQPURL}, "moenda bench", 256, e.top)
 	if err != nil {
 		return nil, err
 	}

@@ -171,7 +171,7 @@ func (s *system) run(ctx context.Context, nd *node) error {
 		args = append(args, "--config", filepath.Join(s.dir, "case.yaml"))
 	}
 	cmd := exec.Command(s.opts.ServeBin, append(args, "serve")...)
-	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+s.nodeDB, "MOENDA_AMQP__URL="+s.nodeAMQP, "MOENDA_HTTP__ADDR="+nd.addr)
+	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+s.nodeDB, "MOENDA_AMQP__URL="+s.nodeAMQP, "MOENDA_AMQP__URLS=", "MOENDA_HTTP__ADDR="+nd.addr)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()

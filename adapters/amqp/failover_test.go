@@ -1,0 +1,302 @@
+package amqp
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/topology"
+)
+
+// loadTopology is one exchange carrying load.# to one queue, which dead
+// letters to {queue}.dlq; it returns the queue.
+func loadTopology(t *testing.T) (*topology.Topology, string) {
+	t.Helper()
+	q := "load"
+	top, err := topology.Build(topology.Config{
+		Exchanges: []topology.ExchangeConfig{{Name: "failover", Events: []string{"load.#"}}},
+		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
+			DeadLetter: topology.DeadLetterConfig{Exchange: "failover.dlx", Queue: "{queue}.dlq"}},
+	}, []topology.Subscription{{Queue: q, Patterns: []string{"load.#"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top, q
+}
+
+// newMessages returns n messages with fresh ids, all with routing key
+// load.tick.
+func newMessages(n int) ([]string, []*message.Message) {
+	topics := make([]string, n)
+	msgs := make([]*message.Message, n)
+	for i := range n {
+		topics[i] = "load.tick"
+		msgs[i] = message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, `{"n":%d}`, i))
+	}
+	return topics, msgs
+}
+
+// connectedNode is the URL of the node the subscriber's connection is
+// open to, or "" while it has none.
+func (s *Subscriber) connectedNode() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil || s.conn.IsClosed() {
+		return ""
+	}
+	return s.node
+}
+
+// TestEveryClientWorksOnTheSecondNode: with a first node that refuses
+// connections, Declare, ExistingQueues, the Subscriber, the BatchPublisher,
+// the failure sink, the readiness probe and the DepthReader all work on
+// the second.
+func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
+	ctx := context.Background()
+	vhost := testenv.RabbitMQ(t)
+	urls := []string{deadURL(t, vhost.URL), vhost.URL}
+	top, q := loadTopology(t)
+
+	if err := Declare(ctx, urls, top); err != nil {
+		t.Fatalf("Declare: %v", err)
+	}
+	left, err := ExistingQueues(urls, []string{q, "missing"})
+	if err != nil || !slices.Equal(left, []string{q}) {
+		t.Fatalf("ExistingQueues = %v, %v; want [%s]", left, err, q)
+	}
+	b, err := Connect(Config{URLs: urls, Prefetch: 10}, top, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if err := b.Ready(); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	out, err := b.Subscriber.Subscribe(ctx, q)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	pub, err := NewBatchPublisher(urls, "moenda test relay", 8, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	topics, msgs := newMessages(10)
+	if err := pub.PublishBatch(ctx, topics, msgs); err != nil {
+		t.Fatalf("PublishBatch: %v", err)
+	}
+	seen := map[string]int{}
+	var last *message.Message
+	for len(seen) < len(msgs) {
+		last = nextMessage(t, out)
+		seen[last.UUID]++
+		last.Ack()
+	}
+	for _, m := range msgs {
+		if seen[m.UUID] == 0 {
+			t.Fatalf("message %s published and never consumed", m.UUID)
+		}
+	}
+	if got := b.Subscriber.connectedNode(); got != vhost.URL {
+		t.Fatalf("subscriber on %q, want the second node", got)
+	}
+
+	if err := b.Sink.DeadLetter(ctx, q, message.NewMessage(watermill.NewUUID(), []byte(`{}`))); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	depths := NewDepthReader(urls)
+	t.Cleanup(func() { _ = depths.Close() })
+	testenv.Eventually(t, 10*time.Second, "the dead letter in "+q+".dlq", func() bool {
+		got, err := depths.Depths([]string{q + ".dlq"})
+		if err != nil {
+			t.Fatalf("Depths: %v", err)
+		}
+		return got[q+".dlq"] == 1
+	})
+}
+
+// TestFailoverUnderLoad publishes a steady stream through a BatchPublisher
+// while a Subscriber consumes, both given node 1 (a proxy in front of the
+// broker) then node 2 (the broker itself). Node 1 goes away mid-stream:
+// both move to node 2, as the readiness probe does, and every confirmed
+// message is consumed. Messages in
+// flight at the cut may arrive twice (a batch republished after its
+// confirms were lost, a delivery whose ack was lost); none may be lost.
+func TestFailoverUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	vhost := testenv.RabbitMQ(t)
+	proxy, node1 := proxyTo(t, "node1", vhost.URL)
+	node2 := vhost.URL
+	urls := []string{node1, node2}
+	top, q := loadTopology(t)
+	if err := Declare(ctx, urls, top); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := NewSubscriber(urls, 50, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	out, err := sub.Subscribe(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := NewBatchPublisher(urls, "moenda test relay", 64, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	probeNodes, err := newNodes(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := &probe{nodes: probeNodes}
+	t.Cleanup(func() { _ = ready.close() })
+	if err := ready.check(); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	deliveries := 0
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		for msg := range out {
+			mu.Lock()
+			seen[msg.UUID]++
+			deliveries++
+			mu.Unlock()
+			msg.Ack()
+		}
+	}()
+
+	// The publisher sends batches of 20 every 5 ms, and a batch that
+	// fails again after 50 ms with the same ids, as the relay does.
+	var published []string
+	var cutAt, movedAt time.Time
+	var failed int
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	cut := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-tick.C:
+			}
+			topics, msgs := newMessages(20)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := pub.PublishBatch(bctx, topics, msgs)
+				cancel()
+				if err == nil {
+					break
+				}
+				failed++
+				if time.Now().After(deadline) {
+					done <- fmt.Errorf("a batch still fails after 30 s: %w", err)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			mu.Lock()
+			for _, m := range msgs {
+				published = append(published, m.UUID)
+			}
+			select {
+			case <-cut:
+				if movedAt.IsZero() {
+					movedAt = time.Now()
+				}
+			default:
+			}
+			mu.Unlock()
+		}
+	}()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(published)
+	}
+
+	testenv.Eventually(t, 20*time.Second, "2,000 messages confirmed on node 1", func() bool { return count() >= 2000 })
+	if got := pub.nodes.current(); got != node1 {
+		t.Fatalf("publisher on %s before the cut, want node 1 %s", got, node1)
+	}
+	if got := sub.connectedNode(); got != node1 {
+		t.Fatalf("subscriber on %q before the cut, want node 1 %s", got, node1)
+	}
+	if got := ready.nodes.current(); got != node1 {
+		t.Fatalf("probe on %s before the cut, want node 1 %s", got, node1)
+	}
+	beforeCut := count()
+	mu.Lock()
+	cutAt = time.Now()
+	close(cut)
+	mu.Unlock()
+	proxy.Stop() // node 1 goes away: its connections die, new ones are refused
+
+	var subMoved time.Duration
+	testenv.Eventually(t, 20*time.Second, "the subscriber on node 2", func() bool {
+		if sub.connectedNode() == node2 {
+			subMoved = time.Since(cutAt)
+			return true
+		}
+		return false
+	})
+	testenv.Eventually(t, 10*time.Second, "the readiness probe ready on node 2", func() bool {
+		return ready.check() == nil && ready.nodes.current() == node2
+	})
+	testenv.Eventually(t, 20*time.Second, "2,000 more messages confirmed on node 2", func() bool { return count() >= beforeCut+2000 })
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := pub.nodes.current(); got != node2 {
+		t.Fatalf("publisher on %s after the cut, want node 2 %s", got, node2)
+	}
+
+	mu.Lock()
+	all := slices.Clone(published)
+	pubMoved := movedAt.Sub(cutAt)
+	mu.Unlock()
+	testenv.Eventually(t, 60*time.Second, "every confirmed message consumed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range all {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(500 * time.Millisecond) // late redeliveries count as duplicates
+	mu.Lock()
+	distinct, total := len(seen), deliveries
+	mu.Unlock()
+	lost := 0
+	for _, id := range all {
+		if seen[id] == 0 {
+			lost++
+		}
+	}
+	if lost != 0 {
+		t.Fatalf("%d of %d confirmed messages lost", lost, len(all))
+	}
+	t.Logf("published %d (confirmed; %d before the cut), %d failed batch attempts; consumed %d distinct in %d deliveries: %d duplicates, 0 lost; "+
+		"publisher confirmed on node 2 %v after the cut, subscriber on node 2 after %v",
+		len(all), beforeCut, failed, distinct, total, total-distinct, pubMoved.Round(time.Millisecond), subMoved.Round(time.Millisecond))
+}
