@@ -189,7 +189,10 @@ func (r *Relay) session(ctx context.Context) error {
 }
 
 // lead relays on conn, the session holding the relay lock, until ctx ends
-// or a statement fails.
+// or a statement fails. Once ctx ends it reads nothing more, but the batch
+// in hand is still published and its position recorded (see finishing),
+// so a relay stopped under load leaves nothing for the next leader to
+// publish again.
 //
 // While one batch is decoded and published, the next is read on conn, so
 // the broker and the database work at the same time; the position of a
@@ -197,7 +200,9 @@ func (r *Relay) session(ctx context.Context) error {
 // is published only after that, so a relay whose position update fails
 // (its lock lost) publishes nothing more, and rows go out in order.
 func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
-	pos, err := r.load(ctx, conn)
+	work, cancel := finishing(ctx)
+	defer cancel()
+	pos, err := r.load(work, conn)
 	if err != nil {
 		return err
 	}
@@ -216,7 +221,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		if res.err != nil {
 			return res.err
 		}
-		return r.record(ctx, conn, sentEnd, res.parked)
+		return r.record(work, conn, sentEnd, res.parked)
 	}
 	defer func() {
 		if sent != nil {
@@ -230,15 +235,18 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	empty := 0
 	var held heldBack
 	for {
-		rows, err := r.read(ctx, conn, pos)
+		rows, err := r.read(work, conn, pos)
 		if err != nil {
 			return err
 		}
 		if err := finish(); err != nil {
 			return err
 		}
+		if ctx.Err() != nil {
+			return nil // stopped: rows just read stay for the next leader
+		}
 		if len(rows) == 0 {
-			if err := held.check(ctx, r, conn, pos); err != nil {
+			if err := held.check(work, r, conn, pos); err != nil {
 				return err
 			}
 		}
@@ -248,7 +256,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 			pos = rows[len(rows)-1].position
 			sent, sentEnd = make(chan published, 1), pos
 			go func() {
-				parked, err := r.publish(ctx, rows)
+				parked, err := r.publish(work, rows)
 				sent <- published{parked: parked, err: err}
 			}()
 			continue
@@ -266,6 +274,20 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// finishBound is how long a stopping relay may take to publish and record
+// the batch in hand; past it (the broker away or blocking), the batch is
+// left to the next leader, which publishes it again.
+const finishBound = 10 * time.Second
+
+// finishing returns the context a relay's statements and publishing run
+// in: it ends finishBound after ctx does, so the batch in hand when the
+// relay is stopped is still published and recorded.
+func finishing(ctx context.Context) (context.Context, context.CancelFunc) {
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(finishBound, cancel) })
+	return work, func() { stop(); cancel() }
 }
 
 // load reads the consumer group's position, creating it at the start.

@@ -239,22 +239,39 @@ type streamItem struct {
 }
 
 // stream relays from the slot conn streams: the rows the table owes
-// first, then the stream.
+// first, then the stream. Once ctx ends it takes nothing more from the
+// stream, but the rows in hand are still published and recorded, and
+// PostgreSQL is told how far the slot may move (see finishing), so a relay
+// stopped under load leaves nothing for the next one to publish again.
 func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) error {
+	work, cancel := finishing(ctx)
+	defer cancel()
 	rc := &receiver{conn: conn, items: make(chan streamItem), batch: r.cfg.BatchSize}
-	rctx, stop := context.WithCancel(ctx)
+	rctx, stop := context.WithCancel(work)
 	done := make(chan error, 1)
 	go func() { done <- rc.run(rctx) }()
 	receiving := true
-	defer func() {
+	// end stops the receiver; once it has, its last confirmation goes to
+	// PostgreSQL from here, before the connection closes.
+	end := func() error {
 		stop()
-		if receiving {
-			<-done // the receiver ends before its connection is closed
+		if !receiving {
+			return nil
 		}
-	}()
+		receiving = false
+		<-done // it was stopped: its error says so, and nothing more
+		rc.mu.Lock()
+		flush, dirty := rc.flush, rc.dirty
+		rc.mu.Unlock()
+		if !dirty {
+			return nil
+		}
+		return rc.report(work, flush, false)
+	}
+	defer func() { _ = end() }()
 	fence := slotFence{slot: st.name, pid: conn.PID()}
 	if st.backfill != "" {
-		if err := r.backfill(ctx, fence, st); err != nil {
+		if err := r.backfill(ctx, work, fence, st); err != nil || ctx.Err() != nil {
 			return err
 		}
 	}
@@ -267,25 +284,25 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 		rc.want()
 		select {
 		case <-ctx.Done():
-			return nil
+			return end()
 		case err := <-done:
 			receiving = false
 			return err
 		case it = <-rc.items:
 		}
-		rows, end := it.rows, it.end
+		rows, upTo := it.rows, it.end
 		if len(rows) > 0 {
-			p, err := r.publish(ctx, rows)
+			p, err := r.publish(work, rows)
 			if err != nil {
 				return err
 			}
 			parked, fresh = append(parked, p...), true
 		}
-		if end == 0 {
+		if upTo == 0 {
 			continue // inside a large transaction: nothing to confirm yet
 		}
-		if promote := sample != 0 && end >= sample; len(parked) > 0 || promote || (sample == 0 && fresh) {
-			next, err := r.settle(ctx, fence, end, promote, fresh && (promote || sample == 0), parked)
+		if promote := sample != 0 && upTo >= sample; len(parked) > 0 || promote || (sample == 0 && fresh) {
+			next, err := r.settle(work, fence, upTo, promote, fresh && (promote || sample == 0), parked)
 			if err != nil {
 				return err
 			}
@@ -296,7 +313,10 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 			}
 			parked = nil
 		}
-		rc.confirm(end)
+		rc.confirm(upTo)
+		if ctx.Err() != nil {
+			return end()
+		}
 	}
 }
 
@@ -350,14 +370,18 @@ func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, 
 // backfill publishes the rows the table owes the slot (those after the
 // group's position that st.backfill sees), a batch at a time, recording
 // how far it got, then moves the group's position past every transaction
-// that snapshot saw end.
-func (r *Relay) backfill(ctx context.Context, fence slotFence, st slotState) error {
+// that snapshot saw end. Its statements run in work; once ctx ends it
+// stops between batches.
+func (r *Relay) backfill(ctx, work context.Context, fence slotFence, st slotState) error {
 	from := st.backfilled
 	r.logger.Info("outbox relay: reading the rows committed before the slot was created from the table", "slot", st.name,
 		"from_transaction_id", from.txID, "from_offset", from.offset)
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
 		r.queries.Add(1)
-		rows, err := r.pool.Query(ctx, `
+		rows, err := r.pool.Query(work, `
 			SELECT transaction_id::text::bigint AS tx_id, "offset", uuid, payload, metadata FROM watermill_outbox
 			WHERE (transaction_id, "offset") > ($1::text::xid8, $2) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
 			ORDER BY transaction_id, "offset"
@@ -372,14 +396,14 @@ func (r *Relay) backfill(ctx context.Context, fence slotFence, st slotState) err
 		if len(found) == 0 {
 			break
 		}
-		parked, err := r.publish(ctx, found)
+		parked, err := r.publish(work, found)
 		if err != nil {
 			return err
 		}
 		from = found[len(found)-1].position
 		r.queries.Add(1)
 		var held bool
-		err = r.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
+		err = r.pool.QueryRow(work, `WITH `+fenceCTE+`,
 			`+parkedCTE(6, "fence")+`,
 			moved AS (
 				UPDATE moenda_outbox_slots SET backfill_transaction_id = $4::text::xid8, backfill_offset = $5
@@ -394,7 +418,7 @@ func (r *Relay) backfill(ctx context.Context, fence slotFence, st slotState) err
 		}
 	}
 	r.queries.Add(1)
-	tag, err := r.pool.Exec(ctx, `WITH `+fenceCTE+`,
+	tag, err := r.pool.Exec(work, `WITH `+fenceCTE+`,
 		owed AS (SELECT pg_snapshot_xmin(backfill) AS xmin FROM moenda_outbox_slots
 			WHERE consumer_group = $1 AND backfill IS NOT NULL AND EXISTS (SELECT 1 FROM fence)),
 		moved AS (
