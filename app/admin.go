@@ -49,6 +49,10 @@ func (p *Platform) listParked(w http.ResponseWriter, r *http.Request) {
 // the parked rows the configuration now routes are published through the
 // relays' own destinations, and the others are listed with the reason.
 func (p *Platform) republishParked(w http.ResponseWriter, r *http.Request) {
+	if p.pool != nil && len(p.relays) == 0 {
+		httpjson.Error(w, http.StatusConflict, "this process runs no relay (serve --role "+string(p.role)+"): send the request to a relay process, or run `moenda outbox republish`")
+		return
+	}
 	res := outbox.Republished{StillUnroutable: []outbox.Parked{}}
 	if p.pool != nil {
 		var err error

@@ -26,13 +26,19 @@ func (p *Platform) connectPostgres(ctx context.Context) error {
 	return err
 }
 
-// connectBrokers connects the transports the configuration names, and a
-// relay from the outbox to each: RabbitMQ (broker.kind amqp), Kafka
-// (broker.kind kafka), or RabbitMQ with Kafka beside it
-// (analytics.kafka.enabled), where each relay keeps its own position so
-// either broker can be away without holding the other back.
+// connectBrokers connects the transports the configuration names, as far
+// as the process's role needs them: the consumers and the failure
+// publisher for a worker, a relay from the outbox to each transport for a
+// relay, nothing for an api process, which only writes the outbox. The
+// transports are RabbitMQ (broker.kind amqp), Kafka (broker.kind kafka), or
+// RabbitMQ with Kafka beside it (analytics.kafka.enabled), where each
+// relay keeps its own position so either broker can be away without
+// holding the other back.
 func (p *Platform) connectBrokers(ctx context.Context) error {
 	cfg := p.cfg
+	if !p.role.worker() && !p.role.relay() {
+		return nil
+	}
 	if cfg.Broker.Kind == BrokerAMQP {
 		declared, err := cfg.RabbitTopology()
 		if err != nil {
@@ -41,23 +47,29 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		if err := amqp.Declare(ctx, cfg.AMQP.Nodes(), declared); err != nil {
 			return err
 		}
-		if err := p.warnOfUnreadQueues(); err != nil {
-			return err
+		if p.role.worker() {
+			if err := p.warnOfUnreadQueues(); err != nil {
+				return err
+			}
 		}
+		// A relay's readiness asks RabbitMQ too; its consumers and failure
+		// publisher connect on first use, which only a worker makes.
 		b, err := amqp.Connect(cfg.AMQP, p.top, p.logger)
 		if err != nil {
 			return err
 		}
 		p.broker = broker{subscriber: b.Subscriber, sink: b.Sink, ready: b.Ready, close: b.Close}
 		p.closers = append(p.closers, p.broker.close)
-		dest, err := amqp.NewBatchPublisher(cfg.AMQP.Nodes(), "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
-		if err != nil {
-			return err
-		}
-		p.closers = append(p.closers, dest.Close)
-		p.publishing = dest.Blocked
-		if err := p.addRelay(ctx, dest, cfg.Outbox.ConsumerGroup); err != nil {
-			return err
+		if p.role.relay() {
+			dest, err := amqp.NewBatchPublisher(cfg.AMQP.Nodes(), "moenda outbox relay", cfg.Outbox.ConfirmWindow, p.top)
+			if err != nil {
+				return err
+			}
+			p.closers = append(p.closers, dest.Close)
+			p.publishing = dest.Blocked
+			if err := p.addRelay(ctx, dest, cfg.Outbox.ConsumerGroup); err != nil {
+				return err
+			}
 		}
 	}
 	if !cfg.usesKafka() {
@@ -67,27 +79,34 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		return err
 	}
 	queues, group := p.kafkaReaders()
+	if p.role.worker() {
+		failures, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda failures", p.logger)
+		if err != nil {
+			return err
+		}
+		p.closers = append(p.closers, failures.Close)
+		sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, p.logger)
+		if err != nil {
+			return err
+		}
+		b := broker{subscriber: sub, sink: failures, ready: func() error { return kafka.Ping(cfg.Kafka) }, close: sub.Close}
+		p.closers = append(p.closers, b.close)
+		if cfg.Broker.Kind == BrokerKafka {
+			p.broker = b
+		} else {
+			p.stream = &b // not part of readiness: RabbitMQ delivery goes on without it
+		}
+	} else if cfg.Broker.Kind == BrokerKafka {
+		p.broker = broker{ready: func() error { return kafka.Ping(cfg.Kafka) }}
+	}
+	if !p.role.relay() {
+		return nil
+	}
 	dest, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda outbox relay", p.logger)
 	if err != nil {
 		return err
 	}
 	p.closers = append(p.closers, dest.Close)
-	failures, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda failures", p.logger)
-	if err != nil {
-		return err
-	}
-	p.closers = append(p.closers, failures.Close)
-	sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, p.logger)
-	if err != nil {
-		return err
-	}
-	b := broker{subscriber: sub, sink: failures, ready: func() error { return kafka.Ping(cfg.Kafka) }, close: sub.Close}
-	p.closers = append(p.closers, b.close)
-	if cfg.Broker.Kind == BrokerKafka {
-		p.broker = b
-	} else {
-		p.stream = &b // not part of readiness: RabbitMQ delivery goes on without it
-	}
 	return p.addRelay(ctx, dest, cfg.kafkaRelayGroup())
 }
 

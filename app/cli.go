@@ -25,7 +25,11 @@ import (
 const usage = `usage: moenda [--env ENV] [--config-dir DIR] [--config FILE]... COMMAND
 
 Commands:
-  serve            run the HTTP API, the consumers and the outbox relay
+  serve [--role all|api|worker|relay]
+                   run the HTTP API, the consumers and the outbox relay
+                   (all, the default), or one of them: api serves the
+                   HTTP API, worker runs the plugins' handlers, relay
+                   moves the outbox to the broker
   migrate up       apply pending database migrations
   topology print   print the exchanges, queues and bindings serve declares
   config print     print the resolved configuration
@@ -83,6 +87,12 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	cmd := strings.Join(fl.Args(), " ")
 	run, ok := commands[cmd]
 	switch fl.Arg(0) {
+	case "serve":
+		run, ok = serveCommand(fl.Args()[1:])
+		if !ok && strings.Contains(cmd, "-role") {
+			fmt.Fprintf(stderr, "moenda: usage: moenda serve [--role all|api|worker|relay]\n")
+			return 2
+		}
 	case "bench":
 		run, ok = benchCommand(fl.Args()[1:])
 	case "outbox":
@@ -144,7 +154,6 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 }
 
 var commands = map[string]func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error{
-	"serve":            serve,
 	"migrate up":       migrateUp,
 	"topology print":   topologyPrint,
 	"config print":     func(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error { return cfg.Print(stdout) },
@@ -179,12 +188,25 @@ func health(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
 	return err
 }
 
-func serve(ctx context.Context, cfg *Resolved, _, stderr io.Writer) error {
-	p, err := New(ctx, cfg, cfg.Log.Logger(stderr))
-	if err != nil {
-		return err
+// serveCommand parses serve's own flags and returns the command.
+func serveCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
+	fl := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	name := fl.String("role", string(ServeAll), "")
+	if err := fl.Parse(args); err != nil || fl.NArg() > 0 {
+		return nil, false
 	}
-	return p.Run(ctx)
+	role, err := ParseServeRole(*name)
+	if err != nil {
+		return nil, false
+	}
+	return func(ctx context.Context, cfg *Resolved, _, stderr io.Writer) error {
+		p, err := New(ctx, cfg, cfg.Log.Logger(stderr), WithRole(role))
+		if err != nil {
+			return err
+		}
+		return p.Run(ctx)
+	}, true
 }
 
 func migrateUp(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {

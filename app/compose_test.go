@@ -2,6 +2,7 @@ package app
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,8 +15,9 @@ import (
 )
 
 // TestComposeFile checks docker-compose.yml without a Docker engine: the
-// three services, their healthchecks and start order, that moenda's
-// environment there loads as a valid configuration, and the observability
+// services, moenda's three roles from one image (workers with no host
+// port, so that they scale), their healthchecks and start order, that
+// moenda's environment there loads as a valid configuration, and the observability
 // profile: Prometheus and Grafana, the files they mount, and a dashboard
 // that charts every metric moenda serves.
 func TestComposeFile(t *testing.T) {
@@ -28,6 +30,7 @@ func TestComposeFile(t *testing.T) {
 			Image       string            `yaml:"image"`
 			Profiles    []string          `yaml:"profiles"`
 			Build       string            `yaml:"build"`
+			Command     []string          `yaml:"command"`
 			Environment map[string]string `yaml:"environment"`
 			Volumes     []string          `yaml:"volumes"`
 			Ports       []string          `yaml:"ports"`
@@ -42,9 +45,32 @@ func TestComposeFile(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &compose); err != nil {
 		t.Fatal(err)
 	}
-	pg, mq, app := compose.Services["postgres"], compose.Services["rabbitmq"], compose.Services["moenda"]
-	if pg.Image != "postgres:16" || !strings.Contains(mq.Image, "management") || app.Build != "." {
-		t.Fatalf("services: postgres %q, rabbitmq %q, moenda build %q", pg.Image, mq.Image, app.Build)
+	pg, mq, app := compose.Services["postgres"], compose.Services["rabbitmq"], compose.Services["api"]
+	if pg.Image != "postgres:16" || !strings.Contains(mq.Image, "management") {
+		t.Fatalf("services: postgres %q, rabbitmq %q", pg.Image, mq.Image)
+	}
+	for _, role := range []string{"api", "worker", "relay"} {
+		s, ok := compose.Services[role]
+		if !ok {
+			t.Fatalf("no %s service", role)
+		}
+		if s.Build != "." || s.Image != app.Image || !slices.Equal(s.Command, []string{"serve", "--role", role}) {
+			t.Errorf("%s: build %q, image %q, command %v; want the one image, serve --role %s", role, s.Build, s.Image, s.Command, role)
+		}
+		if !maps.Equal(s.Environment, app.Environment) {
+			t.Errorf("%s's environment differs from api's", role)
+		}
+		for _, dep := range []string{"postgres", "rabbitmq"} {
+			if s.DependsOn[dep].Condition != "service_healthy" {
+				t.Errorf("%s does not wait for %s to be healthy", role, dep)
+			}
+		}
+		if role != "api" && len(s.Ports) > 0 {
+			t.Errorf("%s publishes %v: a fixed host port keeps it from scaling", role, s.Ports)
+		}
+	}
+	if !slices.Equal(app.Ports, []string{"8080:8080"}) {
+		t.Errorf("api publishes %v, want 8080:8080", app.Ports)
 	}
 	if k := compose.Services["kafka"]; !strings.HasPrefix(k.Image, "apache/kafka:") || len(k.Profiles) != 1 || k.Profiles[0] != "analytics" {
 		t.Fatalf("kafka: image %q, profiles %v; want apache/kafka behind the analytics profile", k.Image, k.Profiles)
@@ -114,22 +140,26 @@ func TestComposeFile(t *testing.T) {
 				JobName        string `yaml:"job_name"`
 				MetricsPath    string `yaml:"metrics_path"`
 				ScrapeInterval string `yaml:"scrape_interval"`
-				StaticConfigs  []struct {
-					Targets []string `yaml:"targets"`
-				} `yaml:"static_configs"`
+				DNSSDConfigs   []struct {
+					Names []string `yaml:"names"`
+					Type  string   `yaml:"type"`
+					Port  int      `yaml:"port"`
+				} `yaml:"dns_sd_configs"`
 			} `yaml:"scrape_configs"`
 		}
 		readYAML(promConfig, &scrape)
+		// Each role's replicas answer its DNS name, one address each.
 		scrapesMoenda := false
 		for _, j := range scrape.ScrapeConfigs {
-			for _, sc := range j.StaticConfigs {
-				if j.JobName == "moenda" && slices.Contains(sc.Targets, "moenda:8080") && (j.MetricsPath == "" || j.MetricsPath == "/metrics") {
+			for _, sd := range j.DNSSDConfigs {
+				if j.JobName == "moenda" && slices.Equal(sd.Names, []string{"api", "worker", "relay"}) && sd.Type == "A" && sd.Port == 8080 &&
+					(j.MetricsPath == "" || j.MetricsPath == "/metrics") {
 					scrapesMoenda = true
 				}
 			}
 		}
 		if !scrapesMoenda {
-			t.Errorf("%s has no job moenda scraping moenda:8080/metrics: %+v", promConfig, scrape.ScrapeConfigs)
+			t.Errorf("%s has no job moenda scraping api, worker and relay on 8080/metrics: %+v", promConfig, scrape.ScrapeConfigs)
 		}
 
 		graf := mounts("grafana")
@@ -254,11 +284,6 @@ func TestComposeFile(t *testing.T) {
 			}
 		}
 	})
-	for _, dep := range []string{"postgres", "rabbitmq"} {
-		if app.DependsOn[dep].Condition != "service_healthy" {
-			t.Errorf("moenda does not wait for %s to be healthy", dep)
-		}
-	}
 	var environ []string
 	for k, v := range app.Environment {
 		// Expand ${VAR:-default} as compose would with VAR unset.

@@ -33,7 +33,9 @@ type builtPlugin struct {
 
 // handler routes HTTP: reads are open; publishing needs a publisher token
 // and administration an admin token, once auth.enabled; plugin routes as
-// their Spec.RouteAuth says.
+// their Spec.RouteAuth says. Every role answers the health checks and
+// /metrics; the API is an api process's, and the outbox's administration
+// is there and on relays.
 func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 	auth := newTokens(p.cfg.Auth, p.logger)
 	r := chi.NewRouter()
@@ -51,13 +53,18 @@ func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", p.readyz)
+	if p.role.api() || p.role.relay() {
+		r.Route("/v1/admin", func(r chi.Router) {
+			r.Use(auth.require(RoleAdmin, false))
+			p.adminRoutes(r)
+		})
+	}
+	if !p.role.api() {
+		return r
+	}
 	r.With(auth.require(RolePublisher, false)).Post("/v1/events", p.postEvent)
 	r.Get("/v1/catalog", func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, p.cfg.catalog(p.top))
-	})
-	r.Route("/v1/admin", func(r chi.Router) {
-		r.Use(auth.require(RoleAdmin, false))
-		p.adminRoutes(r)
 	})
 	for _, pl := range plugins {
 		if pl.Routes == nil {
@@ -150,7 +157,9 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	if p.pool != nil {
 		check("postgres", p.pool.Ping(ctx))
 	}
-	check("broker", p.broker.ready())
+	if p.broker.ready != nil { // an api process talks to no broker
+		check("broker", p.broker.ready())
+	}
 	status, code := "ready", http.StatusOK
 	// A broker alarm stalls the relay, not the API: commits go on into
 	// the outbox, so the process stays ready, and says it is degraded.

@@ -101,7 +101,9 @@ func (m *metrics) measure(next http.Handler) http.Handler {
 // poll reads the gauges that cost a query every interval until ctx ends.
 func (p *Platform) pollMetrics(ctx context.Context) {
 	var depths *amqp.DepthReader
-	if p.cfg.Broker.Kind == BrokerAMQP {
+	// The queues' depths are the workers' to report: an api process talks
+	// to no broker.
+	if p.cfg.Broker.Kind == BrokerAMQP && p.role.worker() {
 		depths = amqp.NewDepthReader(p.cfg.AMQP.Nodes())
 		defer depths.Close()
 	}

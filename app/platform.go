@@ -32,6 +32,7 @@ import (
 type Platform struct {
 	cfg    *Resolved
 	logger *slog.Logger
+	role   ServeRole
 	top    *topology.Topology
 	pool   *pgxpool.Pool // nil with the memory broker
 	broker broker
@@ -45,7 +46,7 @@ type Platform struct {
 	// stream is Kafka beside RabbitMQ (analytics.kafka.enabled), where
 	// replayable plugins read; nil otherwise.
 	stream *broker
-	router *message.Router
+	router *message.Router // nil unless the role runs handlers
 	// relays move outbox rows to RabbitMQ, Kafka, or both; none with the
 	// memory broker.
 	relays []*outbox.Relay
@@ -175,14 +176,17 @@ func redeliveryPath(pol topology.Policy) time.Duration {
 	return d + time.Duration(pol.Attempts())*(pol.ImmediateInterval<<pol.ImmediateRetries)
 }
 
-// New connects everything the configuration asks for: PostgreSQL (with
-// migrations applied), the broker (with the topology declared), the
-// plugins, the router and the HTTP listener. Nothing is consumed or served
-// until Run.
+// New connects everything the configuration asks for, as far as the
+// role (WithRole; all by default) needs it: PostgreSQL (with migrations
+// applied), the broker (with the topology declared), the plugins, the
+// router and the HTTP listener. Nothing is consumed or served until Run.
 func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option) (_ *Platform, err error) {
-	p := &Platform{cfg: cfg, logger: logger}
+	p := &Platform{cfg: cfg, logger: logger, role: ServeAll}
 	for _, o := range opts {
 		o(p)
+	}
+	if p.role != ServeAll && cfg.Broker.Kind == BrokerMemory {
+		return nil, fmt.Errorf("serve --role %s: broker.kind memory keeps events inside one process; run --role all, or choose an environment with a shared broker (broker.kind amqp or kafka)", p.role)
 	}
 	defer func() {
 		if err != nil {
@@ -218,13 +222,13 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		return nil, fmt.Errorf("broker.kind %q is not supported", cfg.Broker.Kind)
 	}
 
-	if p.router, err = router.New(cfg.Router, wlog); err != nil {
-		return nil, err
-	}
 	deps := handlers.Deps{Logger: logger, Tx: p.tx}
 	var routes, streamRoutes []router.Route
 	var plugins []builtPlugin
 	for _, ep := range cfg.plugins {
+		if !p.role.api() && !p.role.worker() {
+			break // a relay runs no plugin code
+		}
 		built, err := ep.def.Build(ep.cfg, deps)
 		if err != nil {
 			return nil, err
@@ -245,9 +249,14 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		}
 	}
 	p.stats = router.NewStats(cfg.Metrics.Enabled)
-	router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer, MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, routes)
-	if p.stream != nil {
-		router.AddRoutes(p.router, router.Deps{Subscriber: p.stream.subscriber, Sink: p.stream.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer, MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, streamRoutes)
+	if p.role.worker() {
+		if p.router, err = router.New(cfg.Router, wlog); err != nil {
+			return nil, err
+		}
+		router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer, MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, routes)
+		if p.stream != nil {
+			router.AddRoutes(p.router, router.Deps{Subscriber: p.stream.subscriber, Sink: p.stream.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer, MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, streamRoutes)
+		}
 	}
 
 	if p.listener, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
@@ -278,11 +287,13 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 // Addr is the address the HTTP server listens on.
 func (p *Platform) Addr() string { return p.listener.Addr().String() }
 
-// Run runs the router and the outbox relay and, once the handlers consume,
-// serves HTTP, until ctx ends or one of them fails. Then it stops HTTP
-// first, so that no request starts a unit of work nobody follows up, then
-// the relay, then the router, whose handlers get router.close_timeout to
-// finish what they hold.
+// Run runs what the role asks for (the router, the outbox relays, the
+// HTTP server) until ctx ends or one of them fails. A worker serves HTTP
+// once its handlers consume. On the way out it stops HTTP first, letting
+// the requests in flight finish, so that no request starts a unit of work
+// nobody follows up; then, side by side, the router stops consuming and
+// gives its handlers router.close_timeout to finish what they hold, and
+// the relays publish and record the batch in hand.
 func (p *Platform) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	relayCtx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
@@ -290,23 +301,27 @@ func (p *Platform) Run(ctx context.Context) error {
 	for _, r := range p.relays {
 		g.Go(func() error { return r.Run(relayCtx) })
 	}
-	g.Go(func() error { p.pruneInbox(gctx); return nil })
+	if p.role.api() || p.role.worker() {
+		g.Go(func() error { p.pruneInbox(gctx); return nil })
+	}
 	g.Go(func() error { p.pruneOutbox(gctx); return nil })
 	g.Go(func() error { p.watchSlots(gctx); return nil })
 	if p.metrics != nil {
 		g.Go(func() error { p.pollMetrics(gctx); return nil })
 	}
-	g.Go(func() error {
-		// The router stops through Close below, not through ctx, which
-		// would cut the handlers' messages off at once.
-		if err := p.router.Run(context.WithoutCancel(gctx)); err != nil {
-			return fmt.Errorf("router: %w", err)
-		}
-		return nil
-	})
+	if p.router != nil {
+		g.Go(func() error {
+			// The router stops through Close below, not through ctx, which
+			// would cut the handlers' messages off at once.
+			if err := p.router.Run(context.WithoutCancel(gctx)); err != nil {
+				return fmt.Errorf("router: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		select {
-		case <-p.router.Running():
+		case <-p.Running():
 		case <-gctx.Done():
 			return nil
 		}
@@ -315,20 +330,27 @@ func (p *Platform) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	var stopping time.Time
 	g.Go(func() error {
 		<-gctx.Done()
+		stopping = time.Now()
+		p.logger.Info("moenda stopping: finishing the HTTP requests in flight, the handlers' messages and the relays' batches", "role", p.role)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.HTTP.ShutdownTimeout)
 		defer cancel()
 		err := p.server.Shutdown(sctx)
 		stopRelay()
-		return errors.Join(err, p.router.Close())
+		if p.router != nil {
+			err = errors.Join(err, p.router.Close())
+		}
+		return err
 	})
-	p.logger.Info("moenda serving", "env", p.cfg.Env, "addr", p.Addr(), "broker", p.cfg.Broker.Kind, "auth", p.cfg.Auth.Enabled)
-	if p.cfg.Auth.Enabled && len(p.cfg.Auth.Tokens) == 0 {
+	p.logger.Info("moenda serving", "env", p.cfg.Env, "role", p.role, "addr", p.Addr(), "broker", p.cfg.Broker.Kind, "auth", p.cfg.Auth.Enabled)
+	if p.role.api() && p.cfg.Auth.Enabled && len(p.cfg.Auth.Tokens) == 0 {
 		p.logger.Warn("auth.enabled with no auth.tokens: publishing and administration answer 401 to everyone; set MOENDA_AUTH__TOKENS=publisher:<sha256 of a token>")
 	}
-	err := g.Wait()
-	return errors.Join(err, p.Close())
+	err := errors.Join(g.Wait(), p.Close())
+	p.logger.Info("moenda stopped", "role", p.role, "took", time.Since(stopping).Round(time.Millisecond))
+	return err
 }
 
 // pruneInbox deletes claims older than inbox.retention every
@@ -359,8 +381,16 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 	}
 }
 
-// Running is closed once the router's handlers are consuming.
-func (p *Platform) Running() <-chan struct{} { return p.router.Running() }
+// Running is closed once the router's handlers are consuming; at once in a
+// process that runs no handlers.
+func (p *Platform) Running() <-chan struct{} {
+	if p.router == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return p.router.Running()
+}
 
 // Close releases connections in the reverse order they were opened.
 func (p *Platform) Close() error {

@@ -88,3 +88,19 @@ func TestDatabaseFromBeforePluginMigrationsMovesOn(t *testing.T) {
 		t.Fatalf("tarefas rows after the move: %d, %v", n, err)
 	}
 }
+
+// A rolling update runs the previous release beside the new one: a
+// process of the previous release that starts (or restarts) after the new
+// one migrated must start, finding versions it does not know applied.
+func TestThePreviousReleaseStartsOnANewerSchema(t *testing.T) {
+	db := testenv.EmptyPostgres(t)
+	ctx := context.Background()
+	if _, err := migrations.Up(ctx, db.Pool, testenv.Logger(), migrations.Set{Name: "lembretes", Files: lembretes}); err != nil {
+		t.Fatal(err)
+	}
+	previous := fstest.MapFS{"00001_lembretes.sql": lembretes["00001_lembretes.sql"]}
+	n, err := migrations.Up(ctx, db.Pool, testenv.Logger(), migrations.Set{Name: "lembretes", Files: previous})
+	if err != nil || n != 0 {
+		t.Fatalf("the previous release's start: applied %d, %v", n, err)
+	}
+}
