@@ -73,8 +73,20 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 			return runErr
 		}
 		if *markdown != "" {
+			// The scale-out section comes from its own command: keep it.
+			old, _ := os.ReadFile(*markdown)
+			scale := sectionOf(string(old), scaleHeading)
 			cmd := "go run . bench --markdown " + filepath.Base(*markdown)
-			if err := writeFile(*markdown, func(w io.Writer) error { return res.WriteMarkdown(w, cmd) }); err != nil {
+			if err := writeFile(*markdown, func(w io.Writer) error {
+				if err := res.WriteMarkdown(w, cmd); err != nil {
+					return err
+				}
+				if scale != "" {
+					_, err := io.WriteString(w, "\n"+scale)
+					return err
+				}
+				return nil
+			}); err != nil {
 				return err
 			}
 		}

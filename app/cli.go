@@ -48,6 +48,10 @@ Commands:
   bench [--quick] [--json] [--markdown FILE]
                    measure moenda against the raw clients on the servers
                    of the configuration; --markdown writes BENCHMARKS.md
+  bench scale [--markdown FILE] [--json FILE] [--dir DIR]
+                   measure api, relay and 1 then 3 worker processes, and
+                   their exits on SIGTERM under load; --markdown rewrites
+                   BENCHMARKS.md's Scale-out section
   faults [--quick] [--only T03,T11] [--seed N] [--markdown FILE] [--json FILE] [--dir DIR]
                    inject faults into the local PostgreSQL and RabbitMQ
                    (it restarts and kills them) and check that nothing
@@ -94,6 +98,14 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 			return 2
 		}
 	case "bench":
+		if fl.Arg(1) == "scale" {
+			run, ok = scaleCommand(fl.Args()[2:])
+			if !ok {
+				fmt.Fprintf(stderr, "moenda: usage: moenda bench scale [--markdown FILE] [--json FILE] [--dir DIR]\n")
+				return 2
+			}
+			break
+		}
 		run, ok = benchCommand(fl.Args()[1:])
 	case "outbox":
 		if fl.Arg(1) == "slots" {

@@ -137,3 +137,22 @@ func TestMigrateUpCreatesAMissingDatabase(t *testing.T) {
 		t.Errorf("no log line saying the database was created:\n%s", stderr)
 	}
 }
+
+func TestReplaceSectionKeepsTheRest(t *testing.T) {
+	doc := "# Benchmarks\n\n## Results\n\nrows\n"
+	once := replaceSection(doc, scaleHeading, "## Scale-out\n\nfirst\n")
+	if once != doc+"\n## Scale-out\n\nfirst\n" {
+		t.Fatalf("appended:\n%q", once)
+	}
+	withNext := once + "\n## Later\n\nkept\n"
+	twice := replaceSection(withNext, scaleHeading, "## Scale-out\n\nsecond\n")
+	if twice != doc+"\n## Scale-out\n\nsecond\n\n## Later\n\nkept\n" {
+		t.Fatalf("replaced:\n%q", twice)
+	}
+	if got := sectionOf(twice, scaleHeading); got != "## Scale-out\n\nsecond\n\n" {
+		t.Fatalf("sectionOf = %q", got)
+	}
+	if got := sectionOf(doc, scaleHeading); got != "" {
+		t.Fatalf("sectionOf a document without it = %q", got)
+	}
+}

@@ -85,7 +85,7 @@ func Cases() []Case {
 		{ID: "T20", Title: "invalid UTF-8 and NUL characters", Run: invalidEncoding},
 		{ID: "T21", Title: "unknown event type or version", Run: unknownType},
 		{ID: "T22", Title: "missing, empty or oversize event_id", Run: badEventIDs},
-		{ID: "T23", Title: "non-string AMQP headers", NotHere: notHereHeaders},
+		{ID: "T23", Title: "non-string AMQP headers", Overlay: quorumOverlay, Run: nonStringHeaders},
 		{ID: "T24", Title: "oversized messages", Run: oversized},
 		{ID: "T25", Title: "duplicate delivery injection", Quick: true, Run: duplicateInjection},
 		{ID: "T26", Title: "shutdown during a retry's backoff", Run: shutdownInBackoff},

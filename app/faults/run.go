@@ -256,7 +256,7 @@ func (r *run) injected(format string, args ...any) {
 // write starts writers that publish the probe's event through the nodes'
 // API until stopWriting.
 func (r *run) write(ctx context.Context, w Workload) {
-	w.RunID = r.dbName
+	w.RunID = r.dbName + w.RunID // a phase of a run names its writers apart
 	w.Bases = r.bases()
 	w.EventName = probe.Event
 	w.History = r.hist

@@ -54,6 +54,7 @@ type system struct {
 // restarts, so writers find it again.
 type node struct {
 	name string
+	role string // serve --role; "" runs all of moenda
 	addr string
 	log  string
 	mu   sync.Mutex
@@ -141,23 +142,36 @@ func onDatabase(raw, name string) string {
 	return u.String()
 }
 
-// start starts n more nodes and waits until each answers /readyz.
+// start starts n more nodes running all of moenda and waits until each
+// answers /readyz.
 func (s *system) start(ctx context.Context, n int) error {
+	_, err := s.startRole(ctx, "", n)
+	return err
+}
+
+// startRole starts n more nodes of role (serve --role; "" for all) and
+// waits until each answers /readyz.
+func (s *system) startRole(ctx context.Context, role string, n int) ([]*node, error) {
+	var started []*node
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return err
+			return started, err
 		}
 		addr := l.Addr().String()
 		_ = l.Close()
 		name := fmt.Sprintf("n%d", len(s.nodes)+1)
-		nd := &node{name: name, addr: addr, log: filepath.Join(s.dir, name+".log")}
+		if role != "" {
+			name += "-" + role
+		}
+		nd := &node{name: name, role: role, addr: addr, log: filepath.Join(s.dir, name+".log")}
 		s.nodes = append(s.nodes, nd)
+		started = append(started, nd)
 		if err := s.run(ctx, nd); err != nil {
-			return err
+			return started, err
 		}
 	}
-	return nil
+	return started, nil
 }
 
 // run starts nd's process and waits until it is ready.
@@ -170,7 +184,11 @@ func (s *system) run(ctx context.Context, nd *node) error {
 	if s.extra != "" {
 		args = append(args, "--config", filepath.Join(s.dir, "case.yaml"))
 	}
-	cmd := exec.Command(s.opts.ServeBin, append(args, "serve")...)
+	args = append(args, "serve")
+	if nd.role != "" {
+		args = append(args, "--role", nd.role)
+	}
+	cmd := exec.Command(s.opts.ServeBin, args...)
 	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+s.nodeDB, "MOENDA_AMQP__URL="+s.nodeAMQP, "MOENDA_AMQP__URLS=", "MOENDA_HTTP__ADDR="+nd.addr)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -271,11 +289,13 @@ func (nd *node) stop(bound time.Duration) (time.Duration, error) {
 	}
 }
 
-// bases are the nodes' API addresses.
+// bases are the API addresses of the nodes that serve it.
 func (s *system) bases() []string {
 	var out []string
 	for _, nd := range s.nodes {
-		out = append(out, "http://"+nd.addr)
+		if nd.role == "" || nd.role == "api" {
+			out = append(out, "http://"+nd.addr)
+		}
 	}
 	return out
 }

@@ -50,6 +50,9 @@ type Payload struct {
 	// is written, so that a crash can land between the write and the
 	// commit.
 	HoldMillis int `json:"hold_ms,omitempty"`
+	// WorkMillis is time the handler spends before its unit of work, as
+	// a call to a slow service would, holding no lock.
+	WorkMillis int `json:"work_ms,omitempty"`
 }
 
 // ErrPoison is how a poison event fails, every time.
@@ -106,6 +109,13 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 		p.mu.Unlock()
 		if fail {
 			return ErrTransient
+		}
+	}
+	if pl.WorkMillis > 0 {
+		select {
+		case <-time.After(time.Duration(pl.WorkMillis) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return p.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {

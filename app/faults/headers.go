@@ -1,0 +1,131 @@
+package faults
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// quorumOverlay makes every queue of a case quorum.
+const quorumOverlay = "topology: {queue_type: quorum}\n"
+
+// nonStringHeaders delivers headers that are not strings: x-delivery-count
+// (an integer RabbitMQ sets on a quorum queue's redeliveries), x-death (an
+// array of tables, from the retry tier) and foreign headers of every AMQP
+// type, straight from a publisher. Each must be read, not refused.
+func nonStringHeaders(ctx context.Context, r *run) error {
+	foreign := r.scale(200, 50)
+	r.injected("quorum queues, two nodes; writers at ~300 events/s, handlers holding their transaction 20 ms, 1 event in 20 failing its first delivery "+
+		"to each process (back through the retry tier: x-death); kill -9 of the second node with deliveries in hand (redelivered with x-delivery-count); "+
+		"%d events straight to the exchange with integer, float, boolean, timestamp, array and table headers", foreign)
+	if err := r.start(ctx, 2); err != nil {
+		return err
+	}
+	if err := r.quorumQueues(ctx); err != nil {
+		return err
+	}
+	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, TransientEvery: 20, Payload: func(writer, seq int, kind Kind) any {
+		pl := probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison, HoldMillis: 20}
+		// One failure per process: with two nodes and a restart, at
+		// most three of the four attempts fail.
+		if kind == Transient {
+			pl.FailFirst = 1
+		}
+		return pl
+	}})
+	if err := r.crashLoop(ctx, "kill -9", 1, func() *node { return r.nodes[1] }); err != nil {
+		return err
+	}
+	if err := r.publishForeignHeaders(ctx, foreign); err != nil {
+		return err
+	}
+	r.after = append(r.after, func([]Op, Observed) {
+		for _, nd := range r.nodes {
+			logs, err := os.ReadFile(nd.log)
+			if err != nil {
+				r.problem("read %s's log: %v", nd.name, err)
+				continue
+			}
+			for _, refusal := range []string{"delivery cannot be decoded", "not a string"} {
+				if n := strings.Count(string(logs), refusal); n > 0 {
+					r.problem("node %s logged %q %d times: a header was refused", nd.name, refusal, n)
+				}
+			}
+		}
+	})
+	return r.tail(ctx)
+}
+
+// quorumQueues checks that the probe's queue and its retry and
+// dead-letter queues were declared quorum.
+func (r *run) quorumQueues(ctx context.Context) error {
+	out, err := rabbitmqctl(ctx, "list_queues", "-p", r.vhost, "--no-table-headers", "name", "type")
+	if err != nil {
+		return err
+	}
+	types := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			types[f[0]] = f[1]
+		}
+	}
+	for _, q := range []string{probeQueues.work, probeQueues.work + ".retry.1s", probeQueues.dlq} {
+		if types[q] != "quorum" {
+			r.problem("queue %s is %q, not quorum", q, types[q])
+		}
+	}
+	return nil
+}
+
+// publishForeignHeaders publishes n events straight to the probe's
+// exchange, as another service's client would, with a header of each AMQP
+// type, and records them as the checker's own business rows.
+func (r *run) publishForeignHeaders(ctx context.Context, n int) error {
+	ch, closeCh, err := r.channel()
+	if err != nil {
+		return err
+	}
+	defer closeCh()
+	runID := r.dbName + ":foreign"
+	for seq := range n {
+		id := EventID(runID, 0, seq)
+		op := Op{Outcome: Invoked, Seq: seq, EventID: id, Kind: Good, At: time.Now()}
+		if err := r.hist.Add(Line{Op: op}); err != nil {
+			return err
+		}
+		pub, err := wire(event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults",
+			Payload: []byte(`{"writer":0,"seq":` + strconv.Itoa(seq) + `}`)})
+		if err != nil {
+			return err
+		}
+		pub.Headers["x-retries"] = int64(seq)
+		pub.Headers["x-priority-hint"] = int32(3)
+		pub.Headers["x-score"] = 0.5
+		pub.Headers["x-replayed"] = true
+		pub.Headers["x-sent-at"] = time.Now().UTC().Truncate(time.Second)
+		pub.Headers["x-path"] = []any{"gateway", int64(2)}
+		pub.Headers["x-origin"] = amqp091.Table{"service": "billing", "attempt": int64(1)}
+		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, probe.Exchange, probe.Event, true, false, pub)
+		if err != nil {
+			return err
+		}
+		if ok, err := conf.WaitContext(ctx); err != nil || !ok {
+			return errOr(err, "the broker refused an event")
+		}
+		if _, err := r.pool.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2)`, directWriter, id); err != nil {
+			return err
+		}
+		op.Outcome, op.At = OK, time.Now()
+		if err := r.hist.Add(Line{Op: op}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,421 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/app/faults/probe"
+)
+
+// The scale-out measurement runs on the fault cases' harness: serve
+// processes of each role (serve --role api|worker|relay) on a database
+// and a vhost of their own, the same writers through the API, and the
+// same checker at the end, so its figures come with lost and duplicated
+// effects counted.
+
+// ScaleSetup is one configuration the measurement runs: how many
+// deliveries each worker handles at once (amqp.prefetch), and how the
+// relay reads the outbox.
+type ScaleSetup struct {
+	Prefetch int    `json:"prefetch"`
+	Reader   string `json:"reader"`
+}
+
+// ScaleSetups are the configurations measured: one delivery at a time per
+// worker, where the handler's 10 ms bound each worker and more workers
+// add throughput, and the default prefetch, where one worker already
+// runs 50 handlers at once and the machine's cores are the bound; the
+// default again with the polling relay, for the latency across processes
+// without logical replication's stream.
+var ScaleSetups = []ScaleSetup{{1, "auto"}, {50, "auto"}, {50, "poll"}}
+
+// ScaleWorkers are the worker counts measured, one after the other on
+// one system.
+var ScaleWorkers = []int{1, 3}
+
+// HandlerWork is what the measured handler takes per event.
+const HandlerWork = 10 * time.Millisecond
+
+// ScaleRow is one configuration with a number of workers: the backlog
+// they handled and how fast, and the end-to-end latency at a steady rate.
+type ScaleRow struct {
+	ScaleSetup
+	Workers int `json:"workers"`
+	// Backlog is how many events waited in the outbox when the relay
+	// started; Handled is how many the workers applied per second, from
+	// the first effect to the last.
+	Backlog int     `json:"backlog"`
+	Handled float64 `json:"handled_per_second"`
+	// Rate is the steady load of the latency phase, in acknowledged
+	// events per second, and Latency its acknowledgement to effect.
+	Rate    float64 `json:"rate"`
+	Latency Latency `json:"latency"`
+}
+
+// Stop is one SIGTERM under load: the role stopped and how long the
+// process took to exit.
+type Stop struct {
+	ScaleSetup
+	Role string        `json:"role"`
+	Took time.Duration `json:"took"`
+	// Rate is the load while it stopped, in acknowledged events per
+	// second.
+	Rate float64 `json:"rate"`
+}
+
+// ScaleCheck is the checker's verdict on one configuration's run.
+type ScaleCheck struct {
+	ScaleSetup
+	Report Report `json:"report"`
+}
+
+// ScaleResult is the whole measurement.
+type ScaleResult struct {
+	Rows  []ScaleRow `json:"rows"`
+	Stops []Stop     `json:"stops"`
+	// Checks are the checker's verdicts, one per configuration.
+	Checks   []ScaleCheck `json:"checks"`
+	Problems []string     `json:"problems,omitempty"`
+}
+
+// Valid reports whether every configuration lost nothing and applied
+// nothing twice, and nothing went wrong.
+func (s ScaleResult) Valid() bool {
+	if len(s.Problems) > 0 {
+		return false
+	}
+	for _, c := range s.Checks {
+		if !c.Report.Valid {
+			return false
+		}
+	}
+	return true
+}
+
+// Scale measures each of ScaleSetups with one api, one relay and each
+// of ScaleWorkers workers, then stops a worker, the relay and the api
+// with SIGTERM under load (a second api and a standby relay take over),
+// and checks that nothing was lost or applied twice.
+func Scale(ctx context.Context, opts Options) (ScaleResult, error) {
+	var out ScaleResult
+	if !loopback(opts.PostgresURL) || !loopback(opts.AMQPURL) {
+		return out, fmt.Errorf("%w: postgres.url and amqp.url must name 127.0.0.1, ::1 or localhost", errNotLoopback)
+	}
+	for _, setup := range ScaleSetups {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		if opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, "scale: prefetch %d, reader %s\n", setup.Prefetch, setup.Reader)
+		}
+		if err := scaleSetup(ctx, opts, setup, &out); err != nil {
+			out.Problems = append(out.Problems, fmt.Sprintf("prefetch %d, reader %s: %v", setup.Prefetch, setup.Reader, err))
+		}
+	}
+	return out, nil
+}
+
+// scaleOverlay is the configuration of the measured nodes.
+func scaleOverlay(s ScaleSetup) string {
+	return fmt.Sprintf(`log: {level: warn, format: json}
+handlers: {enabled: [faultprobe]}
+amqp: {prefetch: %d}
+outbox: {reader: %s}
+router: {close_timeout: 10s}
+`, s.Prefetch, s.Reader)
+}
+
+// scaleSetup measures one configuration on a system of its own.
+func scaleSetup(ctx context.Context, opts Options, setup ScaleSetup, out *ScaleResult) (err error) {
+	dir := filepath.Join(opts.Dir, fmt.Sprintf("scale-prefetch%d-%s", setup.Prefetch, setup.Reader))
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	s, err := newSystem(ctx, opts, dir, scaleOverlay(setup), "")
+	if err != nil {
+		return fmt.Errorf("set up: %w", err)
+	}
+	defer s.close(context.WithoutCancel(ctx))
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(dir))
+	res := &Result{}
+	r := &run{drainBound: drainBound, system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), result: res, gone: map[*node]bool{}}
+	m := &measure{run: r, setup: setup, progress: opts.Progress}
+	if err := m.phases(ctx, out); err != nil {
+		_, _ = r.stopWriting()
+		out.Rows = append(out.Rows, m.rows...) // what was measured before, without latencies
+		return err
+	}
+	if _, err := r.stopWriting(); err != nil {
+		return fmt.Errorf("writers: %w", err)
+	}
+	seen, err := r.observe(ctx)
+	if err != nil {
+		return fmt.Errorf("observe: %w", err)
+	}
+	if err := s.hist.Close(); err != nil {
+		return err
+	}
+	ops, _, err := readHistoryFile(s.histAt)
+	if err != nil {
+		return err
+	}
+	report := Check(ops, seen)
+	out.Checks = append(out.Checks, ScaleCheck{ScaleSetup: setup, Report: report})
+	for i := range m.rows {
+		m.rows[i].Latency = Latencies(within(ops, m.windows[i]), seen.Effects)
+	}
+	out.Rows = append(out.Rows, m.rows...)
+	out.Stops = append(out.Stops, m.stops...)
+	out.Problems = append(out.Problems, res.Problems...)
+	if report.Valid && len(res.Problems) == 0 {
+		_ = os.RemoveAll(dir)
+	} else {
+		out.Problems = append(out.Problems, "kept "+dir)
+	}
+	return nil
+}
+
+// window is a span of the run whose acknowledged events are measured.
+type window struct{ from, to time.Time }
+
+// within returns the operations acknowledged in w.
+func within(ops []Op, w window) []Op {
+	var in []Op
+	for _, op := range ops {
+		if !op.At.Before(w.from) && op.At.Before(w.to) {
+			in = append(in, op)
+		}
+	}
+	return in
+}
+
+// measure is one configuration's measurement in progress.
+type measure struct {
+	*run
+	setup    ScaleSetup
+	progress io.Writer
+	rows     []ScaleRow
+	windows  []window // each row's latency phase
+	phase    int      // the writers' phases so far: each writes events of its own
+	stops    []Stop
+}
+
+// Loads of the measurement: the backlog is written as fast as the
+// writers go; the latency phase is a steady rate that one worker with one
+// delivery at a time keeps up with.
+const (
+	backlogWriters  = 8
+	steadyWriters   = 2
+	steadyInterval  = 40 * time.Millisecond
+	latencyDuration = 15 * time.Second
+	stopLoadFor     = 5 * time.Second
+)
+
+func (m *measure) phases(ctx context.Context, out *ScaleResult) error {
+	if _, err := m.startRole(ctx, "api", 1); err != nil {
+		return err
+	}
+	relays, err := m.startRole(ctx, "relay", 1)
+	if err != nil {
+		return err
+	}
+	relay := relays[0]
+	running := 0
+	for _, workers := range ScaleWorkers {
+		if _, err := m.startRole(ctx, "worker", workers-running); err != nil {
+			return err
+		}
+		running = workers
+		row := ScaleRow{ScaleSetup: m.setup, Workers: workers}
+		// With the relay stopped, the events wait in the outbox; once it
+		// starts, it fills the queue far faster than the handlers empty it.
+		if _, err := relay.stop(time.Minute); err != nil {
+			return err
+		}
+		row.Backlog = m.backlog(workers)
+		from := time.Now()
+		if err := m.writeUntil(ctx, row.Backlog); err != nil {
+			return err
+		}
+		target := m.acknowledged()
+		if err := m.system.run(ctx, relay); err != nil {
+			return err
+		}
+		rate, err := m.handledRate(ctx, from, target)
+		if err != nil {
+			return err
+		}
+		row.Handled = rate
+		w, acked, err := m.steadyLoad(ctx)
+		if err != nil {
+			return err
+		}
+		row.Rate = float64(acked) / w.to.Sub(w.from).Seconds()
+		m.rows = append(m.rows, row)
+		m.windows = append(m.windows, w)
+		if m.progress != nil {
+			fmt.Fprintf(m.progress, "scale: %d workers: %d events at %.0f/s; steady %.0f/s\n", workers, row.Backlog, row.Handled, row.Rate)
+		}
+	}
+	return m.stopUnderLoad(ctx)
+}
+
+// backlog is how many events a phase measures: enough for about 20 s of
+// one worker's work, and more for more workers.
+func (m *measure) backlog(workers int) int {
+	perWorker := min(m.setup.Prefetch, 50) * int(time.Second/HandlerWork) // the handler's bound
+	return min(max(20*perWorker*workers/2, 1500), 10000)
+}
+
+// writeUntil writes events as fast as the writers go until n more are
+// acknowledged.
+func (m *measure) writeUntil(ctx context.Context, n int) error {
+	target := m.acknowledged() + n
+	m.write(ctx, m.workload(backlogWriters, 0))
+	for m.acknowledged() < target {
+		if !poll.Sleep(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	_, err := m.stopWriting()
+	return err
+}
+
+// workload is the writers of a new phase of the measurement: good events,
+// each taking the handler HandlerWork.
+func (m *measure) workload(writers int, interval time.Duration) Workload {
+	m.phase++
+	return Workload{RunID: fmt.Sprintf(":phase%d", m.phase), Writers: writers, Interval: interval, Payload: func(writer, seq int, _ Kind) any {
+		return probe.Payload{Writer: writer, Seq: seq, WorkMillis: int(HandlerWork / time.Millisecond)}
+	}}
+}
+
+// handledRate waits until every event acknowledged so far (target) is
+// applied, and returns how many of those applied since from were applied
+// per second, from the first to the last.
+func (m *measure) handledRate(ctx context.Context, from time.Time, target int) (float64, error) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var total, n int
+		var span float64
+		err := m.pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT event_id) FROM faultprobe_efeitos), count(*),
+			COALESCE(extract(epoch FROM max(applied_at) - min(applied_at)), 0)::float8
+			FROM faultprobe_efeitos WHERE applied_at >= $1`, from).Scan(&total, &n, &span)
+		if err != nil {
+			return 0, err
+		}
+		if total >= target {
+			if span <= 0 {
+				return 0, fmt.Errorf("%d events applied in no measurable time", n)
+			}
+			return float64(n-1) / span, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%d of %d events applied after 5 minutes", total, target)
+		}
+		if !poll.Sleep(ctx, 200*time.Millisecond) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// steadyLoad runs the steady writers for latencyDuration and returns the
+// window and how many events were acknowledged in it.
+func (m *measure) steadyLoad(ctx context.Context) (window, int, error) {
+	before := m.acknowledged()
+	w := window{from: time.Now()}
+	m.write(ctx, m.workload(steadyWriters, steadyInterval))
+	if err := m.wait(ctx, latencyDuration); err != nil {
+		return w, 0, err
+	}
+	_, err := m.stopWriting()
+	w.to = time.Now()
+	return w, m.acknowledged() - before, err
+}
+
+// stopUnderLoad starts a second api and a standby relay, then, under a
+// load of half what the workers were measured to handle, stops a worker,
+// the active relay and the first api with SIGTERM, one after the other,
+// timing each exit.
+func (m *measure) stopUnderLoad(ctx context.Context) error {
+	if _, err := m.startRole(ctx, "api", 1); err != nil {
+		return err
+	}
+	if _, err := m.startRole(ctx, "relay", 1); err != nil {
+		return err
+	}
+	before, began := m.acknowledged(), time.Now()
+	handled := m.rows[len(m.rows)-1].Handled
+	m.write(ctx, m.workload(backlogWriters, time.Duration(float64(backlogWriters)/(handled/2)*float64(time.Second))))
+	for _, role := range []string{"worker", "relay", "api"} {
+		if err := m.wait(ctx, stopLoadFor); err != nil {
+			return err
+		}
+		nd := m.first(role)
+		m.scrape(nd)
+		rate := float64(m.acknowledged()-before) / time.Since(began).Seconds()
+		took, err := nd.stop(time.Minute)
+		if err != nil {
+			return err
+		}
+		m.gone[nd] = true
+		m.stops = append(m.stops, Stop{ScaleSetup: m.setup, Role: role, Took: took, Rate: rate})
+	}
+	return m.wait(ctx, stopLoadFor)
+}
+
+// first is the first running node of role.
+func (m *measure) first(role string) *node {
+	for _, nd := range m.nodes {
+		if nd.role == role && nd.running() {
+			return nd
+		}
+	}
+	return nil
+}
+
+// ScaleMarkdown writes the measurement as a section of BENCHMARKS.md.
+func ScaleMarkdown(w io.Writer, res ScaleResult, command string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Scale-out\n\nGenerated by `%s`, which rewrites this section only. ", command)
+	fmt.Fprintf(&b, "Separate `serve` processes on this machine: one `--role api`, one `--role relay`, and 1 then 3 `--role worker`, "+
+		"whose handler takes %s per event. **handled/s** is a backlog of events, written while the relay was stopped, applied by the workers "+
+		"(first effect to last); **p50/p99** are acknowledgement (the API's 202) to effect at the steady rate shown, across the three processes.\n\n", HandlerWork)
+	b.WriteString("| prefetch | reader | workers | backlog | handled/s | steady rate/s | e2e p50 | e2e p99 | e2e max |\n|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range res.Rows {
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %.0f | %.0f | %s | %s | %s |\n", r.Prefetch, r.Reader, r.Workers, r.Backlog, r.Handled, r.Rate,
+			ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Latency.Max))
+	}
+	b.WriteString("\nThen SIGTERM under load, one process after the other, with a second api and a standby relay running and writers going on at about half " +
+		"what the three workers handled; **exit** is from the signal to the process's end:\n\n")
+	b.WriteString("| prefetch | reader | role stopped | load/s | exit |\n|--:|---|---|--:|--:|\n")
+	for _, s := range res.Stops {
+		fmt.Fprintf(&b, "| %d | %s | %s | %.0f | %s |\n", s.Prefetch, s.Reader, s.Role, s.Rate, ms(s.Took))
+	}
+	b.WriteString("\n| prefetch | reader | events acknowledged | lost | duplicate effects | duplicate deliveries absorbed | valid |\n|--:|---|--:|--:|--:|--:|---|\n")
+	for _, c := range res.Checks {
+		rep := c.Report
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %d | %d | %t |\n", c.Prefetch, c.Reader, rep.Confirmed, len(rep.Lost), len(rep.DuplicateEffects), rep.DuplicateDeliveries, rep.Valid)
+	}
+	for _, p := range res.Problems {
+		fmt.Fprintf(&b, "\nProblem: %s\n", p)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
