@@ -193,9 +193,40 @@ func (p *Platform) addRelay(ctx context.Context, dest outbox.Destination, group 
 	return nil
 }
 
-// wakeRelays tells every relay that rows were committed.
+// wakeRelays tells every relay that rows were committed: those of this
+// process directly, and, unless they all lead, a polling relay elsewhere
+// through the notifier.
 func (p *Platform) wakeRelays() {
+	leading := len(p.relays) > 0
 	for _, r := range p.relays {
 		r.Wake()
+		leading = leading && r.Active()
+	}
+	if p.notifier != nil && !leading {
+		p.notifier.Signal()
+	}
+}
+
+// makeNotifier makes the notifier through which this process's commits
+// wake a polling relay in another process, when the process writes the
+// outbox and the relays poll; a logical relay streams each commit as it
+// happens and needs none. A process without a relay of its own tells how
+// the relays read the same way they choose.
+func (p *Platform) makeNotifier(ctx context.Context) {
+	if !p.role.api() && !p.role.worker() {
+		return // a relay process writes no events
+	}
+	reader := p.reader
+	if reader == "" {
+		reader = p.cfg.Outbox.Reader
+		if reader == outbox.ReaderAuto {
+			reader = outbox.ReaderLogical
+			if outbox.CanStream(ctx, p.pool) != nil {
+				reader = outbox.ReaderPoll
+			}
+		}
+	}
+	if reader == outbox.ReaderPoll {
+		p.notifier = outbox.NewNotifier(p.pool, p.logger)
 	}
 }

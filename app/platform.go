@@ -51,6 +51,9 @@ type Platform struct {
 	// memory broker.
 	relays []*outbox.Relay
 	reader string // how the relays read the outbox, once chosen
+	// notifier wakes polling relays in other processes; nil when the
+	// relays stream, or this process writes no events.
+	notifier *outbox.Notifier
 	// publishing says why RabbitMQ blocks the relay's publishing (an
 	// alarm), or ""; nil without a RabbitMQ relay.
 	publishing func() string
@@ -210,6 +213,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		if err = p.connectBrokers(ctx); err != nil {
 			return nil, err
 		}
+		p.makeNotifier(ctx)
 		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.wakeRelays)
 		p.tx, p.inbox = txr, txr
 	case BrokerMemory:
@@ -309,6 +313,13 @@ func (p *Platform) Run(ctx context.Context) error {
 	if p.metrics != nil {
 		g.Go(func() error { p.pollMetrics(gctx); return nil })
 	}
+	// The notifier outlives the requests and handlers that finish on the
+	// way out: their commits still wake the relay.
+	notifyCtx, stopNotifying := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopNotifying()
+	if p.notifier != nil {
+		g.Go(func() error { p.notifier.Run(notifyCtx); return nil })
+	}
 	if p.router != nil {
 		g.Go(func() error {
 			// The router stops through Close below, not through ctx, which
@@ -342,6 +353,7 @@ func (p *Platform) Run(ctx context.Context) error {
 		if p.router != nil {
 			err = errors.Join(err, p.router.Close())
 		}
+		stopNotifying()
 		return err
 	})
 	p.logger.Info("moenda serving", "env", p.cfg.Env, "role", p.role, "addr", p.Addr(), "broker", p.cfg.Broker.Kind, "auth", p.cfg.Auth.Enabled)

@@ -103,14 +103,25 @@ func (rp *roleProcess) get(t *testing.T, path string) (int, string) {
 
 // The Tarefas walk-through with its API, its handlers and its relay in
 // three processes: the request commits in the api process, the relay
-// process moves the event, and the worker process notifies.
+// process moves the event, and the worker process notifies. A logical
+// relay streams the api's commits; a polling one is woken by the api's
+// notifications, long before its idle poll (a minute here) comes round.
 func TestTarefasAcrossThreeProcesses(t *testing.T) {
+	for _, reader := range []string{"logical", "poll"} {
+		t.Run(reader, func(t *testing.T) {
+			tarefasAcrossThreeProcesses(t, "MOENDA_OUTBOX__READER="+reader, "MOENDA_OUTBOX__POLL_INTERVAL=1m")
+		})
+	}
+}
+
+func tarefasAcrossThreeProcesses(t *testing.T, environ ...string) {
 	db := testenv.EmptyPostgres(t) // each process applies the migrations, under a lock
 	vhost := testenv.RabbitMQ(t)
-	env := []string{"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL}
+	env := append([]string{"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL}, environ...)
 	api := startRole(t, ServeAPI, env...)
 	worker := startRole(t, ServeWorker, env...)
 	relay := startRole(t, ServeRelay, env...)
+	time.Sleep(time.Second) // the relay has found the outbox empty, and waits
 
 	title := tarefasFlow(t, api.base)
 	want := "Tarefa '" + title + "' foi concluída pelo usuário 1"

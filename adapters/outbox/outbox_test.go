@@ -444,3 +444,29 @@ func TestRowsKeepTheKeyTheRelayBeforeRead(t *testing.T) {
 		}
 	}
 }
+
+// A polling relay hears commits made in another process through a
+// Notifier there, long before its idle poll would come round.
+func TestACommitElsewhereWakesAPollingRelay(t *testing.T) {
+	s := newStack(t)
+	cfg := testConfig
+	cfg.PollInterval = time.Minute
+	relay := s.newRelay(t, s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, testenv.Logger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// The writer is not in the relay's process: its commits reach the
+	// relay only through the notifier.
+	notifier := outbox.NewNotifier(s.db.Pool, testenv.Logger())
+	go notifier.Run(ctx)
+	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.top.Routable, s.wlog), notifier.Signal)
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	time.Sleep(500 * time.Millisecond) // the relay has read the empty outbox and sleeps its minute
+	for i := range 3 {
+		s.commit(t, 1, map[string]bool{})
+		testenv.Eventually(t, 10*time.Second, "the event, well before the idle poll", func() bool { return len(got()) == i+1 })
+		time.Sleep(200 * time.Millisecond) // asleep again
+	}
+}

@@ -69,8 +69,8 @@ func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error,
 }
 
 // Wake tells an idle relay that rows were committed. Writers in the same
-// process call it after each commit; writers elsewhere are picked up by the
-// idle poll.
+// process call it after each commit; writers elsewhere reach a polling
+// relay through a Notifier, and a logical one through its stream.
 func (r *Relay) Wake() {
 	select {
 	case r.wake <- struct{}{}:
@@ -199,9 +199,15 @@ func (r *Relay) session(ctx context.Context) error {
 // batch is recorded once the broker has confirmed it, and the next batch
 // is published only after that, so a relay whose position update fails
 // (its lock lost) publishes nothing more, and rows go out in order.
+// Meanwhile it listens for the notifications of writers in other
+// processes (see Notifier).
 func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	work, cancel := finishing(ctx)
 	defer cancel()
+	listening, stopListening := context.WithCancel(ctx)
+	listened := make(chan struct{})
+	go func() { defer close(listened); r.listen(listening) }()
+	defer func() { stopListening(); <-listened }()
 	pos, err := r.load(work, conn)
 	if err != nil {
 		return err

@@ -89,6 +89,7 @@ var steps = []measure{
 	{"raw AMQP publish and consume", rawAMQP},
 	{"transactions: raw pgx and the outbox", transactions},
 	{"outbox write while each reader relays", writeWhileRelaying},
+	{"outbox write notifying a polling relay", writeNotifying},
 	{"relay drain and serve memory", relayDrain},
 	{"Watermill's forwarder, for comparison", stockForwarder},
 	{"idle relay", idleRelay},

@@ -47,6 +47,7 @@ func TestQuickRun(t *testing.T) {
 		"ceiling: amqp091 publish", "ceiling: amqp091 consume",
 		"ceiling: pgx business+outbox-sized row per transaction, 1 writers", "moenda: outbox write (use case + event, one transaction), 16 writers",
 		"moenda: outbox write, 16 writers, while the logical relay streams",
+		"moenda: outbox write, 16 writers, notifying the polling relay after their commits",
 		"moenda: relay drain of 2000 rows with confirms, logical reader", "moenda: relay drain of 2000 rows with confirms, poll reader",
 		"moenda: relay drain of 2000 rows read from the table at the logical reader's first start",
 		"moenda: serve peak RSS", "moenda: idle relay queries, logical reader", "moenda: idle relay queries, poll reader",
