@@ -229,10 +229,11 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 	deps := handlers.Deps{Logger: logger, Tx: p.tx}
 	var routes, streamRoutes []router.Route
 	var plugins []builtPlugin
-	for _, ep := range cfg.plugins {
-		if !p.role.api() && !p.role.worker() {
-			break // a relay runs no plugin code
-		}
+	enabled := cfg.plugins
+	if !p.role.api() && !p.role.worker() {
+		enabled = nil // a relay runs no plugin code
+	}
+	for _, ep := range enabled {
 		built, err := ep.def.Build(ep.cfg, deps)
 		if err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -152,6 +153,13 @@ func tarefasAcrossThreeProcesses(t *testing.T, environ ...string) {
 	}
 	if code, _ := api.get(t, "/v1/catalog"); code != http.StatusOK {
 		t.Errorf("api: GET /v1/catalog = %d, want 200", code)
+	}
+	// Republishing parked rows takes the relays' publishers.
+	if code, body := call(t, "POST", api.base+"/v1/admin/outbox/republish", ""); code != http.StatusConflict || !strings.Contains(fmt.Sprint(body["error"]), "moenda outbox republish") {
+		t.Errorf("api: POST /v1/admin/outbox/republish = %d %v, want 409 naming the command", code, body)
+	}
+	if code, body := call(t, "POST", relay.base+"/v1/admin/outbox/republish", ""); code != http.StatusOK {
+		t.Errorf("relay: POST /v1/admin/outbox/republish = %d %v, want 200", code, body)
 	}
 
 	// SIGTERM: each exits cleanly, and says so.

@@ -144,13 +144,32 @@ func duplicateInjection(ctx context.Context, r *run) error {
 	if err := r.start(ctx, 2); err != nil {
 		return err
 	}
+	if err := r.publishDirect(ctx, r.dbName, events, copies, nil); err != nil {
+		return err
+	}
+	r.after = append(r.after, func(ops []Op, seen Observed) {
+		want := events * (copies - 1)
+		r.note("%d copies beyond the first were acknowledged by the inbox as duplicates (%d sent)", seen.Deduplicated, want)
+		if seen.Deduplicated != want {
+			r.problem("the inbox counted %d duplicates; %d copies beyond the first were sent", seen.Deduplicated, want)
+		}
+	})
+	return nil
+}
+
+// publishDirect publishes n events straight to the probe's exchange, as
+// another service's client would, copies times each with a confirm for
+// every one, and records them in the history as the checker's own
+// business rows; dress, when set, changes each publishing first. runID
+// names the events apart from the writers'.
+func (r *run) publishDirect(ctx context.Context, runID string, n, copies int, dress func(seq int, pub *amqp091.Publishing)) error {
 	ch, closeCh, err := r.channel()
 	if err != nil {
 		return err
 	}
 	defer closeCh()
-	for seq := range events {
-		id := EventID(r.dbName, 0, seq)
+	for seq := range n {
+		id := EventID(runID, 0, seq)
 		op := Op{Outcome: Invoked, Seq: seq, EventID: id, Kind: Good, At: time.Now()}
 		if err := r.hist.Add(Line{Op: op}); err != nil {
 			return err
@@ -159,6 +178,9 @@ func duplicateInjection(ctx context.Context, r *run) error {
 			Payload: []byte(`{"writer":0,"seq":` + strconv.Itoa(seq) + `}`)})
 		if err != nil {
 			return err
+		}
+		if dress != nil {
+			dress(seq, &pub)
 		}
 		for range copies {
 			conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, probe.Exchange, probe.Event, true, false, pub)
@@ -169,7 +191,6 @@ func duplicateInjection(ctx context.Context, r *run) error {
 				return errOr(err, "the broker refused a copy")
 			}
 		}
-		// The events are business rows of their own: the checker's.
 		if _, err := r.pool.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2)`, directWriter, id); err != nil {
 			return err
 		}
@@ -178,13 +199,6 @@ func duplicateInjection(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	r.after = append(r.after, func(ops []Op, seen Observed) {
-		want := events * (copies - 1)
-		r.note("%d copies beyond the first were acknowledged by the inbox as duplicates (%d sent)", seen.Deduplicated, want)
-		if seen.Deduplicated != want {
-			r.problem("the inbox counted %d duplicates; %d copies beyond the first were sent", seen.Deduplicated, want)
-		}
-	})
 	return nil
 }
 

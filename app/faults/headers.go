@@ -3,14 +3,12 @@ package faults
 import (
 	"context"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/app/faults/probe"
-	"github.com/moenda/moenda/handlers/event"
 )
 
 // quorumOverlay makes every queue of a case quorum.
@@ -43,7 +41,7 @@ func nonStringHeaders(ctx context.Context, r *run) error {
 	if err := r.crashLoop(ctx, "kill -9", 1, func() *node { return r.nodes[1] }); err != nil {
 		return err
 	}
-	if err := r.publishForeignHeaders(ctx, foreign); err != nil {
+	if err := r.publishDirect(ctx, r.dbName+":foreign", foreign, 1, foreignHeaders); err != nil {
 		return err
 	}
 	r.after = append(r.after, func([]Op, Observed) {
@@ -84,48 +82,14 @@ func (r *run) quorumQueues(ctx context.Context) error {
 	return nil
 }
 
-// publishForeignHeaders publishes n events straight to the probe's
-// exchange, as another service's client would, with a header of each AMQP
-// type, and records them as the checker's own business rows.
-func (r *run) publishForeignHeaders(ctx context.Context, n int) error {
-	ch, closeCh, err := r.channel()
-	if err != nil {
-		return err
-	}
-	defer closeCh()
-	runID := r.dbName + ":foreign"
-	for seq := range n {
-		id := EventID(runID, 0, seq)
-		op := Op{Outcome: Invoked, Seq: seq, EventID: id, Kind: Good, At: time.Now()}
-		if err := r.hist.Add(Line{Op: op}); err != nil {
-			return err
-		}
-		pub, err := wire(event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults",
-			Payload: []byte(`{"writer":0,"seq":` + strconv.Itoa(seq) + `}`)})
-		if err != nil {
-			return err
-		}
-		pub.Headers["x-retries"] = int64(seq)
-		pub.Headers["x-priority-hint"] = int32(3)
-		pub.Headers["x-score"] = 0.5
-		pub.Headers["x-replayed"] = true
-		pub.Headers["x-sent-at"] = time.Now().UTC().Truncate(time.Second)
-		pub.Headers["x-path"] = []any{"gateway", int64(2)}
-		pub.Headers["x-origin"] = amqp091.Table{"service": "billing", "attempt": int64(1)}
-		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, probe.Exchange, probe.Event, true, false, pub)
-		if err != nil {
-			return err
-		}
-		if ok, err := conf.WaitContext(ctx); err != nil || !ok {
-			return errOr(err, "the broker refused an event")
-		}
-		if _, err := r.pool.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2)`, directWriter, id); err != nil {
-			return err
-		}
-		op.Outcome, op.At = OK, time.Now()
-		if err := r.hist.Add(Line{Op: op}); err != nil {
-			return err
-		}
-	}
-	return nil
+// foreignHeaders dresses an event as another service's client might: a
+// header of each AMQP type.
+func foreignHeaders(seq int, pub *amqp091.Publishing) {
+	pub.Headers["x-retries"] = int64(seq)
+	pub.Headers["x-priority-hint"] = int32(3)
+	pub.Headers["x-score"] = 0.5
+	pub.Headers["x-replayed"] = true
+	pub.Headers["x-sent-at"] = time.Now().UTC().Truncate(time.Second)
+	pub.Headers["x-path"] = []any{"gateway", int64(2)}
+	pub.Headers["x-origin"] = amqp091.Table{"service": "billing", "attempt": int64(1)}
 }

@@ -152,7 +152,7 @@ func scaleSetup(ctx context.Context, opts Options, setup ScaleSetup, out *ScaleR
 	res := &Result{}
 	r := &run{drainBound: drainBound, system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), result: res, gone: map[*node]bool{}}
 	m := &measure{run: r, setup: setup, progress: opts.Progress}
-	if err := m.phases(ctx, out); err != nil {
+	if err := m.phases(ctx); err != nil {
 		_, _ = r.stopWriting()
 		out.Rows = append(out.Rows, m.rows...) // what was measured before, without latencies
 		return err
@@ -223,7 +223,8 @@ const (
 	stopLoadFor     = 5 * time.Second
 )
 
-func (m *measure) phases(ctx context.Context, out *ScaleResult) error {
+// phases measures each of ScaleWorkers in turn, then the stops.
+func (m *measure) phases(ctx context.Context) error {
 	if _, err := m.startRole(ctx, "api", 1); err != nil {
 		return err
 	}
@@ -272,11 +273,12 @@ func (m *measure) phases(ctx context.Context, out *ScaleResult) error {
 	return m.stopUnderLoad(ctx)
 }
 
-// backlog is how many events a phase measures: enough for about 20 s of
-// one worker's work, and more for more workers.
+// backlog is how many events a phase measures: ten seconds of what the
+// workers could do at most (prefetch handlers at once, each taking
+// HandlerWork), from 1,500 to 10,000.
 func (m *measure) backlog(workers int) int {
-	perWorker := min(m.setup.Prefetch, 50) * int(time.Second/HandlerWork) // the handler's bound
-	return min(max(20*perWorker*workers/2, 1500), 10000)
+	most := workers * m.setup.Prefetch * int(time.Second/HandlerWork)
+	return min(max(10*most, 1500), 10000)
 }
 
 // writeUntil writes events as fast as the writers go until n more are
