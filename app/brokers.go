@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/kafka"
@@ -211,22 +212,20 @@ func (p *Platform) wakeRelays() {
 // wake a polling relay in another process, when the process writes the
 // outbox and the relays poll; a logical relay streams each commit as it
 // happens and needs none. A process without a relay of its own tells how
-// the relays read the same way they choose.
-func (p *Platform) makeNotifier(ctx context.Context) {
+// the relays read by choosing as they do (their process warns of polling).
+func (p *Platform) makeNotifier(ctx context.Context) error {
 	if !p.role.api() && !p.role.worker() {
-		return // a relay process writes no events
+		return nil // a relay process writes no events
 	}
 	reader := p.reader
 	if reader == "" {
-		reader = p.cfg.Outbox.Reader
-		if reader == outbox.ReaderAuto {
-			reader = outbox.ReaderLogical
-			if outbox.CanStream(ctx, p.pool) != nil {
-				reader = outbox.ReaderPoll
-			}
+		var err error
+		if reader, err = outbox.ChooseReader(ctx, p.pool, p.cfg.Outbox.Reader, slog.New(slog.DiscardHandler)); err != nil {
+			return err
 		}
 	}
 	if reader == outbox.ReaderPoll {
 		p.notifier = outbox.NewNotifier(p.pool, p.logger)
 	}
+	return nil
 }

@@ -104,8 +104,12 @@ func (p *Platform) pollMetrics(ctx context.Context) {
 	// The queues' depths are the workers' to report: an api process talks
 	// to no broker.
 	if p.cfg.Broker.Kind == BrokerAMQP && p.role.worker() {
-		depths = amqp.NewDepthReader(p.cfg.AMQP.Nodes())
-		defer depths.Close()
+		var err error
+		if depths, err = amqp.NewDepthReader(p.cfg.AMQP.Nodes()); err != nil {
+			p.logger.Warn("metrics: the queues' depths will not be read", "error", err)
+		} else {
+			defer depths.Close()
+		}
 	}
 	dlqs, alternates := p.watchedQueues()
 	watched := append(slices.Clone(dlqs), slices.Collect(maps.Values(alternates))...)

@@ -213,7 +213,9 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		if err = p.connectBrokers(ctx); err != nil {
 			return nil, err
 		}
-		p.makeNotifier(ctx)
+		if err = p.makeNotifier(ctx); err != nil {
+			return nil, err
+		}
 		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.wakeRelays)
 		p.tx, p.inbox = txr, txr
 	case BrokerMemory:

@@ -15,28 +15,23 @@ import (
 // opened on first use and again after a failure.
 type DepthReader struct {
 	nodes *nodes
-	// bad is why urls cannot be dialed, reported by every Depths.
-	bad  error
-	mu   sync.Mutex
-	conn *amqp091.Connection
+	mu    sync.Mutex
+	conn  *amqp091.Connection
 }
 
 // NewDepthReader returns a reader for the broker at urls, the nodes of one
-// cluster (see nodes). URLs that cannot be dialed fail every Depths.
-func NewDepthReader(urls []string) *DepthReader {
+// cluster (see nodes).
+func NewDepthReader(urls []string) (*DepthReader, error) {
 	n, err := newNodes(urls)
 	if err != nil {
-		return &DepthReader{bad: fmt.Errorf("amqp: depth reader: %w", err)}
+		return nil, fmt.Errorf("amqp: depth reader: %w", err)
 	}
-	return &DepthReader{nodes: n}
+	return &DepthReader{nodes: n}, nil
 }
 
 // Depths returns the ready messages of each queue in names that exists;
 // a queue that does not exist is left out.
 func (d *DepthReader) Depths(names []string) (map[string]int, error) {
-	if d.bad != nil {
-		return nil, d.bad
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.conn == nil || d.conn.IsClosed() {

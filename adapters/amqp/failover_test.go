@@ -111,7 +111,10 @@ func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 	if err := b.Sink.DeadLetter(ctx, q, message.NewMessage(watermill.NewUUID(), []byte(`{}`))); err != nil {
 		t.Fatalf("DeadLetter: %v", err)
 	}
-	depths := NewDepthReader(urls)
+	depths, err := NewDepthReader(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = depths.Close() })
 	testenv.Eventually(t, 10*time.Second, "the dead letter in "+q+".dlq", func() bool {
 		got, err := depths.Depths([]string{q + ".dlq"})

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -111,12 +112,8 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 			return ErrTransient
 		}
 	}
-	if pl.WorkMillis > 0 {
-		select {
-		case <-time.After(time.Duration(pl.WorkMillis) * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if pl.WorkMillis > 0 && !poll.Sleep(ctx, time.Duration(pl.WorkMillis)*time.Millisecond) {
+		return ctx.Err()
 	}
 	return p.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		if _, err := tx.Postgres().Exec(ctx, `INSERT INTO faultprobe_efeitos (event_id, writer, seq, aggregate, nota) VALUES ($1, $2, $3, $4, $5)`,
@@ -126,12 +123,8 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 		if _, err := tx.Postgres().Exec(ctx, `UPDATE faultprobe_contador SET n = n + 1`); err != nil {
 			return err
 		}
-		if pl.HoldMillis > 0 {
-			select {
-			case <-time.After(time.Duration(pl.HoldMillis) * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if pl.HoldMillis > 0 && !poll.Sleep(ctx, time.Duration(pl.HoldMillis)*time.Millisecond) {
+			return ctx.Err()
 		}
 		return nil
 	})
