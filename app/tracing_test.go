@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/configs"
 )
@@ -40,10 +42,18 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 		}
 		return nil, false
 	}
-	testenv.Eventually(t, 10*time.Second, "the handler's span", func() bool {
-		_, ok := byName("process notificacoes.tarefas-concluidas")
-		return ok
+	// The relay ends its publish span when the broker confirms, which may
+	// come after the handler has already run: wait until the handler and
+	// every ancestor of it have ended, so the chain is whole.
+	var chain []string
+	var missing string
+	err = poll.Until(context.Background(), 10*time.Second, "the handler's span and its ancestors", func() (bool, error) {
+		chain, missing = ancestry(rec.Ended(), "process notificacoes.tarefas-concluidas")
+		return chain != nil && missing == "", nil
 	})
+	if err != nil {
+		t.Fatalf("%v: span %q's parent is not in the trace; ended: %v", err, missing, names(rec.Ended()))
+	}
 	request, ok := byName("PATCH /tarefas/{id}/concluir")
 	if !ok || request.SpanKind() != trace.SpanKindServer {
 		t.Fatalf("no server span for the request: %v", names(rec.Ended()))
@@ -52,25 +62,36 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 	if handler.SpanContext().TraceID() != request.SpanContext().TraceID() {
 		t.Fatalf("the handler's span is in trace %s, the request's in %s", handler.SpanContext().TraceID(), request.SpanContext().TraceID())
 	}
-	// Every span of the trace has its parent in it: request, publish, handler.
-	inTrace := map[trace.SpanID]sdktrace.ReadOnlySpan{}
-	for _, s := range rec.Ended() {
-		if s.SpanContext().TraceID() == request.SpanContext().TraceID() {
-			inTrace[s.SpanContext().SpanID()] = s
+	if want := []string{handler.Name(), "publish tarefa.concluida", request.Name()}; !slices.Equal(chain, want) {
+		t.Fatalf("the handler's ancestry is %v, want %v", chain, want)
+	}
+}
+
+// ancestry returns the names of the ended span called name and of its
+// ancestors, nearest first, and the name of the first span whose parent
+// has not ended (yet). It returns a nil chain while no such span has ended.
+func ancestry(ended []sdktrace.ReadOnlySpan, name string) (chain []string, missing string) {
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	var s sdktrace.ReadOnlySpan
+	for _, e := range ended {
+		byID[e.SpanContext().SpanID()] = e
+		if e.Name() == name {
+			s = e
 		}
 	}
-	chain := []string{handler.Name()}
-	for s := handler; s.Parent().IsValid(); {
-		parent, ok := inTrace[s.Parent().SpanID()]
-		if !ok {
-			t.Fatalf("span %q's parent is not in the trace", s.Name())
+	if s == nil {
+		return nil, ""
+	}
+	chain = []string{s.Name()}
+	for s.Parent().IsValid() {
+		parent, ok := byID[s.Parent().SpanID()]
+		if !ok || parent.SpanContext().TraceID() != s.SpanContext().TraceID() {
+			return chain, s.Name()
 		}
 		s = parent
 		chain = append(chain, s.Name())
 	}
-	if want := []string{handler.Name(), "publish tarefa.concluida", request.Name()}; !slices.Equal(chain, want) {
-		t.Fatalf("the handler's ancestry is %v, want %v", chain, want)
-	}
+	return chain, ""
 }
 
 func names(spans []sdktrace.ReadOnlySpan) []string {
