@@ -372,12 +372,13 @@ func TestRelaySkipsRowsNoExchangeCarries(t *testing.T) {
 	})
 }
 
-// An idle relay sleeps: after its first look it reads about once per poll
-// interval, and a commit in the same process wakes it at once.
+// An idle relay sleeps: after its first looks it reads nothing more until
+// its idle poll (here a minute) comes round, and a commit in the same
+// process wakes it long before that.
 func TestIdleRelaySleeps(t *testing.T) {
 	s := newStack(t)
 	cfg := testConfig
-	cfg.PollInterval = time.Second
+	cfg.PollInterval = time.Minute
 	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
 	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
 	s.relays = append(s.relays, relay)
@@ -388,17 +389,13 @@ func TestIdleRelaySleeps(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	before := relay.Queries()
 	time.Sleep(3 * time.Second)
-	if n := relay.Queries() - before; n > 6 {
+	if n := relay.Queries() - before; n > 0 {
 		t.Fatalf("an idle relay sent %d queries in 3 s", n)
 	}
-	// A row wakes it at once.
+	// A row wakes it.
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	s.commit(t, 1, map[string]bool{})
-	began := time.Now()
-	testenv.Eventually(t, 5*time.Second, "the event", func() bool { return len(got()) == 1 })
-	if waited := time.Since(began); waited > 500*time.Millisecond {
-		t.Fatalf("the relay took %s to wake: the commit did not wake it", waited)
-	}
+	testenv.Eventually(t, 10*time.Second, "the event, well before the idle poll", func() bool { return len(got()) == 1 })
 }
 
 // A relay that could not work is refused when it is made: a zero batch

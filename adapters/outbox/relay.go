@@ -237,8 +237,13 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 
 	// After an empty read the relay looks again after 1, 2, 4 ... 32 ms:
 	// under load rows keep coming and it never sleeps longer. Then it
-	// sleeps until a writer wakes it or the idle poll comes round.
+	// sleeps until a writer wakes it or the idle poll comes round. A
+	// writer that woke it has committed rows, though: while they are
+	// still held back (behind a transaction open anywhere on the server)
+	// it goes on looking, twice as late each time, up to the idle poll,
+	// rather than sleeping that long at once.
 	empty := 0
+	woken := false
 	var held heldBack
 	for {
 		rows, err := r.read(work, conn, pos)
@@ -257,7 +262,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 			}
 		}
 		if len(rows) > 0 {
-			empty = 0
+			empty, woken = 0, false
 			held = heldBack{}
 			pos = rows[len(rows)-1].position
 			sent, sentEnd = make(chan published, 1), pos
@@ -271,12 +276,20 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		wait := r.cfg.PollInterval
 		if empty <= 6 {
 			wait = time.Millisecond << (empty - 1)
+		} else if woken {
+			pending, err := r.pending(work, conn, pos)
+			if err != nil {
+				return err
+			}
+			if woken = pending; woken {
+				wait = min(r.cfg.PollInterval, time.Millisecond<<min(empty-1, 30))
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-r.wake:
-			empty = 0
+			empty, woken = 0, true
 		case <-time.After(wait):
 		}
 	}
@@ -330,6 +343,19 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn, pos position) ([]outbo
 	found, err := pgx.CollectRows(rows, scanRow)
 	if err != nil {
 		return nil, fmt.Errorf("read outbox: %w", err)
+	}
+	return found, nil
+}
+
+// pending reports whether rows after pos are committed, visible or not
+// to read: an empty read with pending rows means they are held back.
+func (r *Relay) pending(ctx context.Context, conn *pgx.Conn, pos position) (bool, error) {
+	r.queries.Add(1)
+	var found bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_outbox WHERE (transaction_id, "offset") > ($1::text::xid8, $2))`,
+		fmt.Sprint(pos.txID), pos.offset).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("read outbox: %w", err)
 	}
 	return found, nil
 }

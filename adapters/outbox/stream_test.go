@@ -391,6 +391,31 @@ func (w warnings) all() []map[string]any {
 
 // A polling relay held back by a write transaction open in another
 // database names that transaction's backend in a WARN, once, and
+// A commit wakes a polling relay even when its row is still held back by
+// a transaction open elsewhere on the server at that moment: the relay
+// looks again until the row can be read, instead of sleeping its idle
+// poll (here a minute) after the first empty reads.
+func TestAWokenRelayWaitsOutAnOpenTransaction(t *testing.T) {
+	testenv.PostgresAlone(t)
+	s := newStack(t)
+	cfg := testConfig
+	cfg.PollInterval = time.Minute
+	relay := s.newRelay(t, s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, testenv.Logger())
+	s.relays = append(s.relays, relay)
+	s.run(t, "relay", relay)
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	time.Sleep(500 * time.Millisecond) // the relay has read the empty outbox and sleeps its minute
+	_, end := openElsewhere(t)
+	want := map[string]bool{}
+	s.commit(t, 1, want) // wakes the relay, which cannot read the row yet
+	time.Sleep(300 * time.Millisecond)
+	if n, _ := distinct(got(), want); n != 0 {
+		t.Fatal("the event was out while the transaction was open: the polling reader did not wait")
+	}
+	end()
+	testenv.Eventually(t, 10*time.Second, "the event, well before the idle poll", func() bool { n, _ := distinct(got(), want); return n == 1 })
+}
+
 // delivers as soon as it ends.
 func TestPollingReaderNamesTheTransactionHoldingItBack(t *testing.T) {
 	testenv.PostgresAlone(t)
