@@ -108,3 +108,26 @@ func ReadHistory(r io.Reader) (ops []Op, faults []Line, err error) {
 		ops = append(ops, l.Op)
 	}
 }
+
+// WriteEffects writes the probe's effects, one JSON line each, beside a
+// failing case's history: with both, its verdict can be worked out again
+// once the case's database is gone.
+func WriteEffects(path string, effects []Effect) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("faults: effects: %w", err)
+	}
+	buf := bufio.NewWriter(f)
+	enc := json.NewEncoder(buf)
+	for _, e := range effects {
+		if err := enc.Encode(e); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("faults: effects: %w", err)
+		}
+	}
+	if err := buf.Flush(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("faults: effects: %w", err)
+	}
+	return f.Close()
+}

@@ -189,6 +189,9 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	if res.Pass {
 		_ = os.RemoveAll(dir)
 	} else {
+		if err := WriteEffects(filepath.Join(dir, "effects.jsonl"), seen.Effects); err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		}
 		res.Kept = dir
 	}
 	return res

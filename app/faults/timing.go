@@ -76,50 +76,76 @@ func Latencies(ops []Op, effects []Effect) Latency {
 // the events acknowledged after it fell under lagBound and stayed there
 // until the next fault began: the first such event's effect, less the
 // time the fault was healed. Events still waiting when the next fault
-// began are that fault's to judge. back, when given, is when the consumers
-// were seen again after each heal (by its Healed time), and a recovery is
-// never shorter than that.
+// began are that fault's to judge, once this one has recovered. A fault
+// whose recovery the next one interrupted has not recovered by then: its
+// window runs on past that fault (and the ones after, as long as none
+// sees it recover), so its recovery is the first the system made after
+// it, however many faults came between. back, when given, is when the
+// consumers were seen again after each heal (by its Healed time), and a
+// recovery is never shorter than that.
 func Recoveries(ops []Op, effects []Effect, faults []Line, lagBound time.Duration, back func(healed time.Time) time.Time) []Recovery {
 	applied := appliedGood(ops, effects)
+	var starts []time.Time
+	for _, f := range faults {
+		if f.Phase == "start" {
+			starts = append(starts, f.At)
+		}
+	}
 	var out []Recovery
-	for i, f := range faults {
+	for _, f := range faults {
 		if f.Phase != "stop" {
 			continue
 		}
 		healed := f.At
-		until := time.Time{}
-		for _, next := range faults[i+1:] {
-			if next.Phase == "start" {
-				until = next.At
+		r := Recovery{Fault: f.Fault, Healed: healed, Took: -1}
+		// The windows after healed: up to each later fault's start in
+		// turn, then unbounded.
+		var ends []time.Time
+		for _, s := range starts {
+			if s.After(healed) {
+				ends = append(ends, s)
+			}
+		}
+		ends = append(ends, time.Time{})
+		for _, until := range ends {
+			if at, ok := recoveredAt(applied, healed, until, lagBound); ok {
+				r.Took = max(at.Sub(healed), 0)
 				break
 			}
 		}
-		r := Recovery{Fault: f.Fault, Healed: healed, Took: -1}
-		var window []lagged
-		for _, l := range applied {
-			if !l.acked.Before(healed) && (until.IsZero() || l.applied.Before(until)) {
-				window = append(window, l)
-			}
-		}
-		// From the last slow event in the window, the next one marks
-		// the recovery.
-		start := 0
-		for j, l := range window {
-			if l.applied.Sub(l.acked) >= lagBound {
-				start = j + 1
-			}
-		}
-		if start < len(window) {
-			r.Took = max(window[start].applied.Sub(healed), 0)
-			if back != nil {
-				if b := back(healed); b.IsZero() {
-					r.Took = -1
-				} else {
-					r.Took = max(r.Took, b.Sub(healed))
-				}
+		if r.Took >= 0 && back != nil {
+			if b := back(healed); b.IsZero() {
+				r.Took = -1
+			} else {
+				r.Took = max(r.Took, b.Sub(healed))
 			}
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// recoveredAt finds, among the events acknowledged from healed on and
+// applied before until (zero: whenever), the first of the unbroken run of
+// fast ones at the end, and returns its effect's time; false when the
+// window ends on a slow event or holds none.
+func recoveredAt(applied []lagged, healed, until time.Time, lagBound time.Duration) (time.Time, bool) {
+	var window []lagged
+	for _, l := range applied {
+		if !l.acked.Before(healed) && (until.IsZero() || l.applied.Before(until)) {
+			window = append(window, l)
+		}
+	}
+	// From the last slow event in the window, the next one marks the
+	// recovery.
+	start := 0
+	for j, l := range window {
+		if l.applied.Sub(l.acked) >= lagBound {
+			start = j + 1
+		}
+	}
+	if start == len(window) {
+		return time.Time{}, false
+	}
+	return window[start].applied, true
 }

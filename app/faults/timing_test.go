@@ -39,11 +39,23 @@ func TestRecoveries(t *testing.T) {
 	// An event still waiting when the next fault begins is that
 	// fault's: with a fault from 19.5 s, j (acknowledged at 19 s,
 	// applied at 19.1 s) still counts, and a late one would not.
-	ops = append(ops, Op{Outcome: OK, EventID: "late", Kind: Good, At: at(19.4)})
-	effects = append(effects, Effect{EventID: "late", AppliedAt: at(40)})
+	lateOps := append(ops[:len(ops):len(ops)], Op{Outcome: OK, EventID: "late", Kind: Good, At: at(19.4)})
+	lateEffects := append(effects[:len(effects):len(effects)], Effect{EventID: "late", AppliedAt: at(40)})
 	next := append(faults, Line{Fault: "g", Phase: "start", Op: Op{At: at(19.5)}})
-	if rs := Recoveries(ops, effects, next, 2*time.Second, nil); rs[0].Took != 4100*time.Millisecond {
+	if rs := Recoveries(lateOps, lateEffects, next, 2*time.Second, nil); rs[0].Took != 4100*time.Millisecond {
 		t.Fatalf("with a later fault: %+v", rs)
+	}
+	// A fault that the next one interrupts before it recovered is judged
+	// by the first recovery after it: f, healed at 10 s, recovers at
+	// 14.1 s although g struck at 13 s; g recovers then too.
+	interrupted := append(faults[:2:2], Line{Fault: "g", Phase: "start", Op: Op{At: at(13)}}, Line{Fault: "g", Phase: "stop", Op: Op{At: at(13.1)}})
+	rs = Recoveries(ops, effects, interrupted, 2*time.Second, nil)
+	if len(rs) != 2 || rs[0].Took != 4100*time.Millisecond || rs[1].Took != time.Second {
+		t.Fatalf("with a fault before the recovery: %+v", rs)
+	}
+	// One that never recovers, whatever came after, still says so.
+	if rs := Recoveries(lateOps, lateEffects, interrupted, 2*time.Second, nil); rs[0].Took >= 0 || rs[1].Took >= 0 {
+		t.Fatalf("never recovered: %+v", rs)
 	}
 	never := func(time.Time) time.Time { return time.Time{} }
 	if rs := Recoveries(ops, effects, faults, 2*time.Second, never); rs[0].Recovered(time.Minute) {
