@@ -19,6 +19,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -351,26 +352,36 @@ func slotGone(t *testing.T, s *stack, remove func(slot string)) {
 		return s.count(t, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database() AND active`) == 0
 	})
 	remove(slot)
-	s.startRelay(t, cfg)
+	logs := newRecords(slog.LevelInfo)
+	s.run(t, "relay", s.newRelay(t, s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, slog.New(logs)))
 	s.commit(t, 50, want)
-	testenv.Eventually(t, 30*time.Second, "every event", func() bool { n, _ := distinct(got(), want); return n == len(want) })
+	err := poll.Until(context.Background(), 30*time.Second, "every event", func() (bool, error) { n, _ := distinct(got(), want); return n == len(want), nil })
+	if err != nil {
+		n, _ := distinct(got(), want)
+		slots, serr := outbox.Slots(context.Background(), s.db.Pool)
+		t.Fatalf("%v: %d of %d events out; slots %+v %v; the new relay logged %v", err, n, len(want), slots, serr, logs.all())
+	}
 	t.Logf("%d deliveries of %d events", len(got()), len(want))
 }
 
-// warnings keeps the WARN records a logger writes, with their attributes.
+// warnings keeps the records a logger writes at a level or above (WARN
+// unless said), with their attributes.
 type warnings struct {
 	slog.Handler
-	mu   *sync.Mutex
-	list *[]map[string]any
+	level slog.Level
+	mu    *sync.Mutex
+	list  *[]map[string]any
 }
 
-func newWarnings() warnings {
-	return warnings{Handler: testenv.Logger().Handler(), mu: &sync.Mutex{}, list: &[]map[string]any{}}
+func newWarnings() warnings { return newRecords(slog.LevelWarn) }
+
+func newRecords(level slog.Level) warnings {
+	return warnings{Handler: testenv.Logger().Handler(), level: level, mu: &sync.Mutex{}, list: &[]map[string]any{}}
 }
 
 func (w warnings) Handle(ctx context.Context, rec slog.Record) error {
-	if rec.Level == slog.LevelWarn {
-		attrs := map[string]any{"msg": rec.Message}
+	if rec.Level >= w.level {
+		attrs := map[string]any{"msg": rec.Message, "time": rec.Time.Format(time.StampMilli), "level": rec.Level}
 		rec.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.Any(); return true })
 		w.mu.Lock()
 		*w.list = append(*w.list, attrs)
@@ -380,7 +391,7 @@ func (w warnings) Handle(ctx context.Context, rec slog.Record) error {
 }
 
 func (w warnings) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return warnings{w.Handler.WithAttrs(attrs), w.mu, w.list}
+	return warnings{w.Handler.WithAttrs(attrs), w.level, w.mu, w.list}
 }
 
 func (w warnings) all() []map[string]any {
