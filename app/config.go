@@ -381,6 +381,9 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 			add(errors.New("analytics.kafka.relay_group is empty"))
 		case c.Broker.Kind == BrokerAMQP && a.RelayGroup == c.Outbox.ConsumerGroup:
 			add(fmt.Errorf("analytics.kafka.relay_group %q must differ from outbox.consumer_group: each relay keeps its own position", a.RelayGroup))
+		case c.Broker.Kind == BrokerAMQP && outbox.GroupsAlike(a.RelayGroup, c.Outbox.ConsumerGroup):
+			add(fmt.Errorf("analytics.kafka.relay_group %q and outbox.consumer_group %q differ only in case or punctuation, and their replication slots would read alike: make them differ in a letter or a digit",
+				a.RelayGroup, c.Outbox.ConsumerGroup))
 		}
 	}
 	add(c.Outbox.Validate())

@@ -162,6 +162,8 @@ func TestLoadErrors(t *testing.T) {
 		{"a duration that is not one", []string{"MOENDA_OUTBOX__POLL_INTERVAL=soon"}, "", []string{"outbox.poll_interval"}},
 		{"analytics on Kafka without an outbox", []string{"MOENDA_BROKER__KIND=memory", "MOENDA_ANALYTICS__KAFKA__ENABLED=true"}, "", []string{"analytics.kafka.enabled: the Kafka relay reads the PostgreSQL outbox"}},
 		{"one relay position for two relays", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true", "MOENDA_ANALYTICS__KAFKA__RELAY_GROUP=moenda-relay"}, "", []string{`analytics.kafka.relay_group "moenda-relay" must differ from outbox.consumer_group`}},
+		{"two relay groups alike but for punctuation", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true", "MOENDA_ANALYTICS__KAFKA__RELAY_GROUP=Moenda.Relay"}, "",
+			[]string{`analytics.kafka.relay_group "Moenda.Relay" and outbox.consumer_group "moenda-relay" differ only in case or punctuation`}},
 		{"kafka settings checked when Kafka is used", []string{"MOENDA_BROKER__KIND=kafka", "MOENDA_KAFKA__BROKERS=nohost", "MOENDA_KAFKA__PARTITIONS=0"}, "", []string{
 			`kafka.brokers[0] "nohost" must be host:port`, "kafka.partitions must be at least 1",
 		}},

@@ -95,27 +95,36 @@ func replicationConn(ctx context.Context, pool *pgxpool.Pool) (*pgconn.PgConn, e
 }
 
 // slotName is the name of group's slot in the database named db. Slot
-// names are unique across the server, so the database is part of it.
+// names are unique across the server, so the database is part of it, and
+// PostgreSQL allows only [a-z0-9_] in 63 bytes, so the readable part folds
+// case and punctuation: the hash of the names as they are keeps two
+// groups apart that fold alike (orders-relay, orders_relay, Orders.Relay).
 func slotName(db, group string) string {
-	clean := func(s string) string {
-		return strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-				return r
-			}
-			if r >= 'A' && r <= 'Z' {
-				return r + 'a' - 'A'
-			}
-			return '_'
-		}, s)
-	}
-	name := "moenda_" + clean(db) + "__" + clean(group)
-	if len(name) <= 63 {
-		return name
-	}
-	h := fnv.New32a()
+	h := fnv.New64a()
 	_, _ = h.Write([]byte(db + "\x00" + group))
-	return fmt.Sprintf("%s_%08x", name[:54], h.Sum32())
+	sum := fmt.Sprintf("_%016x", h.Sum64())
+	name := "moenda_" + fold(db) + "__" + fold(group)
+	return name[:min(len(name), 63-len(sum))] + sum
 }
+
+// fold is name as a slot name can hold it: lower case, and _ for anything
+// but a letter or a digit.
+func fold(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '_'
+	}, name)
+}
+
+// GroupsAlike reports whether two different consumer groups differ only
+// in case or punctuation: their slots, though apart, read alike in
+// `moenda outbox slots`, so one configuration refuses them.
+func GroupsAlike(a, b string) bool { return a != b && fold(a) == fold(b) }
 
 // Slot is a logical relay's replication slot, as `moenda outbox slots`
 // lists it.

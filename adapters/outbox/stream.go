@@ -188,6 +188,16 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, erro
 			" events after it may be delivered twice, none is lost", "slot", st.name)
 	}
 	if st.exists {
+		var owner string
+		r.queries.Add(1)
+		err := lock.QueryRow(ctx, `SELECT consumer_group FROM moenda_outbox_slots WHERE slot_name = $1 AND consumer_group <> $2`,
+			st.name, r.cfg.ConsumerGroup).Scan(&owner)
+		if err == nil {
+			return false, fmt.Errorf("replication slot %s is consumer group %q's: this group neither takes nor drops it; give one of the groups another name", st.name, owner)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return false, fmt.Errorf("replication slot %s: %w", st.name, err)
+		}
 		r.queries.Add(1)
 		if _, err := lock.Exec(ctx, "SELECT pg_drop_replication_slot($1)", st.name); err != nil {
 			return false, fmt.Errorf("drop replication slot %s: %w", st.name, err)

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/testenv"
@@ -575,4 +577,110 @@ func TestAnIdleLogicalRelayMovesThePositionPastItsLastRows(t *testing.T) {
 		return err == nil && done
 	})
 	t.Logf("the position passed the last rows %s after the early transaction ended", time.Since(at).Round(time.Millisecond))
+}
+
+// Two consumer groups whose names differ only in punctuation stream one
+// database from slots of their own: neither takes, drops or resumes from
+// the other's. Writers run while the first group's relay is stopped and
+// started twice, and every event reaches both groups' destinations.
+func TestGroupsAlikeButForPunctuationKeepSlotsApart(t *testing.T) {
+	s := newStack(t)
+	other := testenv.RabbitMQ(t)
+	if err := amqp.Declare(context.Background(), []string{other.URL}, s.top); err != nil {
+		t.Fatal(err)
+	}
+	gotA := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	gotB := testenv.Consume(t, other.URL, "auditoria.tarefas")
+	start := func(group string, url string) (*outbox.Relay, func()) {
+		cfg := logical(testConfig)
+		cfg.ConsumerGroup = group
+		dest, err := amqp.NewBatchPublisher([]string{url}, "moenda outbox relay", cfg.ConfirmWindow, s.top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = dest.Close() })
+		relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+		stop := s.run(t, group, relay)
+		testenv.Eventually(t, 30*time.Second, group+" to lead", relay.Active)
+		return relay, stop
+	}
+	_, stopA := start("grupo-a", s.vhost.URL)
+	start("grupo_a", other.URL)
+
+	want := map[string]bool{}
+	var mu sync.Mutex
+	ctx, cancel := context.WithCancel(context.Background())
+	writing := make(chan struct{})
+	go func() {
+		defer close(writing)
+		for ctx.Err() == nil {
+			e, err := s.conclude(t, "t", false)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			want[e.ID] = true
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for range 2 {
+		time.Sleep(300 * time.Millisecond)
+		stopA()
+		time.Sleep(300 * time.Millisecond) // events commit while grupo-a is away
+		_, stopA = start("grupo-a", s.vhost.URL)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	<-writing
+	for name, got := range map[string]func() []amqp091.Delivery{"grupo-a": gotA, "grupo_a": gotB} {
+		testenv.Eventually(t, 30*time.Second, "every event at "+name+"'s destination", func() bool {
+			n, _ := distinct(got(), want)
+			return n == len(want)
+		})
+	}
+	slots := s.count(t, `SELECT count(DISTINCT slot_name) FROM moenda_outbox_slots`)
+	if slots != 2 {
+		t.Fatalf("%d replication slots recorded for two groups", slots)
+	}
+	t.Logf("%d events reached both groups", len(want))
+}
+
+// A group never drops a slot that another group's record names, even one
+// under the name it would make for itself (a slot named the way an older
+// release named them).
+func TestAGroupLeavesAnotherGroupsSlotAlone(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	cfg := logical(testConfig)
+	cfg.ConsumerGroup = "newcomer"
+	name := outbox.SlotName(s.db.Pool.Config().ConnConfig.Database, cfg.ConsumerGroup)
+	if _, err := s.db.Pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = s.db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name) })
+	if _, err := s.db.Pool.Exec(ctx, `INSERT INTO moenda_outbox_slots (consumer_group, slot_name) VALUES ('veteran', $1)`, name); err != nil {
+		t.Fatal(err)
+	}
+	logs := newWarnings()
+	relay := s.newRelay(t, s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, slog.New(logs))
+	s.run(t, "newcomer", relay)
+	testenv.Eventually(t, 10*time.Second, "the refusal in the log", func() bool {
+		for _, w := range logs.all() {
+			if strings.Contains(fmt.Sprint(w["error"]), `is consumer group "veteran"'s`) {
+				return true
+			}
+		}
+		return false
+	})
+	if relay.Active() {
+		t.Fatal("the newcomer streams the veteran's slot")
+	}
+	if n := s.count(t, `SELECT count(*) FROM moenda_outbox_slots WHERE consumer_group = 'veteran'`); n != 1 {
+		t.Fatal("the veteran's record is gone")
+	}
+	if n := s.count(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = '`+name+`'`); n != 1 {
+		t.Fatal("the veteran's slot was dropped")
+	}
 }

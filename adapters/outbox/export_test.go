@@ -1,0 +1,4 @@
+package outbox
+
+// SlotName is slotName, for the tests outside the package.
+var SlotName = slotName
