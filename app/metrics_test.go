@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -93,6 +94,19 @@ func TestMetricsOfAFailingHandler(t *testing.T) {
 }
 
 // With metrics off there is no /metrics.
+// Methods a client makes up are counted as one: they make no series of
+// their own.
+func TestMadeUpMethodsMakeNoSeries(t *testing.T) {
+	p, _ := startAMQP(t)
+	for i := range 20 {
+		send(t, fmt.Sprintf("BREW%d", i), p.base+"/tarefas", "", nil)
+	}
+	shows(t, p, `moenda_http_requests_total{code="405",method="other",route="unmatched"} 20`)
+	if page := scrape(t, p); strings.Contains(page, `method="BREW`) {
+		t.Fatal("a made-up method is a metric label")
+	}
+}
+
 func TestMetricsOff(t *testing.T) {
 	p, _ := startAMQP(t, "MOENDA_METRICS__ENABLED=false")
 	if resp, _ := send(t, "GET", p.base+"/metrics", "", nil); resp.StatusCode != http.StatusNotFound {
