@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
 )
@@ -111,6 +113,48 @@ func TestPrintHidesSecrets(t *testing.T) {
 	if !strings.Contains(b.String(), "amqp.urls = [amqp://moenda:xxxxx@mq1:5672/ amqp://moenda:xxxxx@mq2:5672/]") {
 		t.Errorf("amqp.urls not shown redacted:\n%s", b.String())
 	}
+}
+
+// A secret written the way a URL cannot hold it (an unescaped #, / or %,
+// a keyword DSN) reaches neither an error of Load nor config print.
+func TestSecretsThatDoNotParseStayHidden(t *testing.T) {
+	secrets := map[string]string{
+		"MOENDA_POSTGRES__URL": "postgres://moenda:pg#se/cret%@db:5432/moenda",
+		"MOENDA_AMQP__URL":     "amqp://moenda:mq%se#cret@mq:5672/",
+		"MOENDA_AMQP__URLS":    "amqp://moenda:mq1%se/cret@mq1:5672/",
+	}
+	hidden := []string{"pg#se/cret%", "mq%se#cret", "mq1%se/cret", "hook%secret", "se/cret", "se#cret", "dsn-secret"}
+	check := func(what, text string) {
+		t.Helper()
+		for _, secret := range hidden {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s shows %s:\n%s", what, secret, text)
+			}
+		}
+	}
+	for key, value := range secrets {
+		_, err := Load(Source{Env: "local", Files: configs.FS, Environ: []string{key + "=" + value}}, registry(t))
+		if err == nil {
+			t.Errorf("%s=%s loaded", key, value)
+			continue
+		}
+		check("the error of "+key, err.Error())
+	}
+	cfg, err := Load(Source{Env: "local", Files: configs.FS, Environ: []string{"MOENDA_POSTGRES__URL=host=db user=moenda password=dsn-secret dbname=moenda",
+		"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URL=https://hooks.slack.com/services/T0/B0/hook%secret"}}, registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := cfg.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	check("config print", b.String())
+	_, err = postgres.Connect(context.Background(), postgres.Config{URL: "postgres://moenda:pg#se/cret%@db:5432/moenda", MaxConns: 1})
+	if err == nil {
+		t.Fatal("an unparsable postgres.url connected")
+	}
+	check("postgres.Connect's error", err.Error())
 }
 
 // amqp.urls comes from YAML as a list or from MOENDA_AMQP__URLS separated

@@ -48,7 +48,7 @@ func newNodes(urls []string) (*nodes, error) {
 			continue
 		}
 		if _, err := amqp091.ParseURI(u); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", name, redact.URL(u), err))
+			errs = append(errs, fmt.Errorf("%s %q: %w", name, redact.URL(u), redact.Error(err, u)))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

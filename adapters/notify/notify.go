@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -42,7 +43,7 @@ type WebhookConfig struct {
 func (c WebhookConfig) Validate(path string) error {
 	var errs []error
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("%s.url %q must be an http(s) URL", path, c.URL))
+		errs = append(errs, fmt.Errorf("%s.url %q must be an http(s) URL", path, redact.Path(c.URL)))
 	}
 	if c.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("%s.timeout must be positive, got %s", path, c.Timeout))

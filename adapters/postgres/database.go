@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/moenda/moenda/adapters/redact"
 )
 
 // maintenanceDB is the database every PostgreSQL server has, where a
@@ -25,7 +27,7 @@ const maintenanceDB = "postgres"
 func EnsureDatabase(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	cc, err := pgx.ParseConfig(cfg.URL)
 	if err != nil {
-		return fmt.Errorf("postgres: postgres.url: %w", err)
+		return fmt.Errorf("postgres: postgres.url: %w", redact.Error(err, cfg.URL))
 	}
 	cc.ConnectTimeout = cfg.ConnectTimeout
 	name := cc.Database

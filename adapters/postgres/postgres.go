@@ -72,7 +72,7 @@ func (c Config) Validate() error {
 func Connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: postgres.url: %w", err)
+		return nil, fmt.Errorf("postgres: postgres.url: %w", redact.Error(err, cfg.URL))
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
