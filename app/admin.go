@@ -45,9 +45,10 @@ func (p *Platform) listParked(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, map[string]any{"parked": parked, "count": count})
 }
 
-// republishParked answers {"republished": N, "still_unroutable": [...]}:
-// the parked rows the configuration now routes are published through the
-// relays' own destinations, and the others are listed with the reason.
+// republishParked answers {"republished": N, "still_parked": M,
+// "still_unroutable": [...]}: the parked rows the configuration now routes
+// are published through the relays' own destinations, and the others are
+// counted, the first outbox.StillShown listed with the reason.
 func (p *Platform) republishParked(w http.ResponseWriter, r *http.Request) {
 	if p.pool != nil && len(p.relays) == 0 {
 		httpjson.Error(w, http.StatusConflict, "this process runs no relay (serve --role "+string(p.role)+"): send the request to a relay process, or run `moenda outbox republish`")
@@ -62,7 +63,7 @@ func (p *Platform) republishParked(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if res.Republished > 0 {
-		p.logger.Info("outbox: republished parked rows", "republished", res.Republished, "still_unroutable", len(res.StillUnroutable))
+		p.logger.Info("outbox: republished parked rows", "republished", res.Republished, "still_parked", res.StillParked)
 	}
 	httpjson.Write(w, http.StatusOK, res)
 }

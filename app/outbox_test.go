@@ -62,7 +62,7 @@ func TestAdminOutboxParkedAndRepublish(t *testing.T) {
 		}
 	}
 	code, body := call(t, "POST", before.base+"/v1/admin/outbox/republish", "")
-	if still, _ := body["still_unroutable"].([]any); code != http.StatusOK || body["republished"] != float64(0) || len(still) != 1 {
+	if still, _ := body["still_unroutable"].([]any); code != http.StatusOK || body["republished"] != float64(0) || body["still_parked"] != float64(1) || len(still) != 1 {
 		t.Fatalf("republish where nothing routes it = %d %v", code, body)
 	}
 	if code, body := call(t, "GET", before.base+"/v1/admin/outbox/parked?limit=none", ""); code != http.StatusBadRequest || body["error"] == nil {

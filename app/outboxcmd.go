@@ -52,13 +52,19 @@ func outboxRepublish(ctx context.Context, cfg *Resolved, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	if len(res.StillUnroutable) == 0 {
+	if res.StillParked == 0 {
 		return nil
 	}
-	if _, err := fmt.Fprintf(stdout, "%s still parked: this configuration cannot publish them\n", countRows(len(res.StillUnroutable))); err != nil {
+	if _, err := fmt.Fprintf(stdout, "%s still parked: this configuration cannot publish them\n", countRows(res.StillParked)); err != nil {
 		return err
 	}
-	return writeParked(stdout, res.StillUnroutable, true)
+	if err := writeParked(stdout, res.StillUnroutable, true); err != nil {
+		return err
+	}
+	if shown := len(res.StillUnroutable); shown < res.StillParked {
+		_, err = fmt.Fprintf(stdout, "(the first %d of %d: `moenda outbox parked` lists them all)\n", shown, res.StillParked)
+	}
+	return err
 }
 
 // openOutbox connects to the outbox of cfg, as serve does (migrations

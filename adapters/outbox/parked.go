@@ -165,12 +165,27 @@ func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]Parked, i
 // Parked, in its scan order.
 const parkedFields = `p.transaction_id::text::bigint, p."offset", p.consumer_group, p.event_id, p.event_name, p.routing_key, p.reason, p.detail, p.parked_at`
 
-// Republished is what Republish did: how many rows it published, and the
-// parked rows it left, each with the reason it could not send it now in
-// Detail.
+// Republished is what Republish did: how many rows it published, how
+// many it left parked, and the first StillShown of those, each with the
+// reason it could not send it now in Detail (`moenda outbox parked` lists
+// them all).
 type Republished struct {
 	Republished     int      `json:"republished"`
+	StillParked     int      `json:"still_parked"`
 	StillUnroutable []Parked `json:"still_unroutable"`
+}
+
+// StillShown bounds the parked rows a Republished lists, so an answer
+// stays small however many rows stay parked.
+const StillShown = 100
+
+// left counts a row Republish leaves parked, and lists it while the list
+// has room.
+func (r *Republished) left(p Parked) {
+	r.StillParked++
+	if len(r.StillUnroutable) < StillShown {
+		r.StillUnroutable = append(r.StillUnroutable, p)
+	}
 }
 
 // republishBatch is how many parked rows Republish reads and publishes at
@@ -267,18 +282,18 @@ func republishGroup(ctx context.Context, conn *pgx.Conn, group string, dest Dest
 		for _, c := range batch {
 			if dest == nil {
 				c.Detail = fmt.Sprintf("no relay of this configuration publishes for consumer group %s", group)
-				res.StillUnroutable = append(res.StillUnroutable, c.Parked)
+				res.left(c.Parked)
 				continue
 			}
 			if !c.present {
 				c.Detail = "the row is no longer in watermill_outbox"
-				res.StillUnroutable = append(res.StillUnroutable, c.Parked)
+				res.left(c.Parked)
 				continue
 			}
 			msg, key, park := decode(c.row, routable)
 			if park != nil {
 				c.Reason, c.RoutingKey, c.Detail = park.reason, park.routingKey, park.detail
-				res.StillUnroutable = append(res.StillUnroutable, c.Parked)
+				res.left(c.Parked)
 				continue
 			}
 			keys, msgs, sent = append(keys, key), append(msgs, msg), append(sent, c.Parked)

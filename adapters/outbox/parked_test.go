@@ -226,6 +226,25 @@ func TestRepublishKeepsWhatItCannotSend(t *testing.T) {
 	}
 }
 
+// However many rows stay parked, a republish counts them all and lists
+// only the first outbox.StillShown.
+func TestRepublishCountsWhatItLeavesAndListsTheFirst(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	const rows = outbox.StillShown + 50
+	if _, err := s.db.Pool.Exec(ctx, `INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
+		SELECT pg_current_xact_id(), i, 'moenda-relay', 'id', '', '', 'no_event', 'test' FROM generate_series(1, $1) i`, rows); err != nil {
+		t.Fatal(err)
+	}
+	res, err := outbox.Republish(ctx, s.db.Pool, nil, s.top.Routable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Republished != 0 || res.StillParked != rows || len(res.StillUnroutable) != outbox.StillShown {
+		t.Fatalf("republished %d, still parked %d, %d listed; want 0, %d, %d", res.Republished, res.StillParked, len(res.StillUnroutable), rows, outbox.StillShown)
+	}
+}
+
 // ListParked lists the oldest first, at most limit, and counts them all.
 func TestListParkedLimit(t *testing.T) {
 	db := testenv.Postgres(t)
