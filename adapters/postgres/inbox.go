@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
@@ -116,11 +117,30 @@ func (t *Transactor) ForgetConsumer(ctx context.Context, consumer string) error 
 
 // PruneInbox deletes inbox rows processed before cutoff, batch rows per
 // transaction so that no statement holds locks or a snapshot for long, and
-// returns how many it deleted.
-func (t *Transactor) PruneInbox(ctx context.Context, cutoff time.Time, batch int) (int, error) {
+// returns how many it deleted. Every api and worker process calls it; the
+// one that holds the prune lock at the time prunes, and the others leave
+// it to that one and return 0.
+func (t *Transactor) PruneInbox(ctx context.Context, cutoff time.Time, batch int) (_ int, err error) {
+	conn, err := t.pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: prune: %w", unavailable(err))
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pruneLock).Scan(&locked); err != nil {
+		return 0, fmt.Errorf("inbox: prune: %w", unavailable(err))
+	}
+	if !locked {
+		return 0, nil
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, pruneLock); uerr != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx)) // the lock ends with the session
+		}
+	}()
 	total := 0
 	for {
-		tag, err := t.pool.Exec(ctx, `DELETE FROM moenda_inbox WHERE ctid IN (
+		tag, err := conn.Exec(ctx, `DELETE FROM moenda_inbox WHERE ctid IN (
 			SELECT ctid FROM moenda_inbox WHERE processed_at < $1 ORDER BY processed_at LIMIT $2)`, cutoff, batch)
 		if err != nil {
 			return total, fmt.Errorf("inbox: prune: %w", unavailable(err))
@@ -131,3 +151,10 @@ func (t *Transactor) PruneInbox(ctx context.Context, cutoff time.Time, batch int
 		}
 	}
 }
+
+// pruneLock is the advisory lock key of inbox pruning in a database.
+var pruneLock = func() int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("moenda inbox prune"))
+	return int64(h.Sum64())
+}()

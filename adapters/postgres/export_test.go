@@ -1,0 +1,4 @@
+package postgres
+
+// PruneLock is pruneLock, for the tests outside the package.
+var PruneLock = pruneLock
