@@ -79,7 +79,7 @@ func EncodeAs(format string, body []byte) []byte {
 	}
 	fields["eventId"], _ = json.Marshal(e.ID)
 	fields["occurredAt"], _ = json.Marshal(e.OccurredAt.UTC().Format(time.RFC3339Nano))
-	out, err := json.Marshal(fields)
+	out, err := marshal(fields)
 	if err != nil {
 		return body
 	}

@@ -39,7 +39,7 @@ func New(name, source string, payload any) (Event, error) {
 	if _, err := ParseName(name); err != nil {
 		return Event{}, err
 	}
-	body, err := json.Marshal(payload)
+	body, err := marshal(payload)
 	if err != nil {
 		return Event{}, fmt.Errorf("event %s: encode payload: %w", name, err)
 	}
@@ -72,7 +72,21 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	if p.Payload == nil {
 		p.Payload = json.RawMessage("null")
 	}
-	return json.Marshal(p)
+	return marshal(p)
+}
+
+// marshal is json.Marshal without its HTML escaping: a payload is JSON,
+// not HTML, and escaping turns each <, > and & into six bytes, on every
+// encoding of the envelope, so a payload that fits can outgrow a broker's
+// message limit on the way.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Validate reports every problem of the envelope, each naming its field.

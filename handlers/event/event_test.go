@@ -286,3 +286,27 @@ func TestDecodeSeed004FromOtherPublishers(t *testing.T) {
 		}
 	}
 }
+
+// A payload full of <, > and & stays its own size through every encoding
+// of the envelope: escaping each as \u003c would make a 200 KB payload
+// 1.2 MB on the wire, past a broker's limit.
+func TestEncodingKeepsMarkupAsItIs(t *testing.T) {
+	text := strings.Repeat("<&>", 70_000)
+	e, err := New("tarefa.concluida.v1", "tarefas", map[string]string{"html": text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := ToMessage(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string][]byte{"payload": e.Payload, "envelope": msg.Payload, "seed 004 body": EncodeAs(EnvelopeSeed004, msg.Payload)} {
+		if !bytes.Contains(body, []byte(text)) || len(body) > len(text)+500 {
+			t.Errorf("the %s is %d bytes for %d bytes of markup, or escapes it", name, len(body), len(text))
+		}
+	}
+	back, err := Decode(msg.Payload)
+	if err != nil || !bytes.Equal(back.Payload, e.Payload) {
+		t.Fatalf("decoded %v", err)
+	}
+}

@@ -1,7 +1,6 @@
 package event
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -21,7 +20,7 @@ const (
 // ToMessage wraps e in a Watermill message whose UUID is the event id and
 // whose payload is the canonical envelope.
 func ToMessage(e Event) (*message.Message, error) {
-	body, err := json.Marshal(e)
+	body, err := marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode event %s: %w", e.ID, err)
 	}
