@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -21,6 +22,51 @@ import (
 // keeps the redelivery from spinning.
 var UnavailablePause = time.Second
 
+// CopyFailurePause is the first pause of a queue whose failure copies the
+// broker does not take (a retry queue deleted, the connection for copies
+// lost): the delivery goes back to its queue, and without a pause it would
+// be handed back at once, as fast as the handler runs. While the copies
+// keep failing the pause doubles, up to copyFailurePauseMax.
+var CopyFailurePause = time.Second
+
+const copyFailurePauseMax = 30 * time.Second
+
+// pauser is a queue's pause after a failed copy: every delivery that
+// fails its copy meanwhile waits out the same pause, and only the one
+// that starts it logs.
+type pauser struct {
+	mu    sync.Mutex
+	until time.Time
+	next  time.Duration
+}
+
+// wait waits out the pause in course, or starts the next one, calling
+// started with its length when it does; it returns early when ctx ends.
+func (p *pauser) wait(ctx context.Context, started func(time.Duration)) {
+	p.mu.Lock()
+	if now := time.Now(); !now.Before(p.until) {
+		if p.next == 0 {
+			p.next = CopyFailurePause
+		}
+		p.until = now.Add(p.next)
+		started(p.next)
+		p.next = min(2*p.next, copyFailurePauseMax)
+	}
+	d := time.Until(p.until)
+	p.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// reset ends the backoff once a copy went through.
+func (p *pauser) reset() {
+	p.mu.Lock()
+	p.next = 0
+	p.mu.Unlock()
+}
+
 // maxErrorHeader bounds the error text a copy carries: headers share the
 // broker's frame with the body.
 const maxErrorHeader = 2048
@@ -31,9 +77,23 @@ const maxErrorHeader = 2048
 // is permanent, the copy goes to the dead-letter queue with its reason
 // class, and one WARN line says so. Either way the delivery is acknowledged
 // only once the broker holds the copy; if the copy cannot be published the
-// delivery goes back to its queue. Every copy carries the failure headers
-// (event.Header*), counting the failed deliveries in moenda-attempts.
+// delivery goes back to its queue after a pause (see CopyFailurePause).
+// Every copy carries the failure headers (event.Header*), counting the
+// failed deliveries in moenda-attempts.
 func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
+	pause := &pauser{}
+	// refused pauses a delivery whose copy the broker did not take, and
+	// returns the error that sends it back to its queue.
+	refused := func(ctx context.Context, what string, ids []any, err, perr error) error {
+		if stopping(ctx) {
+			logger.InfoContext(ctx, what+": the event goes back to its queue, as the process stops", append(ids, "error", perr)...)
+		} else {
+			pause.wait(ctx, func(d time.Duration) {
+				logger.ErrorContext(ctx, what+": the queue's events go back to it after a pause", append(ids, "pause", d, "error", perr)...)
+			})
+		}
+		return errors.Join(err, perr)
+	}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)
@@ -41,7 +101,7 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *Queu
 				return out, nil
 			}
 			ctx := msg.Context()
-			if errShutdown(err) {
+			if stopping(ctx) {
 				return nil, err
 			}
 			ids := idsOf(msg)
@@ -60,9 +120,9 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *Queu
 			if reason == "" && failed <= len(pol.Delays) {
 				delay := pol.Delays[failed-1]
 				if perr := sink.Delay(ctx, queue, delay, cp); perr != nil {
-					copyFailed(ctx, logger, "the retry copy was not published: the event goes back to its queue", ids, perr)
-					return nil, errors.Join(err, perr)
+					return nil, refused(ctx, "the retry copy was not published", ids, err, perr)
 				}
+				pause.reset()
 				stats.RetriedLater.Add(1)
 				logger.InfoContext(ctx, "handler failed: the broker hands the event back later",
 					append(ids, "attempt", failed, "attempts", pol.Attempts(), "retry_in", delay, "error", err)...)
@@ -73,9 +133,9 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *Queu
 			}
 			cp.Metadata.Set(event.HeaderReason, reason)
 			if perr := sink.DeadLetter(ctx, queue, cp); perr != nil {
-				copyFailed(ctx, logger, "the dead letter was not published: the event goes back to its queue", ids, perr)
-				return nil, errors.Join(err, perr)
+				return nil, refused(ctx, "the dead letter was not published", ids, err, perr)
 			}
+			pause.reset()
 			stats.deadLetter(reason)
 			md := cp.Metadata
 			logger.WarnContext(ctx, "event dead-lettered", append(ids,
@@ -85,17 +145,6 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *Queu
 			return nil, nil
 		}
 	}
-}
-
-// copyFailed logs a copy the broker did not take: an error, unless the
-// process is stopping, when the message going back to its queue is the
-// plan.
-func copyFailed(ctx context.Context, logger *slog.Logger, msg string, ids []any, err error) {
-	level := slog.LevelError
-	if errShutdown(err) {
-		level = slog.LevelInfo
-	}
-	logger.Log(ctx, level, msg, append(ids, "error", err)...)
 }
 
 // failedAttempts reads how many deliveries of msg failed before this one.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,7 +35,8 @@ func TestFailures(t *testing.T) {
 		{"schedule spent: dead letter", 2, transient, false, 0, event.ReasonRetriesExhausted},
 		{"permanent: dead letter at once", 0, event.Permanent(transient), false, 0, event.ReasonPermanent},
 		{"reason class kept", 0, event.Reject(event.ReasonDecode, transient), false, 0, event.ReasonDecode},
-		{"shutdown: back to the queue, no copy", 0, fmt.Errorf("stopping: %w", context.Canceled), true, 0, ""},
+		{"shutdown: back to the queue, no copy", 0, errStopped, true, 0, ""},
+		{"an error wrapping context.Canceled while nothing stops: retried", 0, fmt.Errorf("client: %w", context.Canceled), false, time.Second, ""},
 		{"database away: back to the queue, no attempt spent", 1, fmt.Errorf("%w: conn refused", handlers.ErrUnavailable), true, 0, ""},
 	}
 	UnavailablePause = time.Millisecond
@@ -42,6 +46,11 @@ func TestFailures(t *testing.T) {
 			stats := NewStats(true).Queue("q")
 			e := newEvent(t)
 			msg := decoded(t, e)
+			if tt.err == errStopped {
+				ctx, cancel := context.WithCancel(msg.Context())
+				cancel()
+				msg.SetContext(ctx)
+			}
 			if tt.failedYet > 0 {
 				msg.Metadata.Set(event.HeaderAttempts, fmt.Sprint(tt.failedYet))
 				msg.Metadata.Set(event.HeaderFirstFailureAt, "2026-01-01T00:00:00Z")
@@ -96,8 +105,13 @@ func TestFailures(t *testing.T) {
 	}
 }
 
+// errStopped is the handler's error when the process stops: the
+// message's context has ended.
+var errStopped = fmt.Errorf("stopping: %w", context.Canceled)
+
 // A copy the broker did not take leaves the delivery unacknowledged.
 func TestFailuresKeepTheMessageWhenTheCopyFails(t *testing.T) {
+	CopyFailurePause = time.Millisecond
 	for _, pol := range []topology.Policy{schedule, {DeadLetterExchange: "dlx", DeadLetterQueue: "q.dlq"}} {
 		sink := &recordingSink{fail: errors.New("channel closed")}
 		_, err := Failures("q", "p/s", pol, sink, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return errors.New("boom") }))(decoded(t, newEvent(t)))
@@ -106,6 +120,53 @@ func TestFailuresKeepTheMessageWhenTheCopyFails(t *testing.T) {
 		}
 	}
 }
+
+// While the broker takes no copy, deliveries that fail go back to their
+// queue only after a pause that doubles, shared by every delivery of the
+// queue and logged once: ten consumers handed their messages back at once
+// run the handler a bounded number of times in 2 s, not as fast as it
+// runs.
+func TestACopyThatFailsPausesTheQueue(t *testing.T) {
+	CopyFailurePause = 100 * time.Millisecond
+	logs := &countingHandler{}
+	failing := Failures("q", "p/s", schedule, &recordingSink{fail: errors.New("NOT_FOUND - no queue 'q.retry.1s'")}, NewStats(true).Queue("q"),
+		slog.New(logs))(handlerFunc(func(*message.Message) error { return errors.New("boom") }))
+	var runs atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Second)
+	for range 10 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				runs.Add(1)
+				if _, err := failing(decoded(t, newEvent(t))); err == nil {
+					t.Error("acknowledged without its copy")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Pauses of 0.1, 0.2, 0.4, 0.8 and 1.6 s fill 2 s: at most six rounds.
+	if n := runs.Load(); n > 10*6 {
+		t.Fatalf("the handler ran %d times in 2 s", n)
+	}
+	if n := logs.errors.Load(); n < 1 || n > 6 {
+		t.Fatalf("%d errors logged in 2 s, want one per pause", n)
+	}
+}
+
+// countingHandler counts the ERROR records a logger writes.
+type countingHandler struct{ errors atomic.Int64 }
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		h.errors.Add(1)
+	}
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
 
 // An undecodable message is dead-lettered with the transport's ids.
 func TestFailuresOfAnUndecodableMessage(t *testing.T) {

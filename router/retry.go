@@ -22,7 +22,7 @@ func Retry(retries int, interval time.Duration, stats *QueueStats, logger *slog.
 			wait := interval
 			for attempt := 0; ; attempt++ {
 				out, err := h(msg)
-				if err == nil || attempt == retries || event.IsPermanent(err) || errShutdown(err) {
+				if err == nil || attempt == retries || event.IsPermanent(err) || stopping(msg.Context()) {
 					return out, err
 				}
 				logger.DebugContext(msg.Context(), "handler failed: retrying in the consumer",

@@ -25,19 +25,26 @@ func TestRetry(t *testing.T) {
 		{"fails twice, then succeeds", 2, transient, 3, false},
 		{"fails for good: retries spent", 9, transient, 3, true},
 		{"permanent: not retried", 9, event.Permanent(transient), 1, true},
-		{"shutdown: not retried", 9, fmt.Errorf("x: %w", context.Canceled), 1, true},
+		{"shutdown: not retried", 9, errStopped, 1, true},
+		{"an error wrapping context.Canceled while nothing stops: retried", 9, fmt.Errorf("x: %w", context.Canceled), 3, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stats := NewStats(true).Queue("q")
 			calls := 0
+			msg := decoded(t, newEvent(t))
+			if tt.err == errStopped {
+				ctx, cancel := context.WithCancel(msg.Context())
+				cancel()
+				msg.SetContext(ctx)
+			}
 			_, err := Retry(2, time.Millisecond, stats, logger)(handlerFunc(func(*message.Message) error {
 				calls++
 				if calls <= tt.failFirst {
 					return tt.err
 				}
 				return nil
-			}))(decoded(t, newEvent(t)))
+			}))(msg)
 			if calls != tt.wantCalls || (err != nil) != tt.wantErr {
 				t.Fatalf("%d calls, error %v; want %d calls, error %v", calls, err, tt.wantCalls, tt.wantErr)
 			}

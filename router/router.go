@@ -97,6 +97,8 @@ type Sink interface {
 	DeadLetter(ctx context.Context, queue string, msg *message.Message) error
 }
 
-// errShutdown reports whether err comes from the process stopping rather
-// than from the message: such a message goes back to its queue untouched.
-func errShutdown(err error) bool { return errors.Is(err, context.Canceled) }
+// stopping reports whether a message's own context has ended: the process
+// is stopping, and the message goes back to its queue untouched. A
+// handler's error that merely wraps context.Canceled while that context
+// lives is a failure like any other.
+func stopping(ctx context.Context) bool { return ctx.Err() != nil }
