@@ -120,7 +120,7 @@ func (t *Transactor) ForgetConsumer(ctx context.Context, consumer string) error 
 // returns how many it deleted. Every api and worker process calls it; the
 // one that holds the prune lock at the time prunes, and the others leave
 // it to that one and return 0.
-func (t *Transactor) PruneInbox(ctx context.Context, cutoff time.Time, batch int) (_ int, err error) {
+func (t *Transactor) PruneInbox(ctx context.Context, cutoff time.Time, batch int) (int, error) {
 	conn, err := t.pool.Acquire(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: prune: %w", unavailable(err))
