@@ -22,6 +22,8 @@ type Deps struct {
 	// Tracer, when set, gives each message's handling a span (Trace),
 	// outside the rest of the chain.
 	Tracer trace.Tracer
+	// Clock is the time the chain waits on; nil is the real one.
+	Clock Clock
 }
 
 // AddRoutes adds one consumer handler per route, consuming its queue, each
@@ -59,13 +61,14 @@ func AddRoutes(r *message.Router, deps Deps, routes []Route) {
 // chain returns the route's middleware, outermost first.
 func chain(rt Route, deps Deps, stats *QueueStats, log *slog.Logger) []message.HandlerMiddleware {
 	var mws []message.HandlerMiddleware
+	clock := clockOr(deps.Clock)
 	if deps.Tracer != nil {
 		mws = append(mws, Trace(rt.Queue, rt.Handler, deps.Tracer))
 	}
 	return append(mws,
-		Failures(rt.Queue, rt.Handler, rt.Policy, deps.Sink, stats, log),
+		Failures(rt.Queue, rt.Handler, rt.Policy, deps.Sink, clock, stats, log),
 		Decode(rt.Envelope, rt.Handles, deps.MaxMessageBytes, stats, log),
-		Retry(rt.Policy.ImmediateRetries, rt.Policy.ImmediateInterval, stats, log),
+		Retry(rt.Policy.ImmediateRetries, rt.Policy.ImmediateInterval, clock, stats, log),
 		Dedup(rt.consumer(), deps.Inbox, stats, log),
 		middleware.Recoverer,
 	)

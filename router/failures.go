@@ -20,14 +20,14 @@ import (
 // platform's own database is away, before it goes back to its queue. The
 // outage is not the message's fault, so it spends no attempt; the pause
 // keeps the redelivery from spinning.
-var UnavailablePause = time.Second
+const UnavailablePause = time.Second
 
 // CopyFailurePause is the first pause of a queue whose failure copies the
 // broker does not take (a retry queue deleted, the connection for copies
 // lost): the delivery goes back to its queue, and without a pause it would
 // be handed back at once, as fast as the handler runs. While the copies
 // keep failing the pause doubles, up to copyFailurePauseMax.
-var CopyFailurePause = time.Second
+const CopyFailurePause = time.Second
 
 const copyFailurePauseMax = 30 * time.Second
 
@@ -35,6 +35,7 @@ const copyFailurePauseMax = 30 * time.Second
 // fails its copy meanwhile waits out the same pause, and only the one
 // that starts it logs.
 type pauser struct {
+	clock Clock
 	mu    sync.Mutex
 	until time.Time
 	next  time.Duration
@@ -44,7 +45,7 @@ type pauser struct {
 // started with its length when it does; it returns early when ctx ends.
 func (p *pauser) wait(ctx context.Context, started func(time.Duration)) {
 	p.mu.Lock()
-	if now := time.Now(); !now.Before(p.until) {
+	if now := p.clock.Now(); !now.Before(p.until) {
 		if p.next == 0 {
 			p.next = CopyFailurePause
 		}
@@ -52,12 +53,9 @@ func (p *pauser) wait(ctx context.Context, started func(time.Duration)) {
 		started(p.next)
 		p.next = min(2*p.next, copyFailurePauseMax)
 	}
-	d := time.Until(p.until)
+	d := p.until.Sub(p.clock.Now())
 	p.mu.Unlock()
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
+	_ = p.clock.Sleep(ctx, d)
 }
 
 // reset ends the backoff once a copy went through.
@@ -79,9 +77,10 @@ const maxErrorHeader = 2048
 // only once the broker holds the copy; if the copy cannot be published the
 // delivery goes back to its queue after a pause (see CopyFailurePause).
 // Every copy carries the failure headers (event.Header*), counting the
-// failed deliveries in moenda-attempts.
-func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
-	pause := &pauser{}
+// failed deliveries in moenda-attempts. The pauses and the failure times
+// are clock's.
+func Failures(queue, handler string, pol topology.Policy, sink Sink, clock Clock, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
+	pause := &pauser{clock: clock}
 	// refused pauses a delivery whose copy the broker did not take, and
 	// returns the error that sends it back to its queue.
 	refused := func(ctx context.Context, what string, ids []any, err, perr error) error {
@@ -107,15 +106,12 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, stats *Queu
 			ids := idsOf(msg)
 			if errors.Is(err, handlers.ErrUnavailable) {
 				logger.WarnContext(ctx, "database unavailable: the event goes back to its queue", append(ids, "retry_in", UnavailablePause, "error", err)...)
-				select {
-				case <-ctx.Done():
-				case <-time.After(UnavailablePause):
-				}
+				_ = clock.Sleep(ctx, UnavailablePause)
 				return nil, err
 			}
 			failed := failedAttempts(msg) + 1
 			cp := msg.Copy()
-			stamp(cp.Metadata, msg, queue, handler, failed, err)
+			stamp(cp.Metadata, msg, queue, handler, failed, clock.Now(), err)
 			reason := event.ReasonOf(err)
 			if reason == "" && failed <= len(pol.Delays) {
 				delay := pol.Delays[failed-1]
@@ -157,8 +153,8 @@ func failedAttempts(msg *message.Message) int {
 }
 
 // stamp writes the failure headers onto md, the metadata of a copy of msg.
-func stamp(md message.Metadata, msg *message.Message, queue, handler string, failed int, err error) {
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+func stamp(md message.Metadata, msg *message.Message, queue, handler string, failed int, at time.Time, err error) {
+	now := at.UTC().Format(time.RFC3339Nano)
 	text := strings.ToValidUTF8(err.Error(), "?")
 	if len(text) > maxErrorHeader {
 		text = strings.ToValidUTF8(text[:maxErrorHeader], "") + "..."

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -39,9 +40,9 @@ func TestFailures(t *testing.T) {
 		{"an error wrapping context.Canceled while nothing stops: retried", 0, fmt.Errorf("client: %w", context.Canceled), false, time.Second, ""},
 		{"database away: back to the queue, no attempt spent", 1, fmt.Errorf("%w: conn refused", handlers.ErrUnavailable), true, 0, ""},
 	}
-	UnavailablePause = time.Millisecond
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			clock := newFakeClock(true)
 			sink := &recordingSink{}
 			stats := NewStats(true).Queue("q")
 			e := newEvent(t)
@@ -59,9 +60,19 @@ func TestFailures(t *testing.T) {
 				msg.Metadata.Set(event.MetaDeliveryExchange, "") // handed back by a retry queue
 				msg.Metadata.Set(event.MetaDeliveryRoutingKey, "q")
 			}
-			_, err := Failures("q", "p/s", schedule, sink, stats, logger)(handlerFunc(func(*message.Message) error { return tt.err }))(msg)
+			failedAt := clock.Now().UTC().Format(time.RFC3339Nano)
+			_, err := Failures("q", "p/s", schedule, sink, clock, stats, logger)(handlerFunc(func(*message.Message) error { return tt.err }))(msg)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("error = %v, want error %v", err, tt.wantErr)
+			}
+			// Only the database's absence makes the delivery wait in
+			// its consumer, and for UnavailablePause.
+			var wantSleeps []time.Duration
+			if errors.Is(tt.err, handlers.ErrUnavailable) {
+				wantSleeps = []time.Duration{UnavailablePause}
+			}
+			if got := clock.sleeps(); !slices.Equal(got, wantSleeps) {
+				t.Fatalf("waits %v, want %v", got, wantSleeps)
 			}
 			copies := sink.all()
 			if tt.err == nil || tt.wantErr {
@@ -82,6 +93,7 @@ func TestFailures(t *testing.T) {
 				event.HeaderAttempts: fmt.Sprint(tt.failedYet + 1), event.HeaderQueue: "q", event.HeaderHandler: "p/s",
 				event.HeaderEventID: e.ID, event.HeaderCorrelationID: "corr-1", event.HeaderReason: tt.wantReason,
 				event.HeaderOriginalRoutingKey: "a.b", event.HeaderOriginalExchange: "x",
+				event.HeaderFirstFailureAt: failedAt, event.HeaderLastFailureAt: failedAt,
 			}
 			if tt.failedYet > 0 {
 				want[event.HeaderFirstFailureAt] = "2026-01-01T00:00:00Z"
@@ -92,8 +104,8 @@ func TestFailures(t *testing.T) {
 					t.Errorf("header %s = %q, want %q", k, md.Get(k), v)
 				}
 			}
-			if md.Get(event.HeaderError) == "" || md.Get(event.HeaderLastFailureAt) == "" || md.Get(event.HeaderFirstFailureAt) == "" {
-				t.Errorf("headers lack the error or the failure times: %v", md)
+			if md.Get(event.HeaderError) == "" {
+				t.Errorf("headers lack the error: %v", md)
 			}
 			if c.msg.UUID != msg.UUID || string(c.msg.Payload) != string(msg.Payload) {
 				t.Error("the copy is not the message")
@@ -109,71 +121,114 @@ func TestFailures(t *testing.T) {
 // message's context has ended.
 var errStopped = fmt.Errorf("stopping: %w", context.Canceled)
 
-// A copy the broker did not take leaves the delivery unacknowledged.
+// A copy the broker did not take leaves the delivery unacknowledged,
+// after the queue's first pause.
 func TestFailuresKeepTheMessageWhenTheCopyFails(t *testing.T) {
-	CopyFailurePause = time.Millisecond
 	for _, pol := range []topology.Policy{schedule, {DeadLetterExchange: "dlx", DeadLetterQueue: "q.dlq"}} {
+		clock := newFakeClock(true)
 		sink := &recordingSink{fail: errors.New("channel closed")}
-		_, err := Failures("q", "p/s", pol, sink, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return errors.New("boom") }))(decoded(t, newEvent(t)))
+		_, err := Failures("q", "p/s", pol, sink, clock, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return errors.New("boom") }))(decoded(t, newEvent(t)))
 		if err == nil {
 			t.Fatalf("delays %v: the delivery would be acknowledged without its copy", pol.Delays)
+		}
+		if got := clock.sleeps(); !slices.Equal(got, []time.Duration{CopyFailurePause}) {
+			t.Fatalf("delays %v: waits %v, want one of %s", pol.Delays, got, CopyFailurePause)
 		}
 	}
 }
 
 // While the broker takes no copy, deliveries that fail go back to their
-// queue only after a pause that doubles, shared by every delivery of the
-// queue and logged once: ten consumers handed their messages back at once
-// run the handler a bounded number of times in 2 s, not as fast as it
-// runs.
+// queue only after a pause that doubles up to its ceiling, shared by every
+// delivery of the queue and logged once; a copy the broker takes ends the
+// backoff. Ten consumers fail at once, round after round, on the test's
+// clock: each round all ten wait out the same pause, to the nanosecond.
 func TestACopyThatFailsPausesTheQueue(t *testing.T) {
-	CopyFailurePause = 100 * time.Millisecond
-	logs := &countingHandler{}
-	failing := Failures("q", "p/s", schedule, &recordingSink{fail: errors.New("NOT_FOUND - no queue 'q.retry.1s'")}, NewStats(true).Queue("q"),
+	clock := newFakeClock(false)
+	logs := &pauseLog{}
+	sink := &recordingSink{fail: errors.New("NOT_FOUND - no queue 'q.retry.1s'")}
+	failing := Failures("q", "p/s", schedule, sink, clock, NewStats(true).Queue("q"),
 		slog.New(logs))(handlerFunc(func(*message.Message) error { return errors.New("boom") }))
-	var runs atomic.Int64
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(2 * time.Second)
-	for range 10 {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				runs.Add(1)
+	round := func(pause time.Duration) {
+		t.Helper()
+		before := len(clock.sleeps())
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
 				if _, err := failing(decoded(t, newEvent(t))); err == nil {
 					t.Error("acknowledged without its copy")
-					return
 				}
+			})
+		}
+		testenv.Eventually(t, 10*time.Second, "ten deliveries pausing", func() bool { return clock.waiting() == 10 })
+		for i, d := range clock.sleeps()[before:] {
+			if d != pause {
+				t.Fatalf("delivery %d waits %s, want %s", i, d, pause)
 			}
-		})
+		}
+		clock.Advance(pause - time.Nanosecond)
+		if n := clock.waiting(); n != 10 {
+			t.Fatalf("%d of 10 deliveries went back before their %s pause ended", 10-n, pause)
+		}
+		clock.Advance(time.Nanosecond)
+		wg.Wait()
 	}
-	wg.Wait()
-	// Pauses of 0.1, 0.2, 0.4, 0.8 and 1.6 s fill 2 s: at most six rounds.
-	if n := runs.Load(); n > 10*6 {
-		t.Fatalf("the handler ran %d times in 2 s", n)
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, copyFailurePauseMax, copyFailurePauseMax}
+	for _, pause := range want {
+		round(pause)
 	}
-	if n := logs.errors.Load(); n < 1 || n > 6 {
-		t.Fatalf("%d errors logged in 2 s, want one per pause", n)
+	if got := logs.all(); !slices.Equal(got, want) {
+		t.Fatalf("pauses logged %v, want one line per pause: %v", got, want)
 	}
+	sink.mu.Lock()
+	sink.fail = nil
+	sink.mu.Unlock()
+	if _, err := failing(decoded(t, newEvent(t))); err != nil || len(sink.all()) != 1 {
+		t.Fatalf("a copy the broker takes: error %v, %d copies", err, len(sink.all()))
+	}
+	sink.mu.Lock()
+	sink.fail = errors.New("channel closed")
+	sink.mu.Unlock()
+	round(CopyFailurePause)
 }
 
-// countingHandler counts the ERROR records a logger writes.
-type countingHandler struct{ errors atomic.Int64 }
+// pauseLog keeps the pause of each ERROR record a logger writes.
+type pauseLog struct {
+	mu     sync.Mutex
+	pauses []time.Duration
+}
 
-func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelError {
-		h.errors.Add(1)
+func (h *pauseLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *pauseLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Level < slog.LevelError {
+		return nil
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var pause time.Duration
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "pause" {
+			pause = a.Value.Duration()
+		}
+		return true
+	})
+	h.pauses = append(h.pauses, pause)
 	return nil
 }
-func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+func (h *pauseLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *pauseLog) WithGroup(string) slog.Handler      { return h }
+
+func (h *pauseLog) all() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.pauses)
+}
 
 // An undecodable message is dead-lettered with the transport's ids.
 func TestFailuresOfAnUndecodableMessage(t *testing.T) {
 	sink := &recordingSink{}
 	msg := message.NewMessage("11111111-1111-1111-1111-111111111111", []byte("{"))
 	msg.Metadata.Set(event.MetaCorrelationID, "corr-9")
-	_, err := Failures("q", "p/s", schedule, sink, NewStats(true).Queue("q"), logger)(Decode("", nil, 0, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return nil })))(msg)
+	_, err := Failures("q", "p/s", schedule, sink, newFakeClock(true), NewStats(true).Queue("q"), logger)(Decode("", nil, 0, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error { return nil })))(msg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -88,4 +89,81 @@ func decoded(t *testing.T, e event.Event) *message.Message {
 // handlerFunc adapts a plain function to a Watermill handler.
 func handlerFunc(fn func(msg *message.Message) error) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) { return nil, fn(msg) }
+}
+
+// fakeClock is a Clock the test moves. With auto set, each Sleep moves it
+// by its wait and returns at once, for code that waits in one goroutine;
+// otherwise a Sleep blocks until Advance moves the clock past its end, or
+// its context ends.
+type fakeClock struct {
+	auto    bool
+	mu      sync.Mutex
+	now     time.Time
+	slept   []time.Duration
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	until time.Time
+	done  chan struct{}
+}
+
+func newFakeClock(auto bool) *fakeClock {
+	return &fakeClock{auto: auto, now: time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.slept = append(c.slept, d)
+	if c.auto || d <= 0 {
+		c.now = c.now.Add(max(d, 0))
+		c.mu.Unlock()
+		return ctx.Err()
+	}
+	w := fakeWaiter{until: c.now.Add(d), done: make(chan struct{})}
+	c.waiters = append(c.waiters, w)
+	c.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.waiters = slices.DeleteFunc(c.waiters, func(o fakeWaiter) bool { return o.done == w.done })
+		c.mu.Unlock()
+	}
+	return ctx.Err()
+}
+
+// Advance moves the clock by d and wakes every Sleep that ends by then
+// before it returns.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	c.waiters = slices.DeleteFunc(c.waiters, func(w fakeWaiter) bool {
+		if w.until.After(c.now) {
+			return false
+		}
+		close(w.done)
+		return true
+	})
+}
+
+// waiting is how many Sleeps wait for the clock to move.
+func (c *fakeClock) waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}
+
+// sleeps returns every wait asked of the clock, in order.
+func (c *fakeClock) sleeps() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.slept)
 }

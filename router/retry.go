@@ -15,8 +15,8 @@ import (
 // while it waits, so the waits must stay short; longer ones are the
 // broker's (see Failures). Watermill's Retry middleware is not used: its
 // ShouldRetry hook advances the backoff on every call, which doubles the
-// waits of the schedule one configures.
-func Retry(retries int, interval time.Duration, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
+// waits of the schedule one configures. The waits are clock's.
+func Retry(retries int, interval time.Duration, clock Clock, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			wait := interval
@@ -27,10 +27,8 @@ func Retry(retries int, interval time.Duration, stats *QueueStats, logger *slog.
 				}
 				logger.DebugContext(msg.Context(), "handler failed: retrying in the consumer",
 					"event_id", msg.UUID, "correlation_id", event.CorrelationID(msg.Context()), "retry_in", wait, "error", err)
-				select {
-				case <-msg.Context().Done():
-					return nil, msg.Context().Err()
-				case <-time.After(wait):
+				if err := clock.Sleep(msg.Context(), wait); err != nil {
+					return nil, err
 				}
 				stats.RetriedImmediately.Add(1)
 				wait *= 2

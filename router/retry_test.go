@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -38,7 +40,7 @@ func TestRetry(t *testing.T) {
 				cancel()
 				msg.SetContext(ctx)
 			}
-			_, err := Retry(2, time.Millisecond, stats, logger)(handlerFunc(func(*message.Message) error {
+			_, err := Retry(2, time.Millisecond, newFakeClock(true), stats, logger)(handlerFunc(func(*message.Message) error {
 				calls++
 				if calls <= tt.failFirst {
 					return tt.err
@@ -56,19 +58,70 @@ func TestRetry(t *testing.T) {
 }
 
 // The waits are the configured ones, doubling: nothing spends extra steps.
+// The clock is the test's, so the schedule is asserted exactly.
 func TestRetrySchedule(t *testing.T) {
+	clock := newFakeClock(true)
 	var at []time.Time
-	_, _ = Retry(2, 150*time.Millisecond, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error {
+	_, err := Retry(3, 150*time.Millisecond, clock, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error {
+		at = append(at, clock.Now())
+		return errors.New("still failing")
+	}))(decoded(t, newEvent(t)))
+	if err == nil || len(at) != 4 {
+		t.Fatalf("%d calls, error %v; want 4 calls and the last error", len(at), err)
+	}
+	want := []time.Duration{150 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond}
+	if got := clock.sleeps(); !slices.Equal(got, want) {
+		t.Fatalf("waits %v, want %v", got, want)
+	}
+	for i, w := range want {
+		if gap := at[i+1].Sub(at[i]); gap != w {
+			t.Errorf("attempt %d came %s after the one before, want %s", i+2, gap, w)
+		}
+	}
+}
+
+// A wait ends with the message's context: the process stops without
+// waiting out the schedule, and the handler runs no more.
+func TestRetryStopsWaitingWhenTheContextEnds(t *testing.T) {
+	clock := newFakeClock(false)
+	msg := decoded(t, newEvent(t))
+	ctx, cancel := context.WithCancel(msg.Context())
+	msg.SetContext(ctx)
+	calls := 0
+	done := make(chan error, 1)
+	go func() {
+		_, err := Retry(2, time.Hour, clock, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error {
+			calls++
+			return errors.New("still failing")
+		}))(msg)
+		done <- err
+	}()
+	testenv.Eventually(t, 5*time.Second, "the first wait", func() bool { return clock.waiting() == 1 })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || calls != 1 {
+			t.Fatalf("%d calls, error %v; want 1 call and context.Canceled", calls, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting after its context ended")
+	}
+}
+
+// The real clock really waits: each wait lasts at least its configured
+// length. The upper bound only catches a wait gone far astray, as a
+// loaded machine may be late; TestRetrySchedule pins the schedule.
+func TestRetryScheduleInRealTime(t *testing.T) {
+	var at []time.Time
+	_, _ = Retry(2, 50*time.Millisecond, realClock{}, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error {
 		at = append(at, time.Now())
 		return errors.New("still failing")
 	}))(decoded(t, newEvent(t)))
 	if len(at) != 3 {
 		t.Fatalf("%d calls", len(at))
 	}
-	for i, want := range []time.Duration{150 * time.Millisecond, 300 * time.Millisecond} {
-		// The lower bound is exact; the upper one leaves a busy machine
-		// 100 ms, well below a doubled wait.
-		if gap := at[i+1].Sub(at[i]); gap < want || gap > want+100*time.Millisecond {
+	for i, want := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
+		if gap := at[i+1].Sub(at[i]); gap < want || gap > want+2*time.Second {
 			t.Errorf("wait %d was %s, want %s", i+1, gap, want)
 		}
 	}
