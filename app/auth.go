@@ -55,7 +55,8 @@ func (a AuthConfig) validate(addr string) error {
 			continue
 		}
 		if b, err := hex.DecodeString(hash); err != nil || len(b) != sha256.Size {
-			errs = append(errs, fmt.Errorf("auth.tokens[%d]: %q is not a SHA-256 in hex; make one with: printf %%s \"$TOKEN\" | sha256sum", i, hash))
+			// The value is not quoted: it may be the token itself.
+			errs = append(errs, fmt.Errorf("auth.tokens[%d]: the value after %s: is not a SHA-256 in hex (64 hex digits, not %d characters); the token itself never goes in the configuration, its hash does: printf %%s \"$TOKEN\" | sha256sum", i, role, len(hash)))
 		}
 	}
 	if !a.Enabled && !a.AllowPublicWithoutAuth && !loopback(addr) {

@@ -90,7 +90,7 @@ func TestAuthConfig(t *testing.T) {
 		{"off on every address, said so", AuthConfig{AllowPublicWithoutAuth: true}, "0.0.0.0:8080", ""},
 		{"on", AuthConfig{Enabled: true, Tokens: []string{good}}, ":8080", ""},
 		{"an unknown role", AuthConfig{Enabled: true, Tokens: []string{good, "root:" + hashOf("x")}}, ":8080", "auth.tokens[1] must be ROLE:SHA256"},
-		{"a token in clear", AuthConfig{Enabled: true, Tokens: []string{"publisher:hunter2"}}, ":8080", `auth.tokens[0]: "hunter2" is not a SHA-256 in hex`},
+		{"a token in clear", AuthConfig{Enabled: true, Tokens: []string{"publisher:hunter2"}}, ":8080", "auth.tokens[0]: the value after publisher: is not a SHA-256 in hex (64 hex digits, not 7 characters)"},
 	} {
 		err := tt.auth.validate(tt.addr)
 		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {

@@ -77,12 +77,12 @@ func (w *Webhook) Notify(ctx context.Context, channel, text string) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
 	if err != nil {
-		return event.Permanent(fmt.Errorf("webhook: %w", err))
+		return event.Permanent(fmt.Errorf("webhook: %w", hideURL(err)))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("webhook: %w", err)
+		return fmt.Errorf("webhook: %w", hideURL(err))
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -94,4 +94,15 @@ func (w *Webhook) Notify(ctx context.Context, channel, text string) error {
 	default:
 		return event.Permanent(fmt.Errorf("webhook: %s answered %s: %s", req.URL.Host, resp.Status, snippet))
 	}
+}
+
+// hideURL hides the path and query of the URL that err, an HTTP client's
+// error, quotes: a webhook's secret is its path, and the error ends up in
+// logs and in the failure headers of the event's copies.
+func hideURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return &url.Error{Op: ue.Op, URL: redact.Path(ue.URL), Err: ue.Err}
 }

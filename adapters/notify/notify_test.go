@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,21 @@ func TestWebhookTimeout(t *testing.T) {
 	err := NewWebhook(WebhookConfig{URL: srv.URL, Timeout: 50 * time.Millisecond}).Notify(context.Background(), "", "x")
 	if err == nil || event.IsPermanent(err) {
 		t.Fatalf("a timed-out call must be a retryable error, got %v", err)
+	}
+}
+
+// A webhook's secret is its path: the error of a call that got no answer
+// names the host, not the path, since it is logged and travels in the
+// event's failure headers.
+func TestWebhookErrorHidesThePath(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL + "/services/T0/B0/s3cr3t-path?token=s3cr3t-query"
+	srv.Close() // nothing answers at its address any more
+	err := NewWebhook(WebhookConfig{URL: url, Timeout: time.Second}).Notify(context.Background(), "", "x")
+	if err == nil || event.IsPermanent(err) {
+		t.Fatalf("err = %v, want a transient error", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "s3cr3t") || !strings.Contains(msg, strings.TrimPrefix(srv.URL, "http://")+"/xxxxx") {
+		t.Fatalf("error %q shows the path, or not the host", msg)
 	}
 }
