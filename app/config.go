@@ -465,7 +465,8 @@ func (l LogConfig) Logger(w io.Writer) *slog.Logger {
 }
 
 // Print writes the resolved configuration, one key = value a line in key
-// order, with URL passwords and webhook paths hidden.
+// order, with the passwords of URLs (tracing.endpoint's too), the
+// secrets and webhook paths hidden.
 func (c *Resolved) Print(w io.Writer) error {
 	k := koanf.New(".")
 	if err := k.Load(structs.Provider(c.Config, "koanf"), nil); err != nil {
@@ -493,7 +494,7 @@ func (c *Resolved) Print(w io.Writer) error {
 		switch {
 		case strings.HasSuffix(key, "webhook.url"):
 			v = redact.Path(fmt.Sprint(v))
-		case strings.HasSuffix(key, ".url"):
+		case strings.HasSuffix(key, ".url"), strings.HasSuffix(key, ".endpoint"):
 			v = redact.URL(fmt.Sprint(v))
 		case strings.HasSuffix(key, ".urls"):
 			v = redactEach(v)

@@ -23,6 +23,7 @@ const (
 	nodeSecret    = "node-Secret-9d42"
 	webhookSecret = "hook-Secret-77aa"
 	smtpSecret    = "smtp-Secret-3c19"
+	traceSecret   = "trace-Secret-18e6"
 	jwtSecret     = "jwt-Secret-e2f0-long-enough-for-hs256!"
 	adminToken    = "admin-Token-6a5d"
 	wrongToken    = "wrong-Token-41b8"
@@ -30,7 +31,7 @@ const (
 	pastedToken = "pasted-Token-c03f"
 )
 
-var secrets = []string{pgSecret, amqpSecret, nodeSecret, webhookSecret, smtpSecret, jwtSecret, adminToken, wrongToken, pastedToken}
+var secrets = []string{pgSecret, amqpSecret, nodeSecret, webhookSecret, smtpSecret, traceSecret, jwtSecret, adminToken, wrongToken, pastedToken}
 
 // leaks fails t for each secret that out quotes, naming where out came
 // from.
@@ -58,7 +59,8 @@ func withPassword(url, user, password string) string {
 
 // secretSettings sets every secret a configuration holds: the broker and
 // database URLs, the webhook's, the SMTP password, the JWT secret, and
-// the admin token's hash.
+// the admin token's hash, and the tracing collector's URL, which may
+// carry credentials too.
 func secretSettings(pgURL, amqpURL string) []string {
 	return []string{
 		"MOENDA_POSTGRES__URL=" + pgURL,
@@ -68,6 +70,7 @@ func secretSettings(pgURL, amqpURL string) []string {
 		"MOENDA_HANDLERS__EMAILS__SMTP__USERNAME=moenda",
 		"MOENDA_HANDLERS__EMAILS__SMTP__PASSWORD=" + smtpSecret,
 		"MOENDA_HANDLERS__LOCACOES__JWT_SECRET=" + jwtSecret,
+		"MOENDA_TRACING__ENDPOINT=http://moenda:" + traceSecret + "@127.0.0.1:4318",
 		"MOENDA_AUTH__ENABLED=true",
 		"MOENDA_AUTH__TOKENS=admin:" + sha(adminToken) + ",publisher:" + sha(adminToken),
 	}
@@ -91,7 +94,7 @@ func TestSecretsNeverReachOutput(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("config print: %s", stderr)
 		}
-		for _, key := range []string{"postgres.url", "amqp.url", "handlers.notificacoes.webhook.url", "handlers.emails.smtp.password", "handlers.locacoes.jwt_secret"} {
+		for _, key := range []string{"postgres.url", "amqp.url", "handlers.notificacoes.webhook.url", "handlers.emails.smtp.password", "handlers.locacoes.jwt_secret", "tracing.endpoint"} {
 			if !strings.Contains(stdout, key+" = ") {
 				t.Errorf("config print does not show %s", key)
 			}
@@ -109,6 +112,7 @@ func TestSecretsNeverReachOutput(t *testing.T) {
 			append(secretSettings(pgURL, amqpURL),
 				"MOENDA_AMQP__URLS=http://moenda:"+nodeSecret+"@mq1/,amqp://moenda:"+nodeSecret+"@mq2:5672/,amqp://moenda:"+nodeSecret+"@mq2:5672/"),
 			append(secretSettings(pgURL, amqpURL), "MOENDA_AUTH__TOKENS=admin:"+pastedToken),
+			append(secretSettings(pgURL, amqpURL), "MOENDA_TRACING__EXPORTER=otlp", "MOENDA_TRACING__ENDPOINT=otlp://moenda:"+traceSecret+"@collector"),
 		}
 		for i, environ := range bad {
 			code, stdout, stderr := run(t, environ, "--env", "test", "config", "print")

@@ -22,6 +22,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/moenda/moenda/adapters/redact"
 )
 
 // Exporters.
@@ -53,7 +55,7 @@ func (c Config) Validate() error {
 	case ExporterNone, ExporterStdout:
 	case ExporterOTLP:
 		if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("tracing.endpoint %q must be the collector's OTLP/HTTP URL, like http://otel-collector:4318", c.Endpoint))
+			errs = append(errs, fmt.Errorf("tracing.endpoint %q must be the collector's OTLP/HTTP URL, like http://otel-collector:4318", redact.URL(c.Endpoint)))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("tracing.exporter %q must be none, otlp or stdout", c.Exporter))
