@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/moenda/moenda/adapters/testenv"
 )
@@ -218,6 +221,55 @@ func TestSecretsNeverReachOutput(t *testing.T) {
 			t.Fatalf("PATCH = %d %s", code, body)
 		}
 		testenv.Eventually(t, 30*time.Second, "the notification's dead letter", func() bool { return len(dead()) == 1 })
+		// /readyz names what does not answer: RabbitMQ refusing this
+		// vhost on every node, then PostgreSQL refusing the database.
+		unready := func(what, want string, restore func()) {
+			t.Helper()
+			testenv.Eventually(t, 30*time.Second, "/readyz telling that "+what, func() bool {
+				code, body := request("GET", "/readyz", "", "")
+				if code == http.StatusServiceUnavailable && strings.Contains(body, want) {
+					fmt.Fprintf(&answers, "GET /readyz while %s: %d %s\n", what, code, body)
+					return true
+				}
+				return false
+			})
+			restore()
+			testenv.Eventually(t, 30*time.Second, "the process ready again", func() bool {
+				code, _ := request("GET", "/readyz", "", "")
+				return code == http.StatusOK
+			})
+		}
+		testenv.Rabbitmqctl(t, "clear_permissions", "-p", vhost.Name, "guest")
+		testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", vhost.Name, "--limit", "1000", "the test takes the vhost away")
+		unready("RabbitMQ refuses the vhost", "no access to this vhost", func() {
+			testenv.Rabbitmqctl(t, "set_permissions", "-p", vhost.Name, "guest", ".*", ".*", ".*")
+		})
+		bg := context.Background()
+		var name string
+		if err := db.Pool.QueryRow(bg, `SELECT current_database()`).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		// A database's connections are turned away from another one.
+		other, err := neturl.Parse(db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other.Path = "/postgres"
+		conn, err := pgx.Connect(bg, other.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(bg)
+		allow := func(on bool) {
+			if _, err := conn.Exec(bg, fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %t`, pgx.Identifier{name}.Sanitize(), on)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		allow(false)
+		if _, err := conn.Exec(bg, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name); err != nil {
+			t.Fatal(err)
+		}
+		unready("PostgreSQL refuses the database", "not currently accepting connections", func() { allow(true) })
 		stop()
 		if !strings.Contains(stderr.String(), "webhook") {
 			t.Fatalf("no log line tells of the webhook's failure:\n%s", stderr.String())
