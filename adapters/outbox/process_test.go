@@ -115,11 +115,11 @@ func (s *stack) commitBulk(t *testing.T, n, perTx int, want map[string]bool) {
 	}
 }
 
-// A logical relay killed with SIGKILL while it drains 50,000 rows loses
-// none: the next one resumes from the slot, and repeats at most the
-// batches that were in flight (the one being published, and in a window
-// of microseconds the one before it, confirmed by the broker but not yet
-// told to PostgreSQL).
+// A logical relay killed with SIGKILL while it drains 50,000 rows that
+// committed before its slot existed, which it reads from the table, loses
+// none: the next one resumes from the progress recorded after each batch.
+// (TestRelayKilledMidTransactionRepeatsAtMostTheBatchInHand kills one
+// while it streams.)
 func TestLogicalRelayKilledWhileDrainingLosesNothing(t *testing.T) {
 	s := newStack(t)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
