@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,8 +20,10 @@ import (
 )
 
 // TestRelayProcess is not a test: it is the relay process the tests
-// below start and kill. It relays RELAY_DB's outbox to RELAY_AMQP with the
-// logical reader, and creates RELAY_ACTIVE once it streams.
+// below start and kill. It relays RELAY_DB's outbox to RELAY_AMQP with
+// RELAY_READER (the logical reader by default), batches of RELAY_BATCH
+// and, when set, RELAY_WINDOW confirms outstanding, and creates
+// RELAY_ACTIVE once it leads.
 func TestRelayProcess(t *testing.T) {
 	active := os.Getenv("RELAY_ACTIVE")
 	if active == "" {
@@ -31,7 +35,13 @@ func TestRelayProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := logical(testConfig)
+	if reader := os.Getenv("RELAY_READER"); reader != "" {
+		cfg.Reader = reader
+	}
 	cfg.BatchSize, _ = strconv.Atoi(os.Getenv("RELAY_BATCH"))
+	if w, err := strconv.Atoi(os.Getenv("RELAY_WINDOW")); err == nil {
+		cfg.ConfirmWindow = w
+	}
 	top := stackTopology(t)
 	dest, err := amqp.NewBatchPublisher([]string{os.Getenv("RELAY_AMQP")}, "moenda outbox relay", cfg.ConfirmWindow, top)
 	if err != nil {
@@ -51,12 +61,14 @@ func TestRelayProcess(t *testing.T) {
 }
 
 // relayProcess starts a logical relay process for the stack and returns
-// it with the file it creates once it streams.
-func (s *stack) relayProcess(t *testing.T, name string, batch int) (*exec.Cmd, string) {
+// it with the file it creates once it streams; extra adds to its
+// environment (RELAY_READER, RELAY_WINDOW).
+func (s *stack) relayProcess(t *testing.T, name string, batch int, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
 	active := filepath.Join(t.TempDir(), name)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "RELAY_DB="+s.db.URL, "RELAY_AMQP="+s.vhost.URL, "RELAY_ACTIVE="+active, "RELAY_BATCH="+strconv.Itoa(batch))
+	cmd.Env = append(cmd.Env, extra...)
 	cmd.Stdout, cmd.Stderr = testenv.LogWriter(), testenv.LogWriter()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -103,11 +115,11 @@ func (s *stack) commitBulk(t *testing.T, n, perTx int, want map[string]bool) {
 	}
 }
 
-// A logical relay killed with SIGKILL while it drains 50,000 rows loses
-// none: the next one resumes from the slot, and repeats at most the
-// batches that were in flight (the one being published, and in a window
-// of microseconds the one before it, confirmed by the broker but not yet
-// told to PostgreSQL).
+// A logical relay killed with SIGKILL while it drains 50,000 rows that
+// committed before its slot existed, which it reads from the table, loses
+// none: the next one resumes from the progress recorded after each batch.
+// (TestRelayKilledMidTransactionRepeatsAtMostTheBatchInHand kills one
+// while it streams.)
 func TestLogicalRelayKilledWhileDrainingLosesNothing(t *testing.T) {
 	s := newStack(t)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
@@ -174,4 +186,160 @@ func TestLogicalRelayStandbyTakesOverWhenTheLeaderIsKilled(t *testing.T) {
 	took := time.Since(killed)
 	testenv.Eventually(t, 30*time.Second, "every event", func() bool { n, _ := distinct(got(), want); return n == len(want) })
 	t.Logf("the standby took over %s after the kill; %d deliveries of %d events", took.Round(time.Millisecond), len(got()), len(want))
+}
+
+// tally counts the deliveries of a queue, cheaply enough to be read every
+// millisecond while tens of thousands arrive.
+type tally struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	times map[string]int
+}
+
+func newTally(t *testing.T, url, queue string) *tally {
+	t.Helper()
+	deliveries, err := testenv.Channel(t, url).Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &tally{times: map[string]int{}}
+	go func() {
+		for d := range deliveries {
+			c.mu.Lock()
+			c.times[d.MessageId]++
+			c.mu.Unlock()
+			c.n.Add(1)
+		}
+	}()
+	return c
+}
+
+// count returns how many of want arrived, and how many deliveries in all
+// (of want or not).
+func (c *tally) count(want map[string]bool) (found, total int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.times {
+		if want[id] {
+			found++
+		}
+	}
+	return found, int(c.n.Load())
+}
+
+// crashMidTransaction waits until the deliveries stand well inside one of
+// the backlog's transactions of perTx rows (between 30 % and 70 % of it),
+// then crashes the relay, and returns how many had arrived.
+func crashMidTransaction(t *testing.T, c *tally, rows, perTx int, crash func()) int {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n := int(c.n.Load())
+		if at := n % perTx; n >= rows/5 && at >= perTx*3/10 && at <= perTx*7/10 {
+			crash()
+			return n
+		}
+		if n >= rows*9/10 || time.Now().After(deadline) {
+			t.Fatalf("%d of %d rows out and no crash yet: the drain was too fast to land in a transaction", n, rows)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// settleDuplicates waits until every one of want arrived, and a little
+// longer for late repeats, then fails unless each arrived, and returns
+// how many arrived more than once.
+func settleDuplicates(t *testing.T, c *tally, want map[string]bool) int {
+	t.Helper()
+	testenv.Eventually(t, 3*time.Minute, "every row after the crash", func() bool { n, _ := c.count(want); return n == len(want) })
+	time.Sleep(time.Second) // a late repeat would show by now
+	n, total := c.count(want)
+	if n != len(want) {
+		t.Fatalf("%d of %d events out", n, len(want))
+	}
+	return total - len(want)
+}
+
+// A relay killed with SIGKILL in the middle of a drain of 50,000 rows,
+// inside one of its transactions of 2,000, repeats at most the batch it
+// had in hand, on either reader: what it published before that batch is
+// recorded, the rows of a transaction only partly published included.
+func TestRelayKilledMidTransactionRepeatsAtMostTheBatchInHand(t *testing.T) {
+	for _, reader := range []string{outbox.ReaderPoll, outbox.ReaderLogical} {
+		t.Run(reader, func(t *testing.T) {
+			s := newStack(t)
+			c := newTally(t, s.vhost.URL, "auditoria.tarefas")
+			want := map[string]bool{}
+			const rows, perTx, window = 50_000, 2_000, 256
+			env := []string{"RELAY_READER=" + reader, "RELAY_WINDOW=" + strconv.Itoa(window)}
+			// A relay that led once and stopped: a logical one leaves its
+			// slot, so the backlog below is streamed, not read from the
+			// table as the rows committed before a slot existed are.
+			zero, active := s.relayProcess(t, "zero", window, env...)
+			testenv.Eventually(t, 60*time.Second, "a relay leading once", func() bool { return exists(active) })
+			kill(t, zero)
+			s.commitBulk(t, rows, perTx, want)
+			first, active := s.relayProcess(t, "first", window, env...)
+			testenv.Eventually(t, 60*time.Second, "the first relay leading", func() bool { return exists(active) })
+			atKill := crashMidTransaction(t, c, rows, perTx, func() { kill(t, first) })
+			s.relayProcess(t, "second", window, env...)
+			dups := settleDuplicates(t, c, want)
+			t.Logf("%s: killed after %d of %d deliveries; %d repeated (batch and confirm window %d)", reader, atKill, rows, dups, window)
+			if dups > window {
+				t.Fatalf("%d events repeated after the kill, more than the batch in hand and the confirm window (%d)", dups, window)
+			}
+		})
+	}
+}
+
+// PostgreSQL crashing (pg_ctlcluster restart -m immediate) in the middle
+// of a drain of 50,000 rows makes either reader repeat at most the batch
+// it had in hand. A logical relay's slot comes back as PostgreSQL last
+// saved it, which may be far behind what the relay published: the
+// relay's own record of its position decides where it resumes. It
+// restarts the server: run alone, with TEST_POSTGRES_ALONE=1 (.ci/test).
+func TestPostgresCrashMidDrainRepeatsAtMostTheBatchInHand(t *testing.T) {
+	testenv.PostgresAlone(t)
+	for _, reader := range []string{outbox.ReaderPoll, outbox.ReaderLogical} {
+		t.Run(reader, func(t *testing.T) {
+			s := newStack(t)
+			c := newTally(t, s.vhost.URL, "auditoria.tarefas")
+			want := map[string]bool{}
+			const rows, perTx, window = 50_000, 2_000, 256
+			cfg := testConfig
+			cfg.Reader, cfg.BatchSize, cfg.ConfirmWindow = reader, window, window
+			dest := s.publisher(t, "moenda outbox relay", window, s.top)
+			// The relay leads once and stops first: a logical one keeps
+			// its slot, so the backlog is streamed, not read from the
+			// table as the rows committed before a slot existed are.
+			once := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+			stop := s.run(t, "relay", once)
+			testenv.Eventually(t, 60*time.Second, "a relay leading once", once.Active)
+			stop()
+			s.commitBulk(t, rows, perTx, want)
+			relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+			s.run(t, "relay", relay)
+			testenv.Eventually(t, 60*time.Second, "the relay leading", relay.Active)
+			atCrash := crashMidTransaction(t, c, rows, perTx, func() { restartPostgres(t, "immediate") })
+			dups := settleDuplicates(t, c, want)
+			t.Logf("%s: PostgreSQL crashed after %d of %d deliveries; %d repeated (batch and confirm window %d)", reader, atCrash, rows, dups, window)
+			if dups > window {
+				t.Fatalf("%d events repeated after PostgreSQL crashed, more than the batch in hand and the confirm window (%d)", dups, window)
+			}
+		})
+	}
+}
+
+// restartPostgres restarts the local cluster with pg_ctlcluster in mode
+// (immediate: a crash, then recovery).
+func restartPostgres(t *testing.T, mode string) {
+	t.Helper()
+	versions, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(versions) == 0 {
+		t.Fatalf("find the local PostgreSQL cluster in /etc/postgresql: %v", err)
+	}
+	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", versions[0].Name(), "main", "restart", "-m", mode).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pg_ctlcluster restart -m %s: %v: %s", mode, err, out)
+	}
 }

@@ -23,10 +23,15 @@ import (
 //
 // The slot is the leadership: PostgreSQL lets one connection stream a
 // slot at a time, so of the replicas of a group one streams and the others
-// ask again every poll interval. The slot's confirmed position is where a
-// restarted relay resumes; it is confirmed only once the broker has
-// confirmed every event of the transactions before it, so a crash repeats
-// at most the batches in flight.
+// ask again every poll interval. The slot's confirmed position is
+// confirmed only once the broker has confirmed every event of the
+// transactions before it. PostgreSQL keeps that position in memory, and
+// saves it to disk only now and then: after a crash of the server the slot
+// comes back from further behind. So the relay also records how far it has
+// published (published, in moenda_outbox_slots) in the statement that
+// settles each batch, down to the rows of a transaction it has only partly
+// published, and a restarted relay streams from there: a crash of the
+// relay or of the server repeats at most the batch in hand.
 //
 // The group's position in watermill_offsets_outbox stays the one that
 // retention, lag and a polling reader understand: the stream moves it to
@@ -61,6 +66,44 @@ type slotState struct {
 	backfill   string // the snapshot to read from the table; "" once done
 	backfilled position
 	sampleLSN  pglogrepl.LSN
+	published  streamPosition // how far the group's relays have published
+}
+
+// streamPosition is how far a logical relay has published, in stream
+// order: every transaction that ends at or before lsn, and the first rows
+// of the transaction txID, which comes next.
+type streamPosition struct {
+	lsn  pglogrepl.LSN
+	txID uint64
+	rows int64
+}
+
+// after updates p with it, published: the rows at its end that follow
+// its last commit (all of them when it has none) belong to the
+// transaction still open in the stream.
+func (p streamPosition) after(it streamItem) streamPosition {
+	if it.end != 0 {
+		p.lsn, p.txID, p.rows = max(p.lsn, it.end), 0, 0
+	}
+	if it.open > 0 {
+		p.txID = it.rows[len(it.rows)-1].txID
+		p.rows += int64(it.open)
+	}
+	return p
+}
+
+// skip drops from rows those a relay before this one published: the first
+// p.rows of the transaction p.txID. It returns the rows left, and p with
+// what it dropped counted off.
+func (p streamPosition) skip(rows []outboxRow) ([]outboxRow, streamPosition) {
+	n := 0
+	for n < len(rows) && p.rows > 0 && rows[n].txID == p.txID {
+		n, p.rows = n+1, p.rows-1
+	}
+	if n < len(rows) {
+		p.rows = 0 // the transaction is behind: nothing more to drop
+	}
+	return rows[n:], p
 }
 
 // ready reports whether the slot can be streamed as it is.
@@ -106,7 +149,11 @@ func (r *Relay) takeSlot(ctx context.Context, conn *pgconn.PgConn) (slotState, e
 				continue
 			}
 		} else if !st.active {
-			err := pglogrepl.StartReplication(ctx, conn, st.name, 0, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: pluginArgs})
+			// PostgreSQL streams from the later of the slot's confirmed
+			// position and this one, skipping every transaction that
+			// commits before it.
+			err := pglogrepl.StartReplication(ctx, conn, st.name, st.published.lsn,
+				pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: pluginArgs})
 			if err == nil {
 				return st, nil
 			}
@@ -129,16 +176,18 @@ func hasCode(err error, code string) bool {
 // slotState reads the group's slot.
 func (r *Relay) slotState(ctx context.Context) (slotState, error) {
 	st := slotState{name: slotName(r.pool.Config().ConnConfig.Database, r.cfg.ConsumerGroup)}
-	var backfill, sample *string
+	var backfill, sample, published *string
 	r.queries.Add(1)
 	err := r.pool.QueryRow(ctx, `
 		SELECT COALESCE(s.slot_name, $2), s.consumer_group IS NOT NULL, r.slot_name IS NOT NULL, COALESCE(r.active, false),
 			COALESCE(r.wal_status = 'lost', false), s.backfill::text, COALESCE(s.backfill_transaction_id::text::bigint, 0),
-			COALESCE(s.backfill_offset, 0), s.sample_lsn::text
+			COALESCE(s.backfill_offset, 0), s.sample_lsn::text,
+			s.published_lsn::text, COALESCE(s.published_transaction_id::text::bigint, 0), COALESCE(s.published_rows, 0)
 		FROM (SELECT 1) one
 		LEFT JOIN moenda_outbox_slots s ON s.consumer_group = $1
 		LEFT JOIN pg_replication_slots r ON r.slot_name = COALESCE(s.slot_name, $2)`, r.cfg.ConsumerGroup, st.name).
-		Scan(&st.name, &st.recorded, &st.exists, &st.active, &st.lost, &backfill, &st.backfilled.txID, &st.backfilled.offset, &sample)
+		Scan(&st.name, &st.recorded, &st.exists, &st.active, &st.lost, &backfill, &st.backfilled.txID, &st.backfilled.offset, &sample,
+			&published, &st.published.txID, &st.published.rows)
 	if err != nil {
 		return st, fmt.Errorf("replication slot of %s: %w", r.cfg.ConsumerGroup, err)
 	}
@@ -147,6 +196,11 @@ func (r *Relay) slotState(ctx context.Context) (slotState, error) {
 	}
 	if sample != nil {
 		if st.sampleLSN, err = pglogrepl.ParseLSN(*sample); err != nil {
+			return st, fmt.Errorf("replication slot of %s: %w", r.cfg.ConsumerGroup, err)
+		}
+	}
+	if published != nil {
+		if st.published.lsn, err = pglogrepl.ParseLSN(*published); err != nil {
 			return st, fmt.Errorf("replication slot of %s: %w", r.cfg.ConsumerGroup, err)
 		}
 	}
@@ -227,7 +281,8 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, erro
 			FROM watermill_offsets_outbox WHERE consumer_group = $1::text
 			ON CONFLICT (consumer_group) DO UPDATE SET slot_name = EXCLUDED.slot_name, backfill = EXCLUDED.backfill,
 				backfill_transaction_id = EXCLUDED.backfill_transaction_id, backfill_offset = EXCLUDED.backfill_offset,
-				sample_xmin = NULL, sample_lsn = NULL, created_at = now()`, r.cfg.ConsumerGroup, st.name)
+				sample_xmin = NULL, sample_lsn = NULL, published_lsn = NULL, published_transaction_id = NULL, published_rows = 0,
+				created_at = now()`, r.cfg.ConsumerGroup, st.name)
 		return err
 	})
 	if err != nil {
@@ -241,11 +296,14 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, erro
 // rows of the transactions decoded since the last item, a batch at most
 // (a large transaction comes in pieces), and end, the position up to
 // which everything has been handed over once these rows are: the last
-// commit's end, or a keepalive's position; zero when the rows end inside a
-// transaction. An item without rows only moves end.
+// commit's end, or a keepalive's position; zero when the rows are all of
+// one transaction that has not ended yet. open counts the rows at the end
+// that belong to a transaction not ended yet. An item without rows only
+// moves end.
 type streamItem struct {
 	rows []outboxRow
 	end  pglogrepl.LSN
+	open int
 }
 
 // stream relays from the slot conn streams: the rows the table owes
@@ -256,7 +314,10 @@ type streamItem struct {
 func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) error {
 	work, cancel := finishing(ctx)
 	defer cancel()
-	rc := &receiver{conn: conn, items: make(chan streamItem), batch: r.cfg.BatchSize}
+	// The slot may be behind what the relays published: tell PostgreSQL
+	// at once.
+	rc := &receiver{conn: conn, items: make(chan streamItem), batch: r.cfg.BatchSize,
+		flush: st.published.lsn, dirty: st.published.lsn != 0}
 	rctx, stop := context.WithCancel(work)
 	done := make(chan error, 1)
 	go func() { done <- rc.run(rctx) }()
@@ -288,6 +349,8 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 	r.logger.Info("outbox relay active", "reader", ReaderLogical, "slot", st.name)
 
 	sample, fresh := st.sampleLSN, false // fresh: rows published since the sample
+	at, skip := st.published, st.published
+	skip.lsn = 0
 	var parked []parkedRow
 	for {
 		var it streamItem
@@ -301,6 +364,9 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 		case it = <-rc.items:
 		}
 		rows, upTo := it.rows, it.end
+		if skip.rows > 0 {
+			rows, skip = skip.skip(rows)
+		}
 		if len(rows) > 0 {
 			p, err := r.publish(work, rows)
 			if err != nil {
@@ -308,11 +374,12 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 			}
 			parked, fresh = append(parked, p...), true
 		}
-		if upTo == 0 {
-			continue // inside a large transaction: nothing to confirm yet
+		if len(it.rows) > 0 {
+			at = at.after(it)
 		}
-		if promote := sample != 0 && upTo >= sample; len(parked) > 0 || promote || (sample == 0 && fresh) {
-			next, err := r.settle(work, fence, upTo, promote, fresh && (promote || sample == 0), parked)
+		promote := upTo != 0 && sample != 0 && upTo >= sample
+		if len(it.rows) > 0 || promote || (upTo != 0 && sample == 0 && fresh) {
+			next, err := r.settle(work, fence, upTo, promote, upTo != 0 && fresh && (promote || sample == 0), at, parked)
 			if err != nil {
 				return err
 			}
@@ -322,6 +389,9 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 				sample = 0
 			}
 			parked = nil
+		}
+		if upTo == 0 {
+			continue // inside a large transaction: nothing to confirm to the slot yet
 		}
 		rc.confirm(upTo)
 		if ctx.Err() != nil {
@@ -339,32 +409,43 @@ type slotFence struct {
 
 const fenceCTE = `fence AS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $2 AND active_pid = $3)`
 
-// settle records, once the stream is confirmed up to end, the rows parked
-// before it and, when promote, moves the group's position to the sample
-// taken earlier (its WAL position is at most end); when sample, it takes
-// a new sample and returns its WAL position. A promotion that leaves rows
-// after the new position (transactions that were open at the sample, or
-// began after it) takes a new sample too, whether or not this session
+// settle records, once the rows handed over up to end are published (end
+// is zero inside a transaction), how far the relay has published (at), with
+// the rows it parked meanwhile; once the stream is confirmed up to a
+// non-zero end, and when promote, it moves the group's position to the
+// sample taken earlier (its WAL position is at most end); when sample, it
+// takes a new sample and returns its WAL position. A promotion that leaves
+// rows after the new position (transactions that were open at the sample,
+// or began after it) takes a new sample too, whether or not this session
 // published them: a relay that took over, or went idle, would otherwise
 // leave the position behind them for good.
-func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, promote, sample bool, parked []parkedRow) (pglogrepl.LSN, error) {
+func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, promote, sample bool, at streamPosition, parked []parkedRow) (pglogrepl.LSN, error) {
 	r.queries.Add(1)
 	var held bool
 	var next *string
+	// One UPDATE of the slot's row takes the sample and records at: two
+	// would change the same row in one statement.
 	err := r.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
-		`+parkedCTE(7, "fence")+`,
+		`+parkedCTE(10, "fence")+`,
 		promoted AS (
 			UPDATE watermill_offsets_outbox p SET last_processed_transaction_id = s.sample_xmin, offset_acked = 0
 			FROM moenda_outbox_slots s
 			WHERE $5 AND EXISTS (SELECT 1 FROM fence) AND s.consumer_group = $1 AND p.consumer_group = $1
 			  AND s.backfill IS NULL AND s.sample_lsn <= $4::pg_lsn AND s.sample_xmin > p.last_processed_transaction_id),
+		slot AS (
+			SELECT ($6 OR $5 AND sample_lsn <= $4::pg_lsn AND EXISTS (SELECT 1 FROM watermill_outbox o WHERE o.transaction_id >= sample_xmin)) AS take
+			FROM moenda_outbox_slots WHERE consumer_group = $1),
 		sampled AS (
-			UPDATE moenda_outbox_slots SET sample_xmin = pg_snapshot_xmin(pg_current_snapshot()), sample_lsn = pg_current_wal_insert_lsn()
-			WHERE ($6 OR $5 AND sample_lsn <= $4::pg_lsn AND EXISTS (SELECT 1 FROM watermill_outbox o WHERE o.transaction_id >= sample_xmin))
-			  AND consumer_group = $1 AND backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
-			RETURNING sample_lsn::text)
+			UPDATE moenda_outbox_slots s SET
+				sample_xmin = CASE WHEN slot.take THEN pg_snapshot_xmin(pg_current_snapshot()) ELSE s.sample_xmin END,
+				sample_lsn = CASE WHEN slot.take THEN pg_current_wal_insert_lsn() ELSE s.sample_lsn END,
+				published_lsn = GREATEST(s.published_lsn, $7::pg_lsn), published_transaction_id = NULLIF($8, '0')::xid8, published_rows = $9
+			FROM slot
+			WHERE s.consumer_group = $1 AND s.backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
+			RETURNING CASE WHEN slot.take THEN s.sample_lsn::text END AS sample_lsn)
 		SELECT EXISTS (SELECT 1 FROM fence), (SELECT sample_lsn FROM sampled)`,
-		append([]any{r.cfg.ConsumerGroup, fence.slot, fence.pid, end.String(), promote, sample}, parkedColumns(parked)...)...).Scan(&held, &next)
+		append([]any{r.cfg.ConsumerGroup, fence.slot, fence.pid, end.String(), promote, sample,
+			at.lsn.String(), fmt.Sprint(at.txID), at.rows}, parkedColumns(parked)...)...).Scan(&held, &next)
 	if err != nil {
 		return 0, fmt.Errorf("record the stream's position: %w", err)
 	}
@@ -495,7 +576,7 @@ func (rc *receiver) interrupt() {
 // run receives until ctx ends or the stream fails.
 func (rc *receiver) run(ctx context.Context) error {
 	var out streamItem // what the relay gets next
-	var held pglogrepl.LSN
+	held := rc.flush   // the stream starts there
 	inTx := false
 	due := time.Now().Add(standbyInterval)
 	quiet := false  // a short receive, while the relay waited, found nothing more
@@ -604,10 +685,11 @@ func (rc *receiver) run(ctx context.Context) error {
 					return err
 				}
 				out.rows = append(out.rows, row)
+				out.open++
 				loaded = loaded || !wanted
 			case *pglogrepl.CommitMessage:
 				inTx = false
-				out.end, held = m.TransactionEndLSN, m.TransactionEndLSN
+				out.end, held, out.open = m.TransactionEndLSN, m.TransactionEndLSN, 0
 			}
 		}
 	}
