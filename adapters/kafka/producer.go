@@ -12,6 +12,7 @@ import (
 	wkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -54,19 +55,86 @@ func NewProducer(cfg Config, top *topology.Topology, extra []string, name string
 
 // PublishBatch publishes each message to its exchange's topic, in that
 // exchange's envelope format, and returns once every in-sync replica has
-// it. It implements the relay's Destination.
+// it. It implements the relay's Destination: when only some records
+// failed, it returns an outbox.BatchError naming them, those the broker
+// will never take marked outbox.ErrRefused (see refused).
 func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs []*message.Message) error {
 	recs := make([]*sarama.ProducerMessage, len(msgs))
-	for i, msg := range msgs {
+	build := func(i int) (*sarama.ProducerMessage, error) {
 		x, err := p.top.ExchangeFor(routingKeys[i])
 		if err != nil {
-			return fmt.Errorf("kafka: %w", err)
+			return nil, fmt.Errorf("kafka: %w", err)
 		}
-		if recs[i], err = record(p.cfg.Topic(x), event.Encoded(p.top.Published(x), msg), occurredAt(msg)); err != nil {
+		return record(p.cfg.Topic(x), event.Encoded(p.top.Published(x), msgs[i]), occurredAt(msgs[i]))
+	}
+	for i := range msgs {
+		var err error
+		if recs[i], err = build(i); err != nil {
 			return err
 		}
 	}
-	return p.send(ctx, recs)
+	err := p.send(ctx, recs)
+	var perrs sarama.ProducerErrors
+	if !errors.As(err, &perrs) {
+		return err
+	}
+	index := make(map[*sarama.ProducerMessage]int, len(recs))
+	for i, rec := range recs {
+		index[rec] = i
+	}
+	failed := make(map[int]error, len(perrs))
+	var refusedAll []int
+	for _, pe := range perrs {
+		i, ok := index[pe.Msg]
+		if !ok {
+			return err // not a record of this batch: fail the batch as a whole
+		}
+		failed[i] = refused(pe.Err)
+		if errors.Is(failed[i], outbox.ErrRefused) {
+			refusedAll = append(refusedAll, i)
+		}
+	}
+	// A broker refuses a record batch as a whole: one record over its
+	// limit, or several that only together are, fail every record sent
+	// with them to that partition. Sent alone, each fails only for itself.
+	if len(refusedAll) > 1 {
+		for _, i := range refusedAll {
+			rec, berr := build(i)
+			if berr == nil {
+				berr = p.send(ctx, []*sarama.ProducerMessage{rec})
+			}
+			var alone sarama.ProducerErrors
+			switch {
+			case berr == nil:
+				delete(failed, i)
+			case errors.As(berr, &alone) && len(alone) == 1:
+				failed[i] = refused(alone[0].Err)
+			default:
+				failed[i] = berr
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("kafka: publish %d records: %w", len(recs), &outbox.BatchError{Failed: failed})
+}
+
+// refused marks err outbox.ErrRefused when the broker will never take the
+// record it is about: too large for the producer's limit
+// (kafka.max_record_bytes) or the broker's (message.max.bytes, a topic's
+// max.message.bytes), or a record it calls invalid.
+func refused(err error) error {
+	var local sarama.ConfigurationError // the producer's own size check
+	switch {
+	case errors.As(err, &local),
+		errors.Is(err, sarama.ErrMessageSizeTooLarge),
+		errors.Is(err, sarama.ErrMessageSetSizeTooLarge),
+		errors.Is(err, sarama.ErrInvalidRecord),
+		errors.Is(err, sarama.ErrInvalidTimestamp):
+		return fmt.Errorf("%w: %w", outbox.ErrRefused, err)
+	}
+	return err
 }
 
 // Delay implements router.Sink: the copy waits in the queue's retry topic

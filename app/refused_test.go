@@ -1,0 +1,107 @@
+package app
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// smallTopic creates topic on k with a record limit (max.message.bytes) of
+// limit bytes, before moenda creates it as the cluster's default would.
+func smallTopic(t *testing.T, k testenv.KafkaCluster, topic string, limit string) {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	admin, err := sarama.NewClusterAdmin(k.Config.Brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	err = admin.CreateTopic(k.Config.Topic(topic), &sarama.TopicDetail{NumPartitions: k.Config.Partitions, ReplicationFactor: k.Config.ReplicationFactor,
+		ConfigEntries: map[string]*string{"max.message.bytes": &limit}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// records counts the records topic holds on k, from its partitions'
+// offsets.
+func records(t *testing.T, k testenv.KafkaCluster, topic string) int64 {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	client, err := sarama.NewClient(k.Config.Brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(k.Config.Topic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, p := range parts {
+		newest, err := client.GetOffset(k.Config.Topic(topic), p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldest, err := client.GetOffset(k.Config.Topic(topic), p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += newest - oldest
+	}
+	return n
+}
+
+// An event the Kafka broker refuses for good (over the topic's record
+// limit) is parked, and the ten committed after it in the same
+// transaction reach Kafka once each: the relay neither stalls on it nor
+// sends the others again.
+func TestKafkaRelayParksARecordTheBrokerRefuses(t *testing.T) {
+	k := testenv.Kafka(t)
+	smallTopic(t, k, "eventos.dominio", "65536")
+	_, _, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
+	p := start(t, "test", environ...)
+
+	conclusion := func(titulo string) event.Event {
+		e, err := event.New("tarefa.concluida.v1", "test", map[string]any{"tarefa_id": 1, "usuario_id": 7, "titulo": titulo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	big := conclusion(strings.Repeat("<", 100_000))
+	events := []event.Event{big}
+	for range 10 {
+		events = append(events, conclusion("t"))
+	}
+	if err := p.tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
+		return tx.Publish(ctx, events...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the projection to count the ten", func() bool { return counted(t, p.base) == 10 })
+	testenv.Eventually(t, 30*time.Second, "the Kafka relay to catch up", func() bool {
+		done, err := outbox.CaughtUp(context.Background(), p.pool, "moenda-relay-kafka")
+		return err == nil && done
+	})
+	if n := records(t, k, "eventos.dominio"); n != 10 {
+		t.Fatalf("eventos.dominio holds %d records, want the ten, each once", n)
+	}
+	code, stdout, stderr := run(t, environ, "--env", "test", "outbox", "parked")
+	if code != 0 || !contains(stdout, big.ID, "moenda-relay-kafka", outbox.ReasonRefused, "1 row parked") {
+		t.Fatalf("outbox parked = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if !contains(p.logs.String(), "outbox row parked: the broker refused it for good", "event_id="+big.ID, "too large") {
+		t.Fatalf("no log line about the parked row:\n%s", p.logs.String())
+	}
+}
