@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +105,31 @@ func TestKafkaRelayParksARecordTheBrokerRefuses(t *testing.T) {
 	}
 	if !contains(p.logs.String(), "outbox row parked: the broker refused it for good", "event_id="+big.ID, "too large") {
 		t.Fatalf("no log line about the parked row:\n%s", p.logs.String())
+	}
+}
+
+// An event larger than the outbox takes fails its request with 413,
+// saying the limit and the setting, and writes nothing: the relay never
+// sees it.
+func TestAnEventOverTheOutboxBoundIsRefused(t *testing.T) {
+	p, _ := startAMQP(t, "MOENDA_OUTBOX__MAX_EVENT_BYTES=4096")
+	post := func(titulo string) (int, map[string]any) {
+		return call(t, "POST", p.base+"/v1/events",
+			fmt.Sprintf(`{"event_name":"tarefa.concluida.v1","source":"test","payload":{"tarefa_id":1,"usuario_id":1,"titulo":%q}}`, titulo))
+	}
+	code, body := post(strings.Repeat("<", 5000))
+	if msg, _ := body["error"].(string); code != http.StatusRequestEntityTooLarge || !contains(msg, "over the limit of 4096 bytes", "outbox.max_event_bytes") {
+		t.Fatalf("POST an event of 5000 bytes = %d %v, want 413 naming the limit and outbox.max_event_bytes", code, body)
+	}
+	var rows int
+	if err := p.pool.QueryRow(context.Background(), `SELECT count(*) FROM watermill_outbox`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("the outbox holds %d rows after a refused event", rows)
+	}
+	// Markup is not escaped, so it counts once: 3000 of < fit.
+	if code, body := post(strings.Repeat("<", 3000)); code != http.StatusAccepted {
+		t.Fatalf("POST an event under the bound = %d %v", code, body)
 	}
 }
