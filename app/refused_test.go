@@ -2,13 +2,16 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/google/uuid"
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
@@ -131,5 +134,78 @@ func TestAnEventOverTheOutboxBoundIsRefused(t *testing.T) {
 	// Markup is not escaped, so it counts once: 3000 of < fit.
 	if code, body := post(strings.Repeat("<", 3000)); code != http.StatusAccepted {
 		t.Fatalf("POST an event under the bound = %d %v", code, body)
+	}
+}
+
+// A record whose failure copy would be larger than a Kafka record may be
+// goes to the dead-letter topic with its body cut and the moenda-truncated
+// header, whether it was to wait in a retry topic or to be dead-lettered
+// at once, and the records behind it in its partition are handled.
+func TestKafkaFailureCopyOverTheRecordLimitIsCutAndDeadLettered(t *testing.T) {
+	s := newProbeStack(t)
+	k := s.onKafka(t)
+	s.extra = append(s.extra, "MOENDA_KAFKA__MAX_RECORD_BYTES=65536")
+	p := s.start(t)
+	dead := topicReader(t, k, "probe.work.dlq")
+	publish(t, p, "probe.work.hit.v1", probeOrder{}) // the platform is up and the topic exists
+	testenv.Eventually(t, 30*time.Second, "the first event handled", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
+
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.Producer.Return.Successes = true
+	prod, err := sarama.NewSyncProducer(k.Config.Brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	rec := func(id string, body []byte) *sarama.ProducerMessage {
+		return &sarama.ProducerMessage{Topic: k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
+			Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
+	}
+	// Near the limit: the failure headers take it over. One fails for
+	// ever, so its copy is to wait in a retry topic; the other is
+	// permanent (fail is not a number), so it is dead-lettered at once.
+	pad := strings.Repeat("x", 64<<10)
+	retried, permanent := uuid.NewString(), uuid.NewString()
+	body := func(id, fail string) []byte {
+		b, err := json.Marshal(event.Event{ID: id, Name: "probe.work.hit.v1", OccurredAt: time.Now().UTC(), CorrelationID: "corr-" + id[:8],
+			Payload: json.RawMessage(fmt.Sprintf(`{"fail":%s,"pad":%q}`, fail, pad))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	sizes := map[string]int{retried: len(body(retried, "-1")), permanent: len(body(permanent, `"x"`))}
+	msgs := []*sarama.ProducerMessage{rec(retried, body(retried, "-1")), rec(permanent, body(permanent, `"x"`))}
+	var behind []string
+	for range 5 {
+		id := uuid.NewString()
+		behind = append(behind, id)
+		msgs = append(msgs, rec(id, envelope(t, id, "probe.work.hit.v1", probeOrder{})))
+	}
+	if err := prod.SendMessages(msgs); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the 5 records behind the large ones handled", func() bool {
+		for _, id := range behind {
+			if s.effects(t, id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	testenv.Eventually(t, 10*time.Second, "the two dead letters", func() bool { return len(dead()) == 2 })
+	reasons := map[string]string{retried: event.ReasonTooLarge, permanent: event.ReasonPermanent}
+	for _, d := range dead() {
+		id := header(d, event.HeaderEventID)
+		if header(d, event.HeaderReason) != reasons[id] || header(d, event.HeaderTruncated) != strconv.Itoa(sizes[id]) ||
+			len(d.Value) >= sizes[id] || len(d.Value) < sizes[id]-8<<10 {
+			t.Errorf("dead letter of %s: reason %q, %s %q, body of %d bytes; want reason %q, %s %d and a body cut short of %d",
+				id, header(d, event.HeaderReason), event.HeaderTruncated, header(d, event.HeaderTruncated), len(d.Value), reasons[id], event.HeaderTruncated, sizes[id], sizes[id])
+		}
+	}
+	time.Sleep(time.Second)
+	if n := len(dead()); n != 2 {
+		t.Fatalf("%d dead letters, want 2", n)
 	}
 }

@@ -2,9 +2,11 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -139,28 +141,69 @@ func refused(err error) error {
 
 // Delay implements router.Sink: the copy waits in the queue's retry topic
 // for delay (the Subscriber holds it back until then), then its handler
-// runs again.
+// runs again. A copy too large for a record (the failure headers added
+// to a record near the limit) cannot wait there: it goes to the
+// dead-letter topic cut to fit (see DeadLetter), as too_large, so its
+// partition moves on.
 func (p *Producer) Delay(ctx context.Context, queue string, delay time.Duration, msg *message.Message) error {
-	return p.publishTo(ctx, topology.RetryQueue(queue, delay), msg)
+	topic := topology.RetryQueue(queue, delay)
+	rec, err := record(p.cfg.Topic(topic), msg, time.Now()) // stamped now: the delay runs from this moment
+	if err != nil {
+		return err
+	}
+	if rec.ByteSize(recordVersion) <= p.recordLimit() {
+		return p.send(ctx, []*sarama.ProducerMessage{rec})
+	}
+	cp := msg.Copy()
+	cp.Metadata.Set(event.HeaderReason, event.ReasonTooLarge)
+	p.logger.WarnContext(ctx, "kafka: the retry copy would be larger than a record may be (kafka.max_record_bytes): it goes to the dead-letter topic, its body cut",
+		"event_id", msg.Metadata.Get(event.HeaderEventID), "correlation_id", msg.Metadata.Get(event.HeaderCorrelationID), "queue", queue,
+		"size", rec.ByteSize(recordVersion), "limit", p.recordLimit())
+	return p.DeadLetter(ctx, queue, cp)
 }
 
 // DeadLetter implements router.Sink: the copy goes to the topic named
-// after the queue's dead-letter queue.
+// after the queue's dead-letter queue. A copy larger than a record may be
+// has its body cut to fit, and says so in event.HeaderTruncated: a record
+// the producer cannot send would send the delivery back to its partition,
+// which would then never move on.
 func (p *Producer) DeadLetter(ctx context.Context, queue string, msg *message.Message) error {
 	pol, ok := p.top.Policy(queue)
 	if !ok {
 		return fmt.Errorf("kafka: no subscription consumes %q", queue)
 	}
-	return p.publishTo(ctx, pol.DeadLetterQueue, msg)
-}
-
-func (p *Producer) publishTo(ctx context.Context, topic string, msg *message.Message) error {
-	// Stamped now: a retry copy's delay runs from this moment.
-	rec, err := record(p.cfg.Topic(topic), msg, time.Now())
+	rec, err := record(p.cfg.Topic(pol.DeadLetterQueue), msg, time.Now())
 	if err != nil {
 		return err
 	}
+	if over := rec.ByteSize(recordVersion) - p.recordLimit(); over > 0 {
+		cp := msg.Copy()
+		cp.Metadata.Set(event.HeaderTruncated, strconv.Itoa(len(msg.Payload)))
+		over += len(event.HeaderTruncated) + len(cp.Metadata.Get(event.HeaderTruncated)) + 2*binary.MaxVarintLen32
+		cp.Payload = cp.Payload[:max(0, len(cp.Payload)-over)]
+		if rec, err = record(p.cfg.Topic(pol.DeadLetterQueue), cp, time.Now()); err != nil {
+			return err
+		}
+		p.logger.WarnContext(ctx, "kafka: the dead letter would be larger than a record may be (kafka.max_record_bytes): its body is cut",
+			"event_id", msg.Metadata.Get(event.HeaderEventID), "correlation_id", msg.Metadata.Get(event.HeaderCorrelationID), "queue", queue,
+			"body_bytes", len(msg.Payload), "kept_bytes", len(cp.Payload))
+	}
 	return p.send(ctx, []*sarama.ProducerMessage{rec})
+}
+
+// recordVersion is the record format the producer writes (Kafka 0.11 and
+// later), for sarama's size estimate.
+const recordVersion = 2
+
+// recordBatchMargin is what a broker counts beyond a record's own size
+// against its limit: the record batch holding it.
+const recordBatchMargin = 1 << 10
+
+// recordLimit is the largest a failure copy may be, as sarama estimates
+// a record's size: a broker whose message.max.bytes is
+// kafka.max_record_bytes takes it in a batch of its own.
+func (p *Producer) recordLimit() int {
+	return p.cfg.MaxRecordBytes - recordBatchMargin
 }
 
 // record is msg as a Kafka record stamped at: the envelope as value, the
