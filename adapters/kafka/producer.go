@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -98,8 +99,10 @@ func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs 
 	}
 	// A broker refuses a record batch as a whole: one record over its
 	// limit, or several that only together are, fail every record sent
-	// with them to that partition. Sent alone, each fails only for itself.
+	// with them to that partition. Sent alone, in their order, each fails
+	// only for itself.
 	if len(refusedAll) > 1 {
+		slices.Sort(refusedAll)
 		for _, i := range refusedAll {
 			rec, berr := build(i)
 			if berr == nil {
