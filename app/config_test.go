@@ -211,6 +211,10 @@ func TestLoadErrors(t *testing.T) {
 		{"kafka settings checked when Kafka is used", []string{"MOENDA_BROKER__KIND=kafka", "MOENDA_KAFKA__BROKERS=nohost", "MOENDA_KAFKA__PARTITIONS=0"}, "", []string{
 			`kafka.brokers[0] "nohost" must be host:port`, "kafka.partitions must be at least 1",
 		}},
+		{"an event bound over what a Kafka record holds", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true", "MOENDA_OUTBOX__MAX_EVENT_BYTES=2097152", "MOENDA_KAFKA__MAX_RECORD_BYTES=1000"}, "", []string{
+			"outbox.max_event_bytes 2097152 is more than a Kafka record of kafka.max_record_bytes 1000 holds", "kafka.max_record_bytes must be at least 16384",
+		}},
+		{"a negative event bound", []string{"MOENDA_OUTBOX__MAX_EVENT_BYTES=-1"}, "", []string{"outbox.max_event_bytes must not be negative"}},
 		{"bad nodes in amqp.urls", []string{"MOENDA_AMQP__URLS=amqp://moenda:s3cret@mq1:5672/,http://moenda:s3cret@mq2/,amqp://moenda:s3cret@mq1:5672/"}, "", []string{
 			`amqp.urls[1] "http://moenda:xxxxx@mq2/" must look like amqp://user:password@host:5672/vhost`,
 			`amqp.urls[2] "amqp://moenda:xxxxx@mq1:5672/" repeats amqp.urls[0]`,
@@ -293,5 +297,33 @@ func TestMemoryRefusesPluginsThatNeedPostgres(t *testing.T) {
 	}
 	if _, err := Load(Source{Env: "memory", Files: configs.FS}, registry(t)); err != nil {
 		t.Fatalf("the memory environment: %v", err)
+	}
+}
+
+// The outbox takes no event a configured broker would refuse: its bound
+// is the least of theirs unless outbox.max_event_bytes sets it.
+func TestMaxEventBytesFollowsTheBrokers(t *testing.T) {
+	tests := []struct {
+		name    string
+		environ []string
+		want    int
+	}{
+		{"RabbitMQ alone", nil, 16 << 20},
+		{"Kafka analytics beside RabbitMQ", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true"}, 1<<20 - 1<<10},
+		{"Kafka as the broker, its records raised", []string{"MOENDA_BROKER__KIND=kafka", "MOENDA_KAFKA__MAX_RECORD_BYTES=4194304"}, 4<<20 - 1<<10},
+		{"RabbitMQ with Kafka records over its own limit", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true", "MOENDA_KAFKA__MAX_RECORD_BYTES=67108864"}, 16 << 20},
+		{"set", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true", "MOENDA_OUTBOX__MAX_EVENT_BYTES=65536"}, 65536},
+		{"memory", []string{"MOENDA_BROKER__KIND=memory", "MOENDA_HANDLERS__ENABLED=tarefas"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: tt.environ}, registry(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.maxEventBytes(); got != tt.want {
+				t.Fatalf("maxEventBytes = %d, want %d", got, tt.want)
+			}
+		})
 	}
 }

@@ -216,7 +216,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		if err = p.makeNotifier(ctx); err != nil {
 			return nil, err
 		}
-		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog), p.wakeRelays)
+		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog).Limit(cfg.maxEventBytes()), p.wakeRelays)
 		p.tx, p.inbox = txr, txr
 	case BrokerMemory:
 		b := memory.NewBroker(p.top, wlog)

@@ -84,7 +84,7 @@ func rebuild(ctx context.Context, cfg *Resolved, name string, from time.Time, st
 	if err = p.connectPostgres(ctx); err != nil {
 		return err
 	}
-	txr := postgres.NewTransactor(p.pool, outbox.New(p.top.Routable, wlog), p.wakeRelays)
+	txr := postgres.NewTransactor(p.pool, outbox.New(p.top.Routable, wlog).Limit(cfg.maxEventBytes()), p.wakeRelays)
 	built, err := ep.def.Build(ep.cfg, handlers.Deps{Logger: logger, Tx: txr})
 	if err != nil {
 		return err

@@ -32,13 +32,24 @@ type Config struct {
 	// creates; existing topics are left as they are.
 	Partitions        int32 `koanf:"partitions"`
 	ReplicationFactor int16 `koanf:"replication_factor"`
+	// MaxRecordBytes is the largest record the producer sends (key,
+	// value and headers); raise it only with the brokers' own limit
+	// (message.max.bytes, a topic's max.message.bytes). The outbox takes
+	// no event that would not fit (outbox.max_event_bytes), and a failure
+	// copy that would not is cut to fit (see Producer.DeadLetter).
+	MaxRecordBytes int `koanf:"max_record_bytes"`
 }
 
-// DefaultConfig is a single local broker, and topics of three partitions
-// (one aggregate's events always share one).
+// DefaultConfig is a single local broker, topics of three partitions
+// (one aggregate's events always share one), and records of at most
+// 1 MiB, Kafka's own default limit.
 func DefaultConfig() Config {
-	return Config{Brokers: []string{"127.0.0.1:9092"}, Partitions: 3, ReplicationFactor: 1}
+	return Config{Brokers: []string{"127.0.0.1:9092"}, Partitions: 3, ReplicationFactor: 1, MaxRecordBytes: 1 << 20}
 }
+
+// minRecordBytes is the least kafka.max_record_bytes: an event needs its
+// headers, and a cut failure copy keeps its headers whole.
+const minRecordBytes = 16 << 10
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
@@ -63,6 +74,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReplicationFactor < 1 {
 		errs = append(errs, fmt.Errorf("kafka.replication_factor must be at least 1, got %d", c.ReplicationFactor))
+	}
+	if c.MaxRecordBytes < minRecordBytes {
+		errs = append(errs, fmt.Errorf("kafka.max_record_bytes must be at least %d, got %d", minRecordBytes, c.MaxRecordBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -95,7 +109,10 @@ func (c Config) Sarama(clientID string) *sarama.Config {
 	sc.Producer.Idempotent = true
 	sc.Producer.Return.Successes = true
 	sc.Producer.Retry.Max = 5
-	sc.Producer.MaxMessageBytes = 1 << 20
+	sc.Producer.MaxMessageBytes = c.MaxRecordBytes
+	if c.MaxRecordBytes == 0 {
+		sc.Producer.MaxMessageBytes = DefaultConfig().MaxRecordBytes
+	}
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Consumer.Offsets.AutoCommit.Interval = time.Second

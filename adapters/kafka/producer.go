@@ -2,9 +2,12 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	wkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -54,45 +58,155 @@ func NewProducer(cfg Config, top *topology.Topology, extra []string, name string
 
 // PublishBatch publishes each message to its exchange's topic, in that
 // exchange's envelope format, and returns once every in-sync replica has
-// it. It implements the relay's Destination.
+// it. It implements the relay's Destination: when only some records
+// failed, it returns an outbox.BatchError naming them, those the broker
+// will never take marked outbox.ErrRefused (see refused).
 func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs []*message.Message) error {
 	recs := make([]*sarama.ProducerMessage, len(msgs))
-	for i, msg := range msgs {
+	build := func(i int) (*sarama.ProducerMessage, error) {
 		x, err := p.top.ExchangeFor(routingKeys[i])
 		if err != nil {
-			return fmt.Errorf("kafka: %w", err)
+			return nil, fmt.Errorf("kafka: %w", err)
 		}
-		if recs[i], err = record(p.cfg.Topic(x), event.Encoded(p.top.Published(x), msg), occurredAt(msg)); err != nil {
+		return record(p.cfg.Topic(x), event.Encoded(p.top.Published(x), msgs[i]), occurredAt(msgs[i]))
+	}
+	for i := range msgs {
+		var err error
+		if recs[i], err = build(i); err != nil {
 			return err
 		}
 	}
-	return p.send(ctx, recs)
+	err := p.send(ctx, recs)
+	var perrs sarama.ProducerErrors
+	if !errors.As(err, &perrs) {
+		return err
+	}
+	index := make(map[*sarama.ProducerMessage]int, len(recs))
+	for i, rec := range recs {
+		index[rec] = i
+	}
+	failed := make(map[int]error, len(perrs))
+	var refusedAll []int
+	for _, pe := range perrs {
+		i, ok := index[pe.Msg]
+		if !ok {
+			return err // not a record of this batch: fail the batch as a whole
+		}
+		failed[i] = refused(pe.Err)
+		if errors.Is(failed[i], outbox.ErrRefused) {
+			refusedAll = append(refusedAll, i)
+		}
+	}
+	// A broker refuses a record batch as a whole: one record over its
+	// limit, or several that only together are, fail every record sent
+	// with them to that partition. Sent alone, in their order, each fails
+	// only for itself.
+	if len(refusedAll) > 1 {
+		slices.Sort(refusedAll)
+		for _, i := range refusedAll {
+			rec, berr := build(i)
+			if berr == nil {
+				berr = p.send(ctx, []*sarama.ProducerMessage{rec})
+			}
+			var alone sarama.ProducerErrors
+			switch {
+			case berr == nil:
+				delete(failed, i)
+			case errors.As(berr, &alone) && len(alone) == 1:
+				failed[i] = refused(alone[0].Err)
+			default:
+				failed[i] = berr
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("kafka: publish %d records: %w", len(recs), &outbox.BatchError{Failed: failed})
+}
+
+// refused marks err outbox.ErrRefused when the broker will never take the
+// record it is about: too large for the producer's limit
+// (kafka.max_record_bytes) or the broker's (message.max.bytes, a topic's
+// max.message.bytes), or a record it calls invalid.
+func refused(err error) error {
+	var local sarama.ConfigurationError // the producer's own size check
+	switch {
+	case errors.As(err, &local),
+		errors.Is(err, sarama.ErrMessageSizeTooLarge),
+		errors.Is(err, sarama.ErrMessageSetSizeTooLarge),
+		errors.Is(err, sarama.ErrInvalidRecord),
+		errors.Is(err, sarama.ErrInvalidTimestamp):
+		return fmt.Errorf("%w: %w", outbox.ErrRefused, err)
+	}
+	return err
 }
 
 // Delay implements router.Sink: the copy waits in the queue's retry topic
 // for delay (the Subscriber holds it back until then), then its handler
-// runs again.
+// runs again. A copy too large for a record (the failure headers added
+// to a record near the limit) cannot wait there: it goes to the
+// dead-letter topic cut to fit (see DeadLetter), as too_large, so its
+// partition moves on.
 func (p *Producer) Delay(ctx context.Context, queue string, delay time.Duration, msg *message.Message) error {
-	return p.publishTo(ctx, topology.RetryQueue(queue, delay), msg)
+	topic := topology.RetryQueue(queue, delay)
+	rec, err := record(p.cfg.Topic(topic), msg, time.Now()) // stamped now: the delay runs from this moment
+	if err != nil {
+		return err
+	}
+	if rec.ByteSize(recordVersion) <= p.recordLimit() {
+		return p.send(ctx, []*sarama.ProducerMessage{rec})
+	}
+	cp := msg.Copy()
+	cp.Metadata.Set(event.HeaderReason, event.ReasonTooLarge)
+	p.logger.WarnContext(ctx, "kafka: the retry copy would be larger than a record may be (kafka.max_record_bytes): it goes to the dead-letter topic, its body cut",
+		"event_id", msg.Metadata.Get(event.HeaderEventID), "correlation_id", msg.Metadata.Get(event.HeaderCorrelationID), "queue", queue,
+		"size", rec.ByteSize(recordVersion), "limit", p.recordLimit())
+	return p.DeadLetter(ctx, queue, cp)
 }
 
 // DeadLetter implements router.Sink: the copy goes to the topic named
-// after the queue's dead-letter queue.
+// after the queue's dead-letter queue. A copy larger than a record may be
+// has its body cut to fit, and says so in event.HeaderTruncated: a record
+// the producer cannot send would send the delivery back to its partition,
+// which would then never move on.
 func (p *Producer) DeadLetter(ctx context.Context, queue string, msg *message.Message) error {
 	pol, ok := p.top.Policy(queue)
 	if !ok {
 		return fmt.Errorf("kafka: no subscription consumes %q", queue)
 	}
-	return p.publishTo(ctx, pol.DeadLetterQueue, msg)
-}
-
-func (p *Producer) publishTo(ctx context.Context, topic string, msg *message.Message) error {
-	// Stamped now: a retry copy's delay runs from this moment.
-	rec, err := record(p.cfg.Topic(topic), msg, time.Now())
+	rec, err := record(p.cfg.Topic(pol.DeadLetterQueue), msg, time.Now())
 	if err != nil {
 		return err
 	}
+	if over := rec.ByteSize(recordVersion) - p.recordLimit(); over > 0 {
+		cp := msg.Copy()
+		cp.Metadata.Set(event.HeaderTruncated, strconv.Itoa(len(msg.Payload)))
+		over += len(event.HeaderTruncated) + len(cp.Metadata.Get(event.HeaderTruncated)) + 2*binary.MaxVarintLen32
+		cp.Payload = cp.Payload[:max(0, len(cp.Payload)-over)]
+		if rec, err = record(p.cfg.Topic(pol.DeadLetterQueue), cp, time.Now()); err != nil {
+			return err
+		}
+		p.logger.WarnContext(ctx, "kafka: the dead letter would be larger than a record may be (kafka.max_record_bytes): its body is cut",
+			"event_id", msg.Metadata.Get(event.HeaderEventID), "correlation_id", msg.Metadata.Get(event.HeaderCorrelationID), "queue", queue,
+			"body_bytes", len(msg.Payload), "kept_bytes", len(cp.Payload))
+	}
 	return p.send(ctx, []*sarama.ProducerMessage{rec})
+}
+
+// recordVersion is the record format the producer writes (Kafka 0.11 and
+// later), for sarama's size estimate.
+const recordVersion = 2
+
+// recordBatchMargin is what a broker counts beyond a record's own size
+// against its limit: the record batch holding it.
+const recordBatchMargin = 1 << 10
+
+// recordLimit is the largest a failure copy may be, as sarama estimates
+// a record's size: a broker whose message.max.bytes is
+// kafka.max_record_bytes takes it in a batch of its own.
+func (p *Producer) recordLimit() int {
+	return p.cfg.MaxRecordBytes - recordBatchMargin
 }
 
 // record is msg as a Kafka record stamped at: the envelope as value, the

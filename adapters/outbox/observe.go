@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -81,9 +82,13 @@ func (r *Relay) send(ctx context.Context, keys []string, msgs []*message.Message
 		}
 		span.End()
 	}
-	if err == nil {
+	var partly *BatchError
+	switch {
+	case err == nil:
 		r.stats.rows.Add(int64(len(msgs)))
 		r.stats.batches.Add(1)
+	case errors.As(err, &partly):
+		r.stats.rows.Add(int64(len(msgs) - len(partly.Failed)))
 	}
 	return err
 }

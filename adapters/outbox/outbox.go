@@ -57,6 +57,11 @@ type Config struct {
 	// ReaderPoll queries the table, ReaderAuto takes logical where the
 	// server allows it (see ChooseReader).
 	Reader string `koanf:"reader"`
+	// MaxEventBytes is the largest event the outbox takes, as event.Size
+	// counts it (its envelope and metadata); a larger one fails its unit
+	// of work, since a broker would refuse it. 0 takes what the configured
+	// brokers take (the app works it out).
+	MaxEventBytes int `koanf:"max_event_bytes"`
 	// SlotWarnSize is how much WAL a logical relay's replication slot may
 	// hold back before moenda warns: PostgreSQL keeps the WAL a slot has
 	// not confirmed, for as long as its relay is down.
@@ -109,6 +114,9 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("outbox.reader must be auto, logical or poll, got %q", c.Reader))
 	}
+	if c.MaxEventBytes < 0 {
+		errs = append(errs, fmt.Errorf("outbox.max_event_bytes must not be negative, got %d (0 takes what the brokers take)", c.MaxEventBytes))
+	}
 	if c.SlotWarnSize < 0 {
 		errs = append(errs, fmt.Errorf("outbox.slot_warn_size must not be negative, got %d", c.SlotWarnSize))
 	}
@@ -124,6 +132,7 @@ func Schema() wsql.DefaultPostgreSQLSchema {
 // Outbox writes events into a transaction.
 type Outbox struct {
 	routable func(routingKey string) error
+	maxBytes int
 	logger   watermill.LoggerAdapter
 }
 
@@ -132,6 +141,15 @@ type Outbox struct {
 // stalling the relay.
 func New(routable func(routingKey string) error, logger watermill.LoggerAdapter) *Outbox {
 	return &Outbox{routable: routable, logger: logger}
+}
+
+// Limit makes o refuse, with an event.TooLargeError, events larger than
+// maxBytes as event.Size counts them (0: any size), for the same reason:
+// a broker would refuse them, and the relay could only park them. serve
+// gives it Config.MaxEventBytes, or what the configured brokers take.
+func (o *Outbox) Limit(maxBytes int) *Outbox {
+	o.maxBytes = maxBytes
+	return o
 }
 
 // Publish writes events as outbox rows inside tx. Nothing leaves before tx
@@ -149,6 +167,9 @@ func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, events ...event.Event) 
 		var key string
 		if msgs[i], key, err = Prepare(ctx, e, o.routable); err != nil {
 			return err
+		}
+		if size := event.Size(msgs[i]); o.maxBytes > 0 && size > o.maxBytes {
+			return fmt.Errorf("outbox: %w", &event.TooLargeError{Event: e.Name, Size: size, Limit: o.maxBytes, Setting: "outbox.max_event_bytes"})
 		}
 		// A relay of the version before took the key from the metadata;
 		// while one may still run during a rolling update, rows carry it.

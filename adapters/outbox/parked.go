@@ -22,6 +22,10 @@ const (
 	// ReasonUnroutable: no exchange carries the row's routing key; once
 	// the configuration routes it, Republish sends it.
 	ReasonUnroutable = "unroutable"
+	// ReasonRefused: the broker refused the message for good (larger than
+	// its record limit, a record it calls invalid); Detail says why. Once
+	// the broker takes it (its limit raised), Republish sends it.
+	ReasonRefused = "refused"
 )
 
 // Parked is an outbox row a relay moved past without publishing it. The
@@ -63,8 +67,11 @@ func parkedCTE(first int, after string) string {
 
 // why says in words why the row was parked.
 func (p parkedRow) why() string {
-	if p.reason == ReasonNoEvent {
+	switch p.reason {
+	case ReasonNoEvent:
 		return "its metadata names no event"
+	case ReasonRefused:
+		return "the broker refused it for good"
 	}
 	return "no exchange carries its routing key"
 }
@@ -302,7 +309,22 @@ func republishGroup(ctx context.Context, conn *pgx.Conn, group string, dest Dest
 			continue
 		}
 		if err := dest.PublishBatch(ctx, keys, msgs); err != nil {
-			return fmt.Errorf("publish %d events: %w", len(msgs), err)
+			// Delivered in part: those delivered leave the parked rows, the
+			// others stay, with why.
+			var partly *BatchError
+			if !errors.As(err, &partly) {
+				return fmt.Errorf("publish %d events: %w", len(msgs), err)
+			}
+			delivered := sent[:0:0]
+			for i, p := range sent {
+				if failed, ok := partly.Failed[i]; ok {
+					p.Detail = storable(failed.Error(), 1000)
+					res.left(p)
+					continue
+				}
+				delivered = append(delivered, p)
+			}
+			sent = delivered
 		}
 		txIDs, offsets := make([]string, len(sent)), make([]int64, len(sent))
 		for i, p := range sent {

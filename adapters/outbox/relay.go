@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // Destination takes a batch of messages, each with its routing key, and
@@ -378,30 +379,71 @@ type published struct {
 // publish decodes rows into messages and publishes them, returning once
 // the broker has confirmed them all. A row whose metadata names no event,
 // or whose event no exchange carries, is not published: it is returned,
-// to be parked with the batch's position, and logged.
+// to be parked with the batch's position, and logged. So is a row the
+// broker refused for good (ErrRefused), which sending again would refuse
+// again. When the destination says which messages of the batch failed
+// (BatchError), only those it may still take are sent again, after
+// RetryInterval, so the others are not delivered again on every retry.
 func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]parkedRow, error) {
 	keys := make([]string, 0, len(rows))
 	msgs := make([]*message.Message, 0, len(rows))
+	from := make([]int, 0, len(rows)) // each message's row
 	var parked []parkedRow
-	for _, rw := range rows {
+	for i, rw := range rows {
 		msg, key, park := decode(rw, r.routable)
 		if park != nil {
-			r.logger.Error("outbox row parked: "+park.why()+"; it stays in watermill_outbox, listed by `moenda outbox parked`",
-				"offset", rw.offset, "event_id", rw.uuid, "correlation_id", park.correlationID, "event_name", park.eventName,
-				"routing_key", park.routingKey, "error", park.detail)
+			r.logParked(*park)
 			parked = append(parked, *park)
 			continue
 		}
 		keys = append(keys, key)
 		msgs = append(msgs, msg)
+		from = append(from, i)
 	}
-	if len(msgs) == 0 {
-		return parked, nil
-	}
-	if err := r.send(ctx, keys, msgs); err != nil {
-		return nil, fmt.Errorf("publish %d events: %w", len(msgs), err)
+	for len(msgs) > 0 {
+		err := r.send(ctx, keys, msgs)
+		var partly *BatchError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &partly) {
+			return nil, fmt.Errorf("publish %d events: %w", len(msgs), err)
+		}
+		n := 0
+		for i := range msgs {
+			failed, ok := partly.Failed[i]
+			switch {
+			case !ok: // delivered
+			case errors.Is(failed, ErrRefused):
+				rw := rows[from[i]]
+				p := parkedRow{position: rw.position, eventID: rw.uuid, eventName: msgs[i].Metadata.Get(event.MetaName), routingKey: keys[i],
+					correlationID: msgs[i].Metadata.Get(event.MetaCorrelationID), reason: ReasonRefused, detail: failed.Error()}
+				p.clean()
+				r.logParked(p)
+				parked = append(parked, p)
+			default:
+				keys[n], msgs[n], from[n] = keys[i], msgs[i], from[i]
+				n++
+			}
+		}
+		if n == 0 {
+			break
+		}
+		r.logger.Error("outbox relay: will publish again only the events the broker did not take",
+			"failed", n, "of", len(msgs), "error", err, "retry_in", r.cfg.RetryInterval)
+		keys, msgs, from = keys[:n], msgs[:n], from[:n]
+		if !poll.Sleep(ctx, r.cfg.RetryInterval) {
+			return nil, fmt.Errorf("publish %d events: %w", n, err)
+		}
 	}
 	return parked, nil
+}
+
+// logParked logs a row the relay parks, with why.
+func (r *Relay) logParked(p parkedRow) {
+	r.logger.Error("outbox row parked: "+p.why()+"; it stays in watermill_outbox, listed by `moenda outbox parked`",
+		"offset", p.offset, "event_id", p.eventID, "correlation_id", p.correlationID, "event_name", p.eventName,
+		"routing_key", p.routingKey, "reason", p.reason, "error", p.detail)
 }
 
 // record records pos as the group's position through conn, and only while

@@ -24,6 +24,11 @@ const (
 	// dead letter whose body cannot be read still names them.
 	HeaderEventID       = "moenda-event-id"
 	HeaderCorrelationID = "moenda-correlation-id"
+	// HeaderTruncated is set on a dead letter whose body was cut to fit
+	// the broker's record limit: the body's length before, in bytes. An
+	// event published through the outbox is still there in full for
+	// outbox.retention.
+	HeaderTruncated = "moenda-truncated"
 )
 
 // Metadata a broker adapter sets on each message it delivers: where this

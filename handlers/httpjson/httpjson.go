@@ -38,13 +38,21 @@ func Error(w http.ResponseWriter, status int, msg string) {
 // pool to reconnect, short enough that a restart is ridden out by retries.
 const RetryAfter = 1
 
-// ServerError answers a failure that is not the client's. A service the
-// request needs being away (handlers.ErrUnavailable: the database
-// restarting, a cut connection) answers 503 with Retry-After, so clients
-// and proxies retry rather than report a fault; anything else answers 500.
-// err goes to the log only: the client gets no internals.
+// ServerError answers a failure of the unit of work. An event too large
+// for the outbox (event.TooLargeError) is the client's: it answers 413,
+// saying the limit and the setting. A service the request needs being
+// away (handlers.ErrUnavailable: the database restarting, a cut
+// connection) answers 503 with Retry-After, so clients and proxies retry
+// rather than report a fault; anything else answers 500. Beyond the
+// event's size, err goes to the log only: the client gets no internals.
 func ServerError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
 	attrs := []any{"method", r.Method, "path", r.URL.Path, "correlation_id", event.CorrelationID(r.Context()), "error", err}
+	var tooLarge *event.TooLargeError
+	if errors.As(err, &tooLarge) {
+		logger.WarnContext(r.Context(), "request refused: the event it writes is too large", attrs...)
+		Error(w, http.StatusRequestEntityTooLarge, tooLarge.Error())
+		return
+	}
 	if errors.Is(err, handlers.ErrUnavailable) {
 		logger.WarnContext(r.Context(), "request failed: a service it needs is unavailable", attrs...)
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))

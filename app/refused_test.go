@@ -1,0 +1,211 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/uuid"
+
+	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// smallTopic creates topic on k with a record limit (max.message.bytes) of
+// limit bytes, before moenda creates it as the cluster's default would.
+func smallTopic(t *testing.T, k testenv.KafkaCluster, topic string, limit string) {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	admin, err := sarama.NewClusterAdmin(k.Config.Brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	err = admin.CreateTopic(k.Config.Topic(topic), &sarama.TopicDetail{NumPartitions: k.Config.Partitions, ReplicationFactor: k.Config.ReplicationFactor,
+		ConfigEntries: map[string]*string{"max.message.bytes": &limit}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// records counts the records topic holds on k, from its partitions'
+// offsets.
+func records(t *testing.T, k testenv.KafkaCluster, topic string) int64 {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	client, err := sarama.NewClient(k.Config.Brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(k.Config.Topic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, p := range parts {
+		newest, err := client.GetOffset(k.Config.Topic(topic), p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldest, err := client.GetOffset(k.Config.Topic(topic), p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += newest - oldest
+	}
+	return n
+}
+
+// An event the Kafka broker refuses for good (over the topic's record
+// limit) is parked, and the ten committed after it in the same
+// transaction reach Kafka once each: the relay neither stalls on it nor
+// sends the others again.
+func TestKafkaRelayParksARecordTheBrokerRefuses(t *testing.T) {
+	k := testenv.Kafka(t)
+	smallTopic(t, k, "eventos.dominio", "65536")
+	_, _, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
+	p := start(t, "test", environ...)
+
+	conclusion := func(titulo string) event.Event {
+		e, err := event.New("tarefa.concluida.v1", "test", map[string]any{"tarefa_id": 1, "usuario_id": 7, "titulo": titulo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	big := conclusion(strings.Repeat("<", 100_000))
+	events := []event.Event{big}
+	for range 10 {
+		events = append(events, conclusion("t"))
+	}
+	if err := p.tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
+		return tx.Publish(ctx, events...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the projection to count the ten", func() bool { return counted(t, p.base) == 10 })
+	testenv.Eventually(t, 30*time.Second, "the Kafka relay to catch up", func() bool {
+		done, err := outbox.CaughtUp(context.Background(), p.pool, "moenda-relay-kafka")
+		return err == nil && done
+	})
+	if n := records(t, k, "eventos.dominio"); n != 10 {
+		t.Fatalf("eventos.dominio holds %d records, want the ten, each once", n)
+	}
+	code, stdout, stderr := run(t, environ, "--env", "test", "outbox", "parked")
+	if code != 0 || !contains(stdout, big.ID, "moenda-relay-kafka", outbox.ReasonRefused, "1 row parked") {
+		t.Fatalf("outbox parked = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if !contains(p.logs.String(), "outbox row parked: the broker refused it for good", "event_id="+big.ID, "too large") {
+		t.Fatalf("no log line about the parked row:\n%s", p.logs.String())
+	}
+}
+
+// An event larger than the outbox takes fails its request with 413,
+// saying the limit and the setting, and writes nothing: the relay never
+// sees it.
+func TestAnEventOverTheOutboxBoundIsRefused(t *testing.T) {
+	p, _ := startAMQP(t, "MOENDA_OUTBOX__MAX_EVENT_BYTES=4096")
+	post := func(titulo string) (int, map[string]any) {
+		return call(t, "POST", p.base+"/v1/events",
+			fmt.Sprintf(`{"event_name":"tarefa.concluida.v1","source":"test","payload":{"tarefa_id":1,"usuario_id":1,"titulo":%q}}`, titulo))
+	}
+	code, body := post(strings.Repeat("<", 5000))
+	if msg, _ := body["error"].(string); code != http.StatusRequestEntityTooLarge || !contains(msg, "over the limit of 4096 bytes", "outbox.max_event_bytes") {
+		t.Fatalf("POST an event of 5000 bytes = %d %v, want 413 naming the limit and outbox.max_event_bytes", code, body)
+	}
+	var rows int
+	if err := p.pool.QueryRow(context.Background(), `SELECT count(*) FROM watermill_outbox`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Fatalf("the outbox holds %d rows after a refused event", rows)
+	}
+	// Markup is not escaped, so it counts once: 3000 of < fit.
+	if code, body := post(strings.Repeat("<", 3000)); code != http.StatusAccepted {
+		t.Fatalf("POST an event under the bound = %d %v", code, body)
+	}
+}
+
+// A record whose failure copy would be larger than a Kafka record may be
+// goes to the dead-letter topic with its body cut and the moenda-truncated
+// header, whether it was to wait in a retry topic or to be dead-lettered
+// at once, and the records behind it in its partition are handled.
+func TestKafkaFailureCopyOverTheRecordLimitIsCutAndDeadLettered(t *testing.T) {
+	s := newProbeStack(t)
+	k := s.onKafka(t)
+	s.extra = append(s.extra, "MOENDA_KAFKA__MAX_RECORD_BYTES=65536")
+	p := s.start(t)
+	dead := topicReader(t, k, "probe.work.dlq")
+	publish(t, p, "probe.work.hit.v1", probeOrder{}) // the platform is up and the topic exists
+	testenv.Eventually(t, 30*time.Second, "the first event handled", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
+
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.Producer.Return.Successes = true
+	prod, err := sarama.NewSyncProducer(k.Config.Brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	rec := func(id string, body []byte) *sarama.ProducerMessage {
+		return &sarama.ProducerMessage{Topic: k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
+			Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
+	}
+	// Near the limit: the failure headers take it over. One fails for
+	// ever, so its copy is to wait in a retry topic; the other is
+	// permanent (fail is not a number), so it is dead-lettered at once.
+	pad := strings.Repeat("x", 64<<10)
+	retried, permanent := uuid.NewString(), uuid.NewString()
+	body := func(id, fail string) []byte {
+		b, err := json.Marshal(event.Event{ID: id, Name: "probe.work.hit.v1", OccurredAt: time.Now().UTC(), CorrelationID: "corr-" + id[:8],
+			Payload: json.RawMessage(fmt.Sprintf(`{"fail":%s,"pad":%q}`, fail, pad))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	sizes := map[string]int{retried: len(body(retried, "-1")), permanent: len(body(permanent, `"x"`))}
+	msgs := []*sarama.ProducerMessage{rec(retried, body(retried, "-1")), rec(permanent, body(permanent, `"x"`))}
+	var behind []string
+	for range 5 {
+		id := uuid.NewString()
+		behind = append(behind, id)
+		msgs = append(msgs, rec(id, envelope(t, id, "probe.work.hit.v1", probeOrder{})))
+	}
+	if err := prod.SendMessages(msgs); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the 5 records behind the large ones handled", func() bool {
+		for _, id := range behind {
+			if s.effects(t, id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	testenv.Eventually(t, 10*time.Second, "the two dead letters", func() bool { return len(dead()) == 2 })
+	reasons := map[string]string{retried: event.ReasonTooLarge, permanent: event.ReasonPermanent}
+	for _, d := range dead() {
+		id := header(d, event.HeaderEventID)
+		if header(d, event.HeaderReason) != reasons[id] || header(d, event.HeaderTruncated) != strconv.Itoa(sizes[id]) ||
+			len(d.Value) >= sizes[id] || len(d.Value) < sizes[id]-8<<10 {
+			t.Errorf("dead letter of %s: reason %q, %s %q, body of %d bytes; want reason %q, %s %d and a body cut short of %d",
+				id, header(d, event.HeaderReason), event.HeaderTruncated, header(d, event.HeaderTruncated), len(d.Value), reasons[id], event.HeaderTruncated, sizes[id], sizes[id])
+		}
+	}
+	time.Sleep(time.Second)
+	if n := len(dead()); n != 2 {
+		t.Fatalf("%d dead letters, want 2", n)
+	}
+}
