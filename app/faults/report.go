@@ -73,7 +73,7 @@ func WriteMarkdown(w io.Writer, results []Result, seed uint64, command string) e
 	fmt.Fprintf(&b, "**%d passed, %d failed, %d not run here.** Events attempted %d, confirmed %d; lost %d; duplicate effects %d; worst recovery %s (%s). "+
 		"Clauses: %d held, %d failed, %d not checked here (see [What each case checks](#what-each-case-checks)).\n\n",
 		s.Passed, s.Failed, s.NotRun, s.Attempted, s.Confirmed, s.Lost, s.DuplicateEffects, fmtTook(s.Worst), s.WorstCase, s.Held, s.Broken, s.NotChecked)
-	b.WriteString("Recovery is from the fault's heal until events committed from then on were applied within 2 s, and the probe's queue had a consumer; " +
+	b.WriteString("Recovery is from the fault's heal until events committed from then on were applied within 2 s, and kept being so for 10 s (or until the next fault), and the probe's queue had a consumer; " +
 		"when the next fault struck before that, to the first recovery after it. Duplicate deliveries are the redeliveries the inbox absorbed (allowed: the price of at-least-once); a node killed takes its own count with it.\n\n")
 	b.WriteString("| case | injected | result | attempted | confirmed | lost | ghosts | dup. effects | dead letters / poison | dup. deliveries | p99 | worst recovery (bound) |\n")
 	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
