@@ -98,7 +98,8 @@ func WriteMarkdown(w io.Writer, results []Result, seed uint64, command string) e
 	b.WriteString("\n## What each case checks\n\n")
 	b.WriteString("Each case lists the clauses of its \"what must hold\" (RELIABILITY-CASES), the checker's shared criteria first, each with its verdict: " +
 		"**pass**, the run checked the clause and it held; **fail**, the run checked it and it did not hold, or ended before checking it; " +
-		"**not checked here**, the suite cannot check it on this machine, for the reason given (and where it is shown instead, if anywhere). " +
+		"**not checked here**, the suite does not check it on this machine, for the reason given (a tool, a server setting or a record it lacks, a fault it does not inject), " +
+		"with where it is shown instead when it is. " +
 		"A clause not checked here is never counted as a pass, and a case passes only when none of its checked clauses failed.\n\n")
 	for _, r := range results {
 		if r.NotRun != "" || len(r.Clauses) == 0 {
