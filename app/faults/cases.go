@@ -98,7 +98,7 @@ func Cases() []Case {
 		{ID: "T07", Title: "database sessions killed", Quick: true, Run: sessionsKilled, Holds: []Clause{
 			must(clauseRolledBack, "rolled-back consumer transactions leave no effect and no inbox claim; the message is redelivered"),
 		}},
-		{ID: "T08", Title: "consumer crash mid-handler", Run: consumerCrash, Holds: []Clause{
+		{ID: "T08", Title: "consumer crash mid-handler", Quick: true, Run: consumerCrash, Holds: []Clause{
 			notHere("the redelivered flag is seen", "the probe keeps no delivery log, so the flag is not read; that the killed node's deliveries came again shows as nothing lost"),
 			must(clauseOnce, "processed_events (the inbox) unique"),
 			must(clauseDrained, "no stuck unacknowledged messages after the restart"),
