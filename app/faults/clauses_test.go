@@ -142,3 +142,13 @@ func TestLeaked(t *testing.T) {
 		t.Errorf("%q", l)
 	}
 }
+
+// The quick set, which CI runs, crashes a consumer mid-handler (T08):
+// its recovery is measured so that the machine's own slow spells do not
+// count against it.
+func TestQuickSetCrashesAConsumer(t *testing.T) {
+	quick, _ := Selected(true, nil)
+	if !slices.Contains(quick, "T08") {
+		t.Fatalf("quick set %v lacks T08", quick)
+	}
+}
