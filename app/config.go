@@ -89,6 +89,21 @@ type HTTPConfig struct {
 	Addr            string        `koanf:"addr"`
 	MaxBodyBytes    int64         `koanf:"max_body_bytes"`
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
+	// ReadHeaderTimeout and ReadTimeout close a connection whose client
+	// has not sent its headers, or its whole request, in time: without
+	// them a client that dribbles bytes holds a connection, a goroutine
+	// and a file for as long as it likes (slowloris). ReadTimeout runs
+	// from the connection's first byte, so it must fit a body of
+	// max_body_bytes at the pace of the slowest client served.
+	ReadHeaderTimeout time.Duration `koanf:"read_header_timeout"`
+	ReadTimeout       time.Duration `koanf:"read_timeout"`
+	// WriteTimeout runs from the end of the request's headers to the end
+	// of the answer, so it covers reading the body as well: at least
+	// ReadTimeout.
+	WriteTimeout time.Duration `koanf:"write_timeout"`
+	// IdleTimeout closes a kept-alive connection that sends no new
+	// request.
+	IdleTimeout time.Duration `koanf:"idle_timeout"`
 }
 
 // InboxConfig sets how long the inbox remembers processed events.
@@ -217,8 +232,10 @@ func (c *Resolved) migrations() []migrations.Set {
 // gives its own, so configs/ holds only what an environment changes.
 func defaults() *Config {
 	return &Config{
-		Log:       LogConfig{Level: "info", Format: "text"},
-		HTTP:      HTTPConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second},
+		Log: LogConfig{Level: "info", Format: "text"},
+		HTTP: HTTPConfig{Addr: "127.0.0.1:8080", MaxBodyBytes: 1 << 20, ShutdownTimeout: 10 * time.Second,
+			// 1 MiB in 30 s is 35 KB/s, a poor mobile link.
+			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 45 * time.Second, IdleTimeout: 2 * time.Minute},
 		Auth:      AuthConfig{Tokens: []string{}},
 		Metrics:   MetricsConfig{Enabled: true, PollInterval: 5 * time.Second},
 		Tracing:   tracing.DefaultConfig(),
@@ -484,6 +501,22 @@ func (h HTTPConfig) validate() error {
 	}
 	if h.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("http.shutdown_timeout must be positive, got %s", h.ShutdownTimeout))
+	}
+	// Zero means no limit to net/http; here it would let slow clients
+	// hold connections for ever, so every timeout must be set.
+	for _, t := range []struct {
+		key string
+		d   time.Duration
+	}{{"read_header_timeout", h.ReadHeaderTimeout}, {"read_timeout", h.ReadTimeout}, {"write_timeout", h.WriteTimeout}, {"idle_timeout", h.IdleTimeout}} {
+		if t.d <= 0 {
+			errs = append(errs, fmt.Errorf("http.%s must be positive, got %s", t.key, t.d))
+		}
+	}
+	if h.ReadHeaderTimeout > h.ReadTimeout {
+		errs = append(errs, fmt.Errorf("http.read_header_timeout (%s) must not exceed http.read_timeout (%s): the request's headers are part of it", h.ReadHeaderTimeout, h.ReadTimeout))
+	}
+	if h.WriteTimeout < h.ReadTimeout {
+		errs = append(errs, fmt.Errorf("http.write_timeout (%s) must be at least http.read_timeout (%s): it runs from the end of the headers, so it covers reading the body too", h.WriteTimeout, h.ReadTimeout))
 	}
 	return errors.Join(errs...)
 }

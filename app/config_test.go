@@ -219,6 +219,13 @@ func TestLoadErrors(t *testing.T) {
 			`amqp.urls[1] "http://moenda:xxxxx@mq2/" must look like amqp://user:password@host:5672/vhost`,
 			`amqp.urls[2] "amqp://moenda:xxxxx@mq1:5672/" repeats amqp.urls[0]`,
 		}},
+		{"server timeouts that let slow clients stay", nil, "http: {read_timeout: 0s, idle_timeout: -1s}\n", []string{
+			"http.read_timeout must be positive, got 0s", "http.idle_timeout must be positive, got -1s",
+			"http.read_header_timeout (10s) must not exceed http.read_timeout (0s)",
+		}},
+		{"a write timeout shorter than the body's read", nil, "http: {read_timeout: 1m, write_timeout: 30s}\n", []string{
+			"http.write_timeout (30s) must be at least http.read_timeout (1m0s)",
+		}},
 		{"every problem at once", []string{"MOENDA_HTTP__ADDR=nope", "MOENDA_AMQP__PREFETCH=0", "MOENDA_POSTGRES__URL=mysql://x"}, "", []string{
 			`http.addr "nope" must be host:port`, "amqp.prefetch must be at least 1", "postgres.url",
 		}},

@@ -3,10 +3,13 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -436,4 +439,64 @@ func TestUnitsOfWorkAnswer503WhileTheDatabaseIsAway(t *testing.T) {
 		code, _ := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "z"}`)
 		return code == http.StatusCreated
 	})
+}
+
+// A client that dribbles its headers, or its body, loses the connection
+// to http.read_header_timeout and http.read_timeout, whatever it still
+// sends: it cannot hold a connection, a goroutine and a file for ever
+// (slowloris, slowhttptest -H and -B).
+func TestSlowClientsAreClosedByTheServerTimeouts(t *testing.T) {
+	p := start(t, "memory", "MOENDA_HTTP__READ_HEADER_TIMEOUT=300ms", "MOENDA_HTTP__READ_TIMEOUT=600ms", "MOENDA_HTTP__WRITE_TIMEOUT=2s")
+	for _, c := range []struct {
+		name, head, dribble string
+		// within bounds the time from the first byte until the server
+		// closes the connection.
+		within time.Duration
+	}{
+		{"slow headers", "POST /v1/events HTTP/1.1\r\nHost: moenda\r\nX-Slow: ", "a", time.Second},
+		{"slow body", "POST /v1/events HTTP/1.1\r\nHost: moenda\r\nContent-Type: application/json\r\nContent-Length: 8192\r\n\r\n{", " ", 1500 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", p.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			at := time.Now()
+			if _, err := io.WriteString(conn, c.head); err != nil {
+				t.Fatal(err)
+			}
+			// Dribble a byte every 100 ms, as slowhttptest does, until
+			// the server closes the connection or 5 s pass.
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				tick := time.NewTicker(100 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						if _, err := io.WriteString(conn, c.dribble); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			// The server's close reads as the end of the stream, or as a
+			// reset when it closed with our bytes unread; only our own
+			// deadline means it held the connection.
+			answer, err := io.ReadAll(conn)
+			took := time.Since(at)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("the connection was still open after %s (%v); the server must close it", took.Round(time.Millisecond), err)
+			}
+			if took > c.within {
+				t.Fatalf("closed after %s, not within %s", took.Round(time.Millisecond), c.within)
+			}
+			t.Logf("closed after %s (%v); answer %.60q", took.Round(time.Millisecond), err, answer)
+		})
+	}
 }

@@ -78,7 +78,29 @@ func connectionStorm(ctx context.Context, r *run) error {
 			return err
 		}
 	}
+	r.after = append(r.after, func([]Op, Observed) { r.judgeReconnects(reconnectBound) })
 	return r.tail(ctx)
+}
+
+// reconnectBound is how soon after each storm the nodes must be back.
+const reconnectBound = 5 * time.Second
+
+// judgeReconnects judges the reconnect clause: after each healed fault,
+// the probe's queue had as many consumers as before the first fault
+// within bound. The relay's reconnection shows in the recovery instead.
+func (r *run) judgeReconnects(bound time.Duration) {
+	want := max(r.consumersAtFault, 1)
+	worst := time.Duration(0)
+	for _, rc := range r.result.Recoveries {
+		back := r.consumersReach(rc.Healed, want)
+		took := back.Sub(rc.Healed)
+		if back.IsZero() || took > bound {
+			r.judge(clauseReconnect, false, "%s healed at %s: %d consumers not back within %s", rc.Fault, rc.Healed.Format("15:04:05.000"), want, bound)
+			continue
+		}
+		worst = max(worst, took)
+	}
+	r.judge(clauseReconnect, len(r.result.Recoveries) > 0, "%d reconnects, the %d consumers back within %s at worst", len(r.result.Recoveries), want, fmtTook(worst))
 }
 
 func brokerUnreachable(ctx context.Context, r *run) error {
@@ -92,11 +114,8 @@ func brokerUnreachable(ctx context.Context, r *run) error {
 	}
 	before := r.acknowledged()
 	err := r.inject(ctx, "broker unreachable", time.Duration(hold)*time.Second, r.suspendListeners, func(ctx context.Context) error {
-		if n := r.acknowledged() - before; n == 0 {
-			r.problem("the API committed nothing while the broker was unreachable")
-		} else {
-			r.note("the API acknowledged %d commands while the broker was unreachable", n)
-		}
+		n := r.acknowledged() - before
+		r.judge("committing", n > 0, "the API acknowledged %d commands while the broker was unreachable", n)
 		return resumeListeners(ctx)
 	})
 	if err != nil {
@@ -124,9 +143,7 @@ func memoryAlarmCase(ctx context.Context, r *run) error {
 			a.body = err.Error()
 		}
 		r.note("/readyz during the alarm: %d %s", a.code, a.body)
-		if !strings.Contains(a.body, `"degraded"`) {
-			r.problem("/readyz did not say degraded while the broker blocked publishers")
-		}
+		r.judge("degraded", strings.Contains(a.body, `"degraded"`), "/readyz during the alarm: %d, status degraded: %v", a.code, strings.Contains(a.body, `"degraded"`))
 		if restore == nil {
 			return nil
 		}

@@ -29,6 +29,10 @@ type Case struct {
 	// Bound is the recovery bound after each healed fault; 15 s when
 	// zero.
 	Bound time.Duration
+	// Holds are the clauses of the case's "what must hold" beyond the
+	// checker's shared criteria, which every case has: each is judged by
+	// a check of the run, or says why the suite cannot check it here.
+	Holds []Clause
 	Run   func(ctx context.Context, r *run) error
 }
 
@@ -60,38 +64,165 @@ topology:
 }
 
 // Cases lists every case of RELIABILITY-CASES, in order: those the command
-// runs, and for the others the reason and where they are shown.
+// runs, and for the others the reason and where they are shown. Each
+// case's Holds are its "what must hold" beyond the checker's criteria.
 func Cases() []Case {
 	return []Case{
-		{ID: "T01", Title: "broker graceful restart mid-stream", Run: brokerRestart},
-		{ID: "T02", Title: "broker hard crash", Run: brokerCrash},
-		{ID: "T03", Title: "connection drop storm", Quick: true, Run: connectionStorm},
-		{ID: "T04", Title: "broker unreachable for 60 s", Bound: 30 * time.Second, Run: brokerUnreachable},
-		{ID: "T05", Title: "broker memory alarm: publishers blocked", Bound: 30 * time.Second, Run: memoryAlarmCase},
-		{ID: "T06", Title: "PostgreSQL restart, fast and immediate", Bound: 10 * time.Second, Run: postgresRestart},
-		{ID: "T07", Title: "database sessions killed", Quick: true, Run: sessionsKilled},
-		{ID: "T08", Title: "consumer crash mid-handler", Run: consumerCrash},
-		{ID: "T09", Title: "relay crash while publishing", Run: relayCrash},
-		{ID: "T10", Title: "two relays on one outbox", Run: twoRelays},
-		{ID: "T11", Title: "commit-order inversion and rollbacks", Quick: true, Reader: "poll", Run: commitOrder},
-		{ID: "T12", Title: "idle-in-transaction session", Reader: "poll", Bound: 10 * time.Second, Run: idleInTransaction},
-		{ID: "T13", Title: "outbox and inbox bloat soak", Overlay: soakOverlay, Drain: 15 * time.Minute, Run: bloatSoak},
-		{ID: "T14", Title: "network degradation", Run: networkDegradation},
-		{ID: "T15", Title: "unroutable events", Run: unroutable},
-		{ID: "T16", Title: "transient failure, then success", Run: transient},
-		{ID: "T17", Title: "permanent failure, no head-of-line blocking", Quick: true, Run: permanent},
-		{ID: "T18", Title: "poison burst", Run: poisonBurst},
-		{ID: "T19", Title: "malformed JSON", Run: malformedJSON},
-		{ID: "T20", Title: "invalid UTF-8 and NUL characters", Run: invalidEncoding},
-		{ID: "T21", Title: "unknown event type or version", Run: unknownType},
-		{ID: "T22", Title: "missing, empty or oversize event_id", Run: badEventIDs},
-		{ID: "T23", Title: "non-string AMQP headers", Overlay: quorumOverlay, Run: nonStringHeaders},
-		{ID: "T24", Title: "oversized messages", Run: oversized},
-		{ID: "T25", Title: "duplicate delivery injection", Quick: true, Run: duplicateInjection},
-		{ID: "T26", Title: "shutdown during a retry's backoff", Run: shutdownInBackoff},
+		{ID: "T01", Title: "broker graceful restart mid-stream", Run: brokerRestart, Holds: []Clause{
+			recoveredWithin("consumers > 0 on all queues and lag < 2 s within 15 s of the broker running again"),
+		}},
+		{ID: "T02", Title: "broker hard crash", Run: brokerCrash, Holds: []Clause{
+			must(clauseNoLoss, "no event whose outbox row was marked forwarded is missing (confirms ⇒ fsync)"),
+			recoveredWithin("recovery ≤ 15 s after the node is up"),
+		}},
+		{ID: "T03", Title: "connection drop storm", Quick: true, Run: connectionStorm, Holds: []Clause{
+			must(clauseReconnect, "each reconnect ≤ 5 s (the probe queue's consumers; the relay's shows in the recovery)"),
+			must(clauseResources, "no goroutine leak (nor file descriptor leak) once the storm is over"),
+		}},
+		{ID: "T04", Title: "broker unreachable for 60 s", Bound: 30 * time.Second, Run: brokerUnreachable, Holds: []Clause{
+			must("committing", "the API keeps committing (the outbox grows)"),
+			must(clauseDrained, "the relay's backlog drains"),
+			recoveredWithin("lag back to baseline within 30 s"),
+		}},
+		{ID: "T05", Title: "broker memory alarm: publishers blocked", Bound: 30 * time.Second, Run: memoryAlarmCase, Holds: []Clause{
+			must(clauseNoLoss, "the relay stalls without loss"),
+			must("degraded", "/health shows degraded"),
+			must(clauseResources, "RSS and goroutines bounded"),
+			must(clauseNoDuplicate, "no duplicate effects after the restore; roll-backs cause only duplicate deliveries"),
+		}},
+		{ID: "T06", Title: "PostgreSQL restart, fast and immediate", Bound: 10 * time.Second, Run: postgresRestart, Holds: []Clause{
+			must("503", "the API answers 503 (not 500) during the outage"),
+			must(clauseOnce, "client retries with the same event_id create exactly one business row and one effect"),
+			recoveredWithin("relay and consumers resume ≤ 10 s"),
+		}},
+		{ID: "T07", Title: "database sessions killed", Quick: true, Run: sessionsKilled, Holds: []Clause{
+			must(clauseRolledBack, "rolled-back consumer transactions leave no effect and no inbox claim; the message is redelivered"),
+		}},
+		{ID: "T08", Title: "consumer crash mid-handler", Quick: true, Run: consumerCrash, Holds: []Clause{
+			notHere("the redelivered flag is seen", "the probe keeps no delivery log, so the flag is not read; that the killed node's deliveries came again shows as nothing lost"),
+			must(clauseOnce, "processed_events (the inbox) unique"),
+			must(clauseDrained, "no stuck unacknowledged messages after the restart"),
+		}},
+		{ID: "T09", Title: "relay crash while publishing", Run: relayCrash, Holds: []Clause{
+			must("republished", "republished events appear as duplicate deliveries, at most one batch per crash"),
+		}},
+		{ID: "T10", Title: "two relays on one outbox", Run: twoRelays, Holds: []Clause{
+			notHere("per-aggregate order preserved, if promised", "moenda promises no order: a queue's deliveries are handled amqp.prefetch at a time (README: Configuration)"),
+		}},
+		{ID: "T11", Title: "commit-order inversion and rollbacks", Quick: true, Reader: "poll", Run: commitOrder, Holds: []Clause{
+			must("exact", "the relayed set equals the committed set exactly (no skip)"),
+			must(clauseRolledBack, "rolled-back events are never relayed (ghosts 0)"),
+		}},
+		{ID: "T12", Title: "idle-in-transaction session", Reader: "poll", Bound: 10 * time.Second, Run: idleInTransaction, Holds: []Clause{
+			must("alert", "a relay-lag alert within 60 s"),
+			must("ended", "idle_in_transaction_session_timeout ends the session"),
+			must(clauseNoLoss, "nothing skipped"),
+			recoveredWithin("lag back to baseline ≤ 10 s after"),
+		}},
+		{ID: "T13", Title: "outbox and inbox bloat soak", Overlay: soakOverlay, Drain: 15 * time.Minute, Run: bloatSoak, Holds: []Clause{
+			must("plateau", "the outbox's size plateaus (< 2× steady state after 3 retention cycles)"),
+			notHere("the relay's query p99 < 20 ms", "it needs pg_stat_statements, which this machine's PostgreSQL does not load (shared_preload_libraries), and the suite does not change the server's configuration"),
+			must("autovacuum", "autovacuum completes on the outbox"),
+			must(clauseNoLoss, "undelivered rows are never deleted"),
+		}},
+		{ID: "T14", Title: "network degradation", Run: networkDegradation, Holds: []Clause{
+			notHere("the blackhole is detected within 2× the AMQP heartbeat", "the suite does not time the nodes' detection, which shows only in their logs; the recovery after the blackhole is bounded instead"),
+			must("p99", "p99 latency bounded (under the longest fault's hold plus the recovery bound)"),
+			must(clauseResources, "no goroutine or file descriptor leak"),
+		}},
+		{ID: "T15", Title: "unroutable events", Run: unroutable, Holds: []Clause{
+			must("unrouted", "never silently lost: what no binding matches lands in the unrouted queue, and the checker counts it there"),
+			must("alert", "an alert fires (moenda_unrouted_messages)"),
+		}},
+		{ID: "T16", Title: "transient failure, then success", Run: transient, Holds: []Clause{
+			must("schedule", "3 attempts, after ≈ 1 s and 5 s: each transient event applied about 6 s after its commit"),
+			must("nodlq", "nothing in the DLQ"),
+		}},
+		{ID: "T17", Title: "permanent failure, no head-of-line blocking", Quick: true, Run: permanent, Holds: []Clause{
+			must(clauseDeadLetters, "each poison event: attempts 1+3 at ≈ 1 s, 5 s, 25 s, then a DLQ entry with reason, attempts=4, origin queue, routing key, event_id and correlation_id"),
+			must("exactlyone", "exactly one DLQ entry per poison event"),
+			must("p99", "good events' p99 latency < 2 s during the retries"),
+		}},
+		{ID: "T18", Title: "poison burst", Run: poisonBurst, Holds: []Clause{
+			must("copies", "extra DLQ copies reported apart, at most the messages in flight"),
+			must(clauseDeadLetters, "each poison message redelivered at most once a second (4 attempts over ≈ 31 s)"),
+			notHere("with NoRequeueOnNack=false on a quorum queue with delivery-limit=5, the message ends in the DLQ with x-first-death-reason=delivery_limit", "moenda has no setting that requeues a nacked message, so the misconfiguration cannot be made"),
+		}},
+		{ID: "T19", Title: "malformed JSON", Run: malformedJSON, Holds: []Clause{
+			must(clauseAPI, "API: 400 in < 100 ms"),
+			must(clauseBroker, "broker path: no retries; DLQ reason decode_error (invalid_encoding for bytes that are not UTF-8) within 1 s"),
+			must(clauseRunning, "no panic: the consumer keeps running"),
+		}},
+		{ID: "T20", Title: "invalid UTF-8 and NUL characters", Run: invalidEncoding, Holds: []Clause{
+			must(clauseAPI, "API: 400 (invalid encoding)"),
+			must(clauseBroker, "broker path: DLQ reason invalid_encoding (invalid_data for the NUL PostgreSQL refuses) on the first attempt, never an endless retry"),
+		}},
+		{ID: "T21", Title: "unknown event type or version", Run: unknownType, Holds: []Clause{
+			must(clauseAPI, "API: 400 for an event no exchange carries"),
+			must(clauseBroker, "per policy: DLQ reason unknown_version on the first attempt; an unknown type acknowledged and counted, exactly; never a nack-requeue loop"),
+		}},
+		{ID: "T22", Title: "missing, empty or oversize event_id", Run: badEventIDs, Holds: []Clause{
+			must(clauseBroker, "all three dead-lettered with reason missing_event_id, none deduplicated against another, no effect"),
+			must(clauseAPI, "the API answers 400 for a bad id (not 500)"),
+		}},
+		{ID: "T23", Title: "non-string AMQP headers", Overlay: quorumOverlay, Run: nonStringHeaders, Holds: []Clause{
+			must("budget", "processed normally, redeliveries within the retry budget (no good event dead-lettered)"),
+			must("logs", "zero \"not a string\" refusals in the logs"),
+		}},
+		{ID: "T24", Title: "oversized messages", Run: oversized, Holds: []Clause{
+			must(clauseAPI, "API: 413 above the configured limit, within 1 s"),
+			notHere("the 413 comes before the whole body is read", "a 10 MB body crosses loopback within the bound either way; T30's 100 MB chunked body, answered 413 within 1 s, shows it"),
+			notHere("a publish the broker refuses makes the relay park the row, not retry forever", "the API refuses bodies over http.max_body_bytes before the outbox, so no row of 17 MB reaches the relay here; the relay parks rows no exchange carries (TestRelayParksUnroutableRowsAndRepublishDeliversThem), and no test shows it parking a row the broker refuses for its size"),
+			must(clauseBroker, "the consumer's size limit dead-letters with reason too_large"),
+			must(clauseResources, "RSS growth < 100 MB"),
+		}},
+		{ID: "T25", Title: "duplicate delivery injection", Quick: true, Run: duplicateInjection, Holds: []Clause{
+			must(clauseOnce, "exactly one effect and one processed_events row per event"),
+			must("acked", "the duplicates acknowledged, not dead-lettered, and counted: duplicates = 4 per event"),
+		}},
+		{ID: "T26", Title: "shutdown during a retry's backoff", Run: shutdownInBackoff, Holds: []Clause{
+			must("exit", "the process exits within router.close_timeout (10 s)"),
+			must(clauseNoLoss, "the message is requeued or parked, not lost"),
+			must("precondition", "no PRECONDITION_FAILED channel closures"),
+			notHere("a handler blocking past x-consumer-timeout: the handler's own timeout fires first and routes to the retry tier", "not injected: a handler blocking past x-consumer-timeout (≥ 60 s) would hold the case for minutes"),
+		}},
 		{ID: "T27", Title: "Kafka analytics replay, rebalance, poison record", NotHere: notHereKafka},
-		{ID: "T28", Title: "unauthenticated and unauthorised admin calls", Overlay: authOverlay, Run: unauthorised},
-		{ID: "T29", Title: "SQL injection and hostile parameters", Plugins: []string{"tarefas"}, Run: hostileParameters},
-		{ID: "T30", Title: "oversized bodies, slow clients, header abuse", Run: slowClients},
+		{ID: "T28", Title: "unauthenticated and unauthorised admin calls", Overlay: authOverlay, Run: unauthorised, Holds: []Clause{
+			must("refused", "401 / 403 on every admin and publish route, with a uniform error body"),
+			must("state", "no state change (database and broker compared before and after)"),
+			must("audit", "a log entry of each refusal, with its correlation id"),
+			notHere("no CSRF-less cross-origin call", "moenda's own routes take bearer tokens, never cookies"),
+		}},
+		{ID: "T29", Title: "SQL injection and hostile parameters", Plugins: []string{"tarefas"}, Run: hostileParameters, Holds: []Clause{
+			must("answers", "400 with a clear message; never 500 or SQL text"),
+			notHere("pg_stat_statements shows only parameterised statements", "this machine's PostgreSQL does not load pg_stat_statements (shared_preload_libraries), and the suite does not change the server's configuration"),
+			must("state", "schema and row counts unchanged"),
+			must("sqlmap", "sqlmap finds nothing"),
+		}},
+		{ID: "T30", Title: "oversized bodies, slow clients, header abuse", Run: slowClients, Holds: []Clause{
+			must("413", "413 promptly for 10 MB and 100 MB bodies"),
+			must("probe", "probe requests' p99 < 500 ms throughout"),
+			must(clauseSlow, "slow connections closed by http.read_header_timeout and http.read_timeout"),
+			must("fds", "the open file count bounded"),
+			must("correlation", "an invalid correlation id replaced by a new UUID, never echoed into the answer's headers"),
+			notHere("an invalid correlation id never written raw into the logs", "the nodes log at warn and a replaced id is logged at info; TestCorrelationIDIsKeptOnlyWhenPlain checks that line quotes and cuts it"),
+			notHere("no allowlist or rate-limit bypass through X-Forwarded-For", "moenda has neither an allowlist nor a rate limit, and reads no X-Forwarded-For"),
+		}},
 	}
 }
+
+// Keys of clauses more than one case has.
+const (
+	clauseNoLoss      = "noloss"
+	clauseNoDuplicate = "noduplicate"
+	clauseOnce        = "once"
+	clauseDrained     = "drained"
+	clauseRolledBack  = "rolledback"
+	clauseReconnect   = "reconnect"
+	clauseResources   = "resources"
+	clauseDeadLetters = "deadletters"
+	clauseAPI         = "api"
+	clauseBroker      = "broker"
+	clauseRunning     = "running"
+	clauseSlow        = "slow"
+)

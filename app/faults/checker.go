@@ -77,6 +77,9 @@ type DeadLetter struct {
 	RoutingKey    string `json:"routing_key,omitempty"`
 	FirstFailure  string `json:"first_failure,omitempty"`
 	LastFailure   string `json:"last_failure,omitempty"`
+	// HeaderEventID says the dead letter named its event in the event_id
+	// header, not only as the message id.
+	HeaderEventID bool `json:"header_event_id,omitempty"`
 }
 
 // Observed is what came out of the system once it drained.

@@ -3,6 +3,9 @@ package faults
 import (
 	"context"
 	"time"
+
+	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/outbox"
 )
 
 // crashLoop kills a node chosen by pick, times times at random intervals
@@ -44,6 +47,14 @@ func relayCrash(ctx context.Context, r *run) error {
 	if err := r.crashLoop(ctx, "kill -9", times, func() *node { return r.nodes[r.rng.IntN(len(r.nodes))] }); err != nil {
 		return err
 	}
+	r.after = append(r.after, func([]Op, Observed) {
+		// A crash repeats at most the relay's batch in hand, and the
+		// killed node's unacknowledged deliveries come again.
+		perCrash := outbox.DefaultConfig().BatchSize + amqp.DefaultConfig().Prefetch
+		n := r.result.Report.DuplicateDeliveries
+		r.judge("republished", n <= times*perCrash, "%d duplicate deliveries after %d crashes; at most %d a crash (outbox.batch_size + amqp.prefetch); a killed node's own count dies with it",
+			n, times, perCrash)
+	})
 	return r.tail(ctx)
 }
 
@@ -82,6 +93,10 @@ func shutdownInBackoff(ctx context.Context, r *run) error {
 	if err := r.wait(ctx, r.jitter(10*time.Second)); err != nil {
 		return err
 	}
+	r.after = append(r.after, func([]Op, Observed) {
+		_, closed := r.loggedAt("PRECONDITION_FAILED")
+		r.judge("precondition", !closed, "a node logged PRECONDITION_FAILED: %v", closed)
+	})
 	err := r.inject(ctx, "SIGTERM", 0, func(context.Context) error {
 		for _, nd := range r.nodes {
 			r.scrape(nd)
@@ -90,9 +105,7 @@ func shutdownInBackoff(ctx context.Context, r *run) error {
 				return err
 			}
 			r.result.addExtra("sigterm_exit_seconds_max", took.Seconds())
-			if took > 10*time.Second {
-				r.problem("node %s took %s to exit after SIGTERM; router.close_timeout is 10 s", nd.name, took)
-			}
+			r.judge("exit", took <= 10*time.Second, "node %s exited %s after SIGTERM; router.close_timeout is 10 s", nd.name, took.Round(10*time.Millisecond))
 		}
 		return nil
 	}, func(ctx context.Context) error {

@@ -43,11 +43,14 @@ func postgresRestart(ctx context.Context, r *run) error {
 		mu.Lock()
 		defer mu.Unlock()
 		r.note("API answers during the run: %v (0: no answer)", codes)
+		other := 0
 		for code, n := range codes {
 			if code >= 500 && code != 503 {
-				r.problem("the API answered %d %d times during the outage; 503 expected", code, n)
+				r.judge("503", false, "the API answered %d %d times during the outage; 503 expected", code, n)
+				other += n
 			}
 		}
+		r.judge("503", codes[503] > 0 && other == 0, "%d answers 503 during the outages, %d other 5xx", codes[503], other)
 	})
 	return nil
 }
@@ -115,6 +118,18 @@ func commitOrder(ctx context.Context, r *run) error {
 	}
 	wg.Wait()
 	close(errs)
+	r.after = append(r.after, func(ops []Op, _ Observed) {
+		rep := r.result.Report
+		rolledBack := 0
+		for _, op := range ops {
+			if op.Outcome == Failed {
+				rolledBack++
+			}
+		}
+		r.judge("exact", len(rep.Lost) == 0 && len(rep.Unexpected) == 0, "%d committed, lost %d, ghosts %d", rep.Confirmed, len(rep.Lost), len(rep.Unexpected))
+		// Without a roll-back the clause was not put to the test.
+		r.judge(clauseRolledBack, rolledBack > 0, "%d transactions rolled back", rolledBack)
+	})
 	return <-errs
 }
 
@@ -173,6 +188,7 @@ func idleInTransaction(ctx context.Context, r *run) error {
 		return err
 	}
 	var pid int
+	began := time.Now()
 	err := r.inject(ctx, "idle in transaction", 0, func(ctx context.Context) error {
 		conn, err := r.pool.Acquire(ctx)
 		if err != nil {
@@ -207,6 +223,7 @@ func idleInTransaction(ctx context.Context, r *run) error {
 		}
 		return fmt.Errorf("the idle session %d was not ended by idle_in_transaction_session_timeout", pid)
 	}, nil)
+	r.judge("ended", err == nil, "the idle session %d ended by the server: %v", pid, err == nil)
 	if err != nil {
 		return err
 	}
@@ -214,9 +231,9 @@ func idleInTransaction(ctx context.Context, r *run) error {
 		return err
 	}
 	r.after = append(r.after, func([]Op, Observed) {
-		if !r.logged("blocking_pid", strconv.Itoa(pid)) {
-			r.problem("no node's log names the idle session (blocking_pid %d)", pid)
-		}
+		at, ok := r.loggedAt("blocking_pid", strconv.Itoa(pid))
+		took := at.Sub(began)
+		r.judge("alert", ok && !at.IsZero() && took <= 60*time.Second, "a node's log named the idle session (blocking_pid %d): %v, %s after it began", pid, ok, took.Round(time.Second))
 	})
 	return nil
 }
@@ -224,6 +241,15 @@ func idleInTransaction(ctx context.Context, r *run) error {
 // logged reports whether a node's log has a line holding every one of
 // words.
 func (r *run) logged(words ...string) bool {
+	_, ok := r.loggedAt(words...)
+	return ok
+}
+
+// loggedAt finds the earliest line of the nodes' logs holding every one
+// of words, and returns its time (zero when it has none it can read).
+func (r *run) loggedAt(words ...string) (time.Time, bool) {
+	var first time.Time
+	found := false
 	for _, nd := range r.nodes {
 		b, err := os.ReadFile(nd.log)
 		if err != nil {
@@ -236,8 +262,16 @@ func (r *run) logged(words ...string) bool {
 					continue lines
 				}
 			}
-			return true
+			var entry struct {
+				Time time.Time `json:"time"`
+			}
+			_ = json.Unmarshal([]byte(line), &entry)
+			if !found || first.IsZero() || !entry.Time.IsZero() && entry.Time.Before(first) {
+				first = entry.Time
+			}
+			found = true
+			break
 		}
 	}
-	return false
+	return first, found
 }

@@ -45,18 +45,23 @@ func nonStringHeaders(ctx context.Context, r *run) error {
 		return err
 	}
 	r.after = append(r.after, func([]Op, Observed) {
+		refused := 0
 		for _, nd := range r.nodes {
 			logs, err := os.ReadFile(nd.log)
 			if err != nil {
-				r.problem("read %s's log: %v", nd.name, err)
+				r.judge("logs", false, "read %s's log: %v", nd.name, err)
 				continue
 			}
 			for _, refusal := range []string{"delivery cannot be decoded", "not a string"} {
 				if n := strings.Count(string(logs), refusal); n > 0 {
-					r.problem("node %s logged %q %d times: a header was refused", nd.name, refusal, n)
+					r.judge("logs", false, "node %s logged %q %d times: a header was refused", nd.name, refusal, n)
+					refused += n
 				}
 			}
 		}
+		r.judge("logs", refused == 0, "%d refusals of a header logged", refused)
+		rep := r.result.Report
+		r.judge("budget", len(rep.DLQExtra) == 0 && len(rep.Lost) == 0, "good events dead-lettered %d, lost %d", len(rep.DLQExtra), len(rep.Lost))
 	})
 	return r.tail(ctx)
 }

@@ -115,7 +115,7 @@ func unauthorised(ctx context.Context, r *run) error {
 			a, err := call(nd, rt.method, rt.path, c.auth, rt.body)
 			calls++
 			if err != nil {
-				r.problem("%s %s with %s: %v", rt.method, rt.path, c.name, err)
+				r.judge("refused", false, "%s %s with %s: %v", rt.method, rt.path, c.name, err)
 				continue
 			}
 			var msg struct {
@@ -123,7 +123,7 @@ func unauthorised(ctx context.Context, r *run) error {
 			}
 			if a.code != c.code || json.Unmarshal([]byte(a.body), &msg) != nil || msg.Error == "" ||
 				c.code == http.StatusUnauthorized && a.header.Get("WWW-Authenticate") == "" || a.header.Get("X-Correlation-ID") == "" {
-				r.problem("%s %s with %s: %d %.80q; want %d with {\"error\": ...}, WWW-Authenticate on 401, and a correlation id", rt.method, rt.path, c.name, a.code, a.body, c.code)
+				r.judge("refused", false, "%s %s with %s: %d %.80q; want %d with {\"error\": ...}, WWW-Authenticate on 401, and a correlation id", rt.method, rt.path, c.name, a.code, a.body, c.code)
 			}
 		}
 	}
@@ -131,13 +131,10 @@ func unauthorised(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	if after != before {
-		r.problem("the refused calls changed state: before %s, after %s", before, after)
-	}
+	r.judge("refused", true, "%d calls with a bad or missing token", calls)
+	r.judge("state", after == before, "before %s; after %s", before, after)
 	r.note("%d refused calls, state unchanged: %s", calls, after)
-	if !r.logged("refused") {
-		r.problem("no node logged the refused calls")
-	}
+	r.judge("audit", r.logged("refused", `"correlation_id"`), "a node logged the refusals with their correlation id: %v", r.logged("refused", `"correlation_id"`))
 	return nil
 }
 
@@ -178,13 +175,13 @@ func hostileParameters(ctx context.Context, r *run) error {
 	for _, q := range reqs {
 		a, err := call(nd, q.method, q.path, "", q.body)
 		if err != nil {
-			r.problem("%s %s: %v", q.method, q.path, err)
+			r.judge("answers", false, "%s %s: %v", q.method, q.path, err)
 			continue
 		}
 		leaked := strings.Contains(a.body, "SQLSTATE") || strings.Contains(strings.ToLower(a.body), "syntax error")
 		if a.code != http.StatusBadRequest && a.code != http.StatusNotFound || leaked {
 			if bad < 8 {
-				r.problem("%s %s %s: %d %.120q; 400 (or 404) with a message and no SQL expected", q.method, q.path, q.body, a.code, a.body)
+				r.judge("answers", false, "%s %s %s: %d %.120q; 400 (or 404) with a message and no SQL expected", q.method, q.path, q.body, a.code, a.body)
 			}
 			bad++
 		}
@@ -193,13 +190,11 @@ func hostileParameters(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	if after != before {
-		r.problem("hostile requests changed state: before %s, after %s", before, after)
-	}
-	r.note("%d hostile requests, %d answered otherwise than 400/404; state unchanged: %v", len(reqs), bad, after == before)
+	r.judge("answers", bad == 0, "%d hostile requests, %d answered otherwise than 400/404 or with SQL text", len(reqs), bad)
+	r.judge("state", after == before, "before %s; after %s", before, after)
 	sqlmap, err := exec.LookPath("sqlmap")
 	if err != nil {
-		r.problem("sqlmap is not installed here (apt-get install sqlmap)")
+		r.judge("sqlmap", false, "sqlmap is not installed here (apt-get install sqlmap)")
 		return nil
 	}
 	for _, target := range []string{"/tarefas?usuario_id=1&antes_de=9&limite=5", "/tarefas/1?usuario_id=1"} {
@@ -210,11 +205,11 @@ func hostileParameters(ctx context.Context, r *run) error {
 		text := string(out)
 		switch {
 		case strings.Contains(text, "appears to be injectable") || strings.Contains(text, "is vulnerable"):
-			r.problem("sqlmap found an injection at %s: %s", target, lastLines(out, 10))
+			r.judge("sqlmap", false, "sqlmap found an injection at %s: %s", target, lastLines(out, 10))
 		case err != nil && !strings.Contains(text, "do not appear to be injectable"):
-			r.problem("sqlmap at %s: %v: %s", target, err, lastLines(out, 5))
+			r.judge("sqlmap", false, "sqlmap at %s: %v: %s", target, err, lastLines(out, 5))
 		default:
-			r.note("sqlmap at %s: nothing injectable", target)
+			r.judge("sqlmap", true, "sqlmap at %s: nothing injectable", target)
 		}
 	}
 	return nil

@@ -46,9 +46,15 @@ func bodyKey(body []byte) string {
 // status within within, and publishes the messages; each message that must
 // be dead-lettered is recorded as a poison event, so the checker finds it
 // in the dead-letter queue with its reason.
-func (r *run) hostile(ctx context.Context, within time.Duration, reqs []request, msgs []raw) error {
+//
+// deadWithin, when not zero, bounds the time from each message's confirm
+// to its dead letter's last failure.
+func (r *run) hostile(ctx context.Context, within, deadWithin time.Duration, reqs []request, msgs []raw) error {
 	if err := r.start(ctx, 1); err != nil {
 		return err
+	}
+	if r.declares(clauseResources) {
+		r.baseline()
 	}
 	nd := r.nodes[0]
 	client := http.Client{Timeout: 10 * time.Second}
@@ -56,16 +62,16 @@ func (r *run) hostile(ctx context.Context, within time.Duration, reqs []request,
 		at := time.Now()
 		resp, err := client.Post("http://"+nd.addr+"/v1/events", "application/json", bytes.NewReader(q.body))
 		if err != nil {
-			r.problem("API, %s: %v", q.name, err)
+			r.judge(clauseAPI, false, "API, %s: %v", q.name, err)
 			continue
 		}
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		_ = resp.Body.Close()
 		took := time.Since(at)
 		r.result.addExtra("api_answer_seconds_max", took.Seconds())
-		if resp.StatusCode != q.status || took > within {
-			r.problem("API, %s: %d in %s (%s); want %d within %s", q.name, resp.StatusCode, took.Round(time.Millisecond), strings.TrimSpace(string(msg)), q.status, within)
-		}
+		ok := resp.StatusCode == q.status && took <= within
+		r.judge(clauseAPI, ok, "API, %s: %d in %s%s", q.name, resp.StatusCode, took.Round(time.Millisecond),
+			map[bool]string{true: "", false: fmt.Sprintf(" (%s); want %d within %s", strings.TrimSpace(string(msg)), q.status, within)}[ok])
 	}
 	ch, closeCh, err := r.channel()
 	if err != nil {
@@ -73,6 +79,7 @@ func (r *run) hostile(ctx context.Context, within time.Duration, reqs []request,
 	}
 	defer closeCh()
 	reasons := map[string]string{}
+	confirmed := map[string]time.Time{}
 	for i, m := range msgs {
 		key := m.key
 		if key == "" {
@@ -97,6 +104,7 @@ func (r *run) hostile(ctx context.Context, within time.Duration, reqs []request,
 		if ok, err := conf.WaitContext(ctx); err != nil || !ok {
 			return errOr(err, "the broker refused "+m.name)
 		}
+		confirmed[id] = time.Now()
 		if m.reason != "" {
 			op.Outcome, op.At = OK, time.Now()
 			if err := r.hist.Add(Line{Op: op}); err != nil {
@@ -110,12 +118,35 @@ func (r *run) hostile(ctx context.Context, within time.Duration, reqs []request,
 	if !nd.running() {
 		r.problem("the node exited on hostile input; its log: %s", nd.log)
 	}
+	if r.declares(clauseRunning) {
+		r.judge(clauseRunning, nd.running(), "the node still runs after the hostile input: %v", nd.running())
+	}
 	r.after = append(r.after, func(_ []Op, seen Observed) {
+		found := map[string]bool{}
+		slowest := time.Duration(0)
 		for _, d := range seen.DeadLetters {
-			if want, ok := reasons[d.EventID]; ok && (d.Reason != want || d.Attempts != "1") {
-				r.problem("dead letter %s: reason %q after %s attempts; want %q after 1", d.EventID, d.Reason, d.Attempts, want)
+			want, ok := reasons[d.EventID]
+			if !ok {
+				continue
+			}
+			found[d.EventID] = true
+			if d.Reason != want || d.Attempts != "1" {
+				r.judge(clauseBroker, false, "dead letter %s: reason %q after %s attempts; want %q after 1", d.EventID, d.Reason, d.Attempts, want)
+			}
+			if deadWithin > 0 {
+				last, err := time.Parse(time.RFC3339Nano, d.LastFailure)
+				took := last.Sub(confirmed[d.EventID])
+				slowest = max(slowest, took)
+				if err != nil || took > deadWithin {
+					r.judge(clauseBroker, false, "dead letter %s: dead-lettered %s after its publish (%q); within %s expected", d.EventID, took.Round(time.Millisecond), d.LastFailure, deadWithin)
+				}
 			}
 		}
+		detail := fmt.Sprintf("%d of %d messages dead-lettered on their first attempt with their reason", len(found), len(reasons))
+		if deadWithin > 0 {
+			detail += fmt.Sprintf(", the slowest %s after its publish", slowest.Round(time.Millisecond))
+		}
+		r.judge(clauseBroker, len(found) == len(reasons), "%s", detail)
 	})
 	return nil
 }
@@ -150,7 +181,7 @@ func malformedJSON(ctx context.Context, r *run) error {
 		reqs = append(reqs, request{b.name, b.body, http.StatusBadRequest})
 		msgs = append(msgs, raw{name: b.name, id: EventID(r.dbName, 19, i), body: b.body, reason: b.reason})
 	}
-	return r.hostile(ctx, 100*time.Millisecond, reqs, msgs)
+	return r.hostile(ctx, 100*time.Millisecond, time.Second, reqs, msgs)
 }
 
 func invalidEncoding(ctx context.Context, r *run) error {
@@ -158,7 +189,7 @@ func invalidEncoding(ctx context.Context, r *run) error {
 	ff := func(id string) []byte { return envelope(id, probe.Event, "{\"writer\":20,\"note\":\"\xff\xfe\"}") }
 	nul := func(id string) []byte { return envelope(id, probe.Event, `{"writer":20,"note":"a\u0000b"}`) }
 	id := func(i int) string { return EventID(r.dbName, 20, i) }
-	return r.hostile(ctx, 100*time.Millisecond,
+	return r.hostile(ctx, 100*time.Millisecond, 0,
 		[]request{{"invalid UTF-8", ff(id(0)), http.StatusBadRequest}, {"a NUL character", nul(id(1)), http.StatusBadRequest}},
 		[]raw{{name: "invalid UTF-8", id: id(2), body: ff(id(2)), reason: event.ReasonInvalidEncoding},
 			{name: "a NUL character, which PostgreSQL refuses to store", id: id(3), body: nul(id(3)), reason: event.ReasonInvalidData}})
@@ -168,19 +199,17 @@ func unknownType(ctx context.Context, r *run) error {
 	r.injected("an event of version 99 and one of an unknown type, posted to the API and published to the exchange")
 	id := func(i int) string { return EventID(r.dbName, 21, i) }
 	v99, unknown := "faultprobe.evento.v99", "faultprobe.desconhecido.v1"
-	err := r.hostile(ctx, 100*time.Millisecond,
+	err := r.hostile(ctx, 100*time.Millisecond, 0,
 		[]request{{"an unknown type", envelope(id(0), "x.unknown", `{}`), http.StatusBadRequest}},
 		[]raw{{name: "version 99", id: id(1), key: v99, body: envelope(id(1), v99, `{"writer":21}`), reason: event.ReasonUnknownVersion},
 			{name: "an unknown type", id: id(2), key: unknown, body: envelope(id(2), unknown, `{"writer":21}`)}})
 	r.after = append(r.after, func(_ []Op, seen Observed) {
 		for _, d := range seen.DeadLetters {
 			if d.EventID == id(2) {
-				r.problem("the event of an unknown type was dead-lettered (%s); the queue's policy acknowledges and counts it", d.Reason)
+				r.judge(clauseBroker, false, "the event of an unknown type was dead-lettered (%s); the queue's policy acknowledges and counts it", d.Reason)
 			}
 		}
-		if r.ignored != 1 {
-			r.problem("moenda_messages_ignored_total counted %d events of an unknown type; 1 was sent", r.ignored)
-		}
+		r.judge(clauseBroker, r.ignored == 1, "moenda_messages_ignored_total counted %d events of an unknown type; 1 was sent", r.ignored)
 	})
 	return err
 }
@@ -193,7 +222,7 @@ func badEventIDs(ctx context.Context, r *run) error {
 			reason: event.ReasonMissingEventID})
 	}
 	long := strings.Repeat("a", 37)
-	return r.hostile(ctx, 100*time.Millisecond,
+	return r.hostile(ctx, 100*time.Millisecond, 0,
 		[]request{{"a 37-character event_id", envelope(long, probe.Event, `{}`), http.StatusBadRequest},
 			{"a non-UUID event_id", envelope("not-a-uuid", probe.Event, `{}`), http.StatusBadRequest}},
 		msgs)
@@ -203,7 +232,7 @@ func oversized(ctx context.Context, r *run) error {
 	r.injected("a 10 MB event posted to the API (limit 1 MiB), and one published straight to the exchange")
 	big := envelope(EventID(r.dbName, 24, 0), probe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`)
 	id := EventID(r.dbName, 24, 1)
-	return r.hostile(ctx, time.Second,
+	return r.hostile(ctx, time.Second, 0,
 		[]request{{"10 MB", big, http.StatusRequestEntityTooLarge}},
 		[]raw{{name: "10 MB", id: id, body: envelope(id, probe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`), reason: "too_large"}})
 }

@@ -99,6 +99,15 @@ func networkDegradation(ctx context.Context, r *run) error {
 		{"PostgreSQL connections reset", 5 * time.Second, one(&px.db, "reset_peer", "upstream", `{"timeout":0}`)},
 		{"sliced streams", hold, both("slicer", `{"average_size":64,"size_variation":32,"delay":10}`)},
 	}
+	longest := time.Duration(0)
+	for _, st := range steps {
+		longest = max(longest, st.hold)
+	}
+	r.after = append(r.after, func([]Op, Observed) {
+		bound := longest + r.result.Bound
+		r.judge("p99", r.result.Latency.P99 <= bound, "p99 %s; bound %s (the longest fault, %s, and the recovery bound)",
+			r.result.Latency.P99.Round(time.Millisecond), bound, longest)
+	})
 	for _, st := range steps {
 		// Past the recovery bound since the last step, so each
 		// recovery can be seen.

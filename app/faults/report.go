@@ -16,6 +16,8 @@ type Summary struct {
 	Lost, DuplicateEffects int
 	Worst                  time.Duration
 	WorstCase              string
+	// Held, Broken and NotChecked count the clauses of the cases run.
+	Held, Broken, NotChecked int
 }
 
 // Summarize adds up results.
@@ -35,6 +37,9 @@ func Summarize(results []Result) Summary {
 		s.Confirmed += r.Report.Confirmed
 		s.Lost += len(r.Report.Lost)
 		s.DuplicateEffects += len(r.Report.DuplicateEffects)
+		s.Held += count(r.Clauses, Held)
+		s.Broken += count(r.Clauses, Broken)
+		s.NotChecked += count(r.Clauses, NotChecked)
 		if w := r.Worst(); w > s.Worst {
 			s.Worst, s.WorstCase = w, r.ID
 		}
@@ -65,9 +70,10 @@ func WriteMarkdown(w io.Writer, results []Result, seed uint64, command string) e
 		"history outside the database; after each case's faults are healed and the system has drained, the checker compares the history with "+
 		"the effects and the dead letters.\n\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(&b, "Produced by `%s` (seed %d; the same seed injects the same faults at the same points).\n\n", command, seed)
-	fmt.Fprintf(&b, "**%d passed, %d failed, %d not run here.** Events attempted %d, confirmed %d; lost %d; duplicate effects %d; worst recovery %s (%s).\n\n",
-		s.Passed, s.Failed, s.NotRun, s.Attempted, s.Confirmed, s.Lost, s.DuplicateEffects, fmtTook(s.Worst), s.WorstCase)
-	b.WriteString("Recovery is from the fault's heal until events committed from then on were applied within 2 s, and the probe's queue had a consumer; " +
+	fmt.Fprintf(&b, "**%d passed, %d failed, %d not run here.** Events attempted %d, confirmed %d; lost %d; duplicate effects %d; worst recovery %s (%s). "+
+		"Clauses: %d held, %d failed, %d not checked here (see [What each case checks](#what-each-case-checks)).\n\n",
+		s.Passed, s.Failed, s.NotRun, s.Attempted, s.Confirmed, s.Lost, s.DuplicateEffects, fmtTook(s.Worst), s.WorstCase, s.Held, s.Broken, s.NotChecked)
+	b.WriteString("Recovery is from the fault's heal until events committed from then on were applied within 2 s, and kept being so for 10 s (or until the next fault), and the probe's queue had a consumer; " +
 		"when the next fault struck before that, to the first recovery after it. Duplicate deliveries are the redeliveries the inbox absorbed (allowed: the price of at-least-once); a node killed takes its own count with it.\n\n")
 	b.WriteString("| case | injected | result | attempted | confirmed | lost | ghosts | dup. effects | dead letters / poison | dup. deliveries | p99 | worst recovery (bound) |\n")
 	b.WriteString("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
@@ -88,6 +94,32 @@ func WriteMarkdown(w io.Writer, results []Result, seed uint64, command string) e
 		fmt.Fprintf(&b, "| %s %s | %s | %s | %d | %d | %d | %d | %d | %d / %d | %d | %s | %s |\n", r.ID, r.Title, r.Injected, verdict,
 			rep.Attempted, rep.Confirmed, len(rep.Lost), len(rep.Unexpected), len(rep.DuplicateEffects), rep.DeadLettered, rep.PoisonConfirmed,
 			rep.DuplicateDeliveries, r.p99(), worst)
+	}
+	b.WriteString("\n## What each case checks\n\n")
+	b.WriteString("Each case lists the clauses of its \"what must hold\" (RELIABILITY-CASES), the checker's shared criteria first, each with its verdict: " +
+		"**pass**, the run checked the clause and it held; **fail**, the run checked it and it did not hold, or ended before checking it; " +
+		"**not checked here**, the suite does not check it on this machine, for the reason given (a tool, a server setting or a record it lacks, a fault it does not inject), " +
+		"with where it is shown instead when it is. " +
+		"A clause not checked here is never counted as a pass, and a case passes only when none of its checked clauses failed.\n\n")
+	for _, r := range results {
+		if r.NotRun != "" || len(r.Clauses) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "- **%s %s**: %d checked, %d not checked here\n", r.ID, r.Title, len(r.Clauses)-count(r.Clauses, NotChecked), count(r.Clauses, NotChecked))
+		for _, c := range r.Clauses {
+			verdict := string(c.Status)
+			switch c.Status {
+			case Broken:
+				verdict = "**fail**"
+			case NotChecked:
+				verdict = "not checked here"
+			}
+			fmt.Fprintf(&b, "  - %s: %s", verdict, c.Text)
+			if c.Detail != "" {
+				fmt.Fprintf(&b, " (%s)", strings.ReplaceAll(c.Detail, "\n", " "))
+			}
+			b.WriteString("\n")
+		}
 	}
 	b.WriteString("\n## Findings and cases not run here\n\n")
 	for _, r := range results {
@@ -110,6 +142,14 @@ func WriteMarkdown(w io.Writer, results []Result, seed uint64, command string) e
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// checkerSummary says what the checker found, for the checker's clause.
+func checkerSummary(r Report) string {
+	if !r.Valid {
+		return checkerFindings(r)
+	}
+	return fmt.Sprintf("confirmed %d: lost 0, ghosts 0, duplicate effects 0, %d dead-lettered of %d poison, drained", r.Confirmed, r.DeadLettered, r.PoisonConfirmed)
 }
 
 // checkerFindings says what made a report invalid.

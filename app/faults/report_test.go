@@ -11,9 +11,11 @@ import (
 func TestWriteMarkdown(t *testing.T) {
 	results := []Result{
 		{ID: "T01", Title: "ok case", Injected: "a fault", Pass: true, Report: Report{Valid: true, Attempted: 10, Confirmed: 10, Drained: true},
-			Recoveries: []Recovery{{Fault: "f", Took: 2 * time.Second}}, Bound: 15 * time.Second},
+			Recoveries: []Recovery{{Fault: "f", Took: 2 * time.Second}}, Bound: 15 * time.Second,
+			Clauses: []Clause{{Key: clauseChecker, Text: "checker clean", Status: Held, Detail: "lost 0"},
+				{Text: "no bypass through a header", Status: NotChecked, Detail: "no allowlist here"}}},
 		{ID: "T02", Title: "bad case", Injected: "another", Report: Report{Attempted: 5, Confirmed: 5, Lost: []string{"x"}, Drained: true},
-			Problems: []string{"something broke"}},
+			Problems: []string{"something broke"}, Clauses: []Clause{{Key: "slow", Text: "slow connections closed", Status: Broken, Detail: "500 connected at the end"}}},
 		{ID: "T03", Title: "elsewhere", NotRun: "needs a cluster"},
 	}
 	var b strings.Builder
@@ -22,7 +24,10 @@ func TestWriteMarkdown(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"seed 7", "**1 passed, 1 failed, 1 not run here.**", "| T01 ok case | a fault | pass | 10 | 10 | 0 |",
-		"2s (15s)", "| T02 bad case | another | **fail**", "FAIL: something broke.", "1 lost", "**T03 elsewhere**: needs a cluster."} {
+		"2s (15s)", "| T02 bad case | another | **fail**", "FAIL: something broke.", "1 lost", "**T03 elsewhere**: needs a cluster.",
+		"Clauses: 1 held, 1 failed, 1 not checked here", "**not checked here**, the suite does not check it on this machine",
+		"- **T01 ok case**: 1 checked, 1 not checked here\n  - pass: checker clean (lost 0)\n  - not checked here: no bypass through a header (no allowlist here)\n",
+		"  - **fail**: slow connections closed (500 connected at the end)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}

@@ -67,6 +67,8 @@ type Result struct {
 	Took       time.Duration      `json:"took"`
 	Kept       string             `json:"kept,omitempty"`
 	Extra      map[string]float64 `json:"extra,omitempty"`
+	// Clauses are the case's "what must hold", each with its verdict.
+	Clauses []Clause `json:"clauses,omitempty"`
 }
 
 // Worst is the longest recovery of the case.
@@ -140,7 +142,7 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	defer s.close(context.WithoutCancel(ctx))
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(c.ID))
-	r := &run{drainBound: cmp.Or(c.Drain, drainBound), system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), quick: opts.Quick, result: &res, gone: map[*node]bool{}}
+	r := &run{c: c, inboxRepeats: -1, drainBound: cmp.Or(c.Drain, drainBound), system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), quick: opts.Quick, result: &res, gone: map[*node]bool{}}
 	watch := r.watchConsumers(ctx)
 	caseErr := c.Run(ctx, r)
 	if _, err := r.stopWriting(); err != nil {
@@ -185,7 +187,7 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	for _, after := range r.after {
 		after(ops, seen)
 	}
-	res.Pass = res.Report.Valid && len(res.Problems) == 0
+	res.Pass = r.conclude(c, ops)
 	if res.Pass {
 		_ = os.RemoveAll(dir)
 	} else {
@@ -216,6 +218,87 @@ type run struct {
 	samples []consumerSample
 	// drainBound bounds the wait for quiet after the case.
 	drainBound time.Duration
+	// judged holds the checks' verdicts on the case's clauses, by key.
+	judged map[string]*judgement
+	// inboxRepeats counts inbox claims held twice (consumer and event
+	// id); -1 when they could not be read.
+	inboxRepeats int
+	// before is each node's use of goroutines, files and memory when the
+	// first fault struck; resourcesAfter compares it with the end.
+	before map[*node]usage
+	// consumersAtFault is the consumer count of the probe's queue just
+	// before the first fault.
+	consumersAtFault int
+	// c is the case that runs.
+	c Case
+}
+
+// conclude judges the clauses every case shares (the checker's criteria,
+// and the recovery bound where the case states one), gives each of the
+// case's clauses its verdict, and reports whether the case passed: the
+// checker's report valid, no problem, and no clause broken.
+func (r *run) conclude(c Case, ops []Op) bool {
+	res := r.result
+	if r.judged == nil {
+		r.judged = map[string]*judgement{}
+	}
+	// The checker's findings are the report's, not problems of their own.
+	r.judged[clauseChecker] = &judgement{broken: !res.Report.Valid, detail: []string{checkerSummary(res.Report)}}
+	declared := append([]Clause{checkerClean}, c.Holds...)
+	for _, cl := range c.Holds {
+		if cl.Status != NotChecked {
+			r.judgeShared(cl.Key, ops)
+		}
+	}
+	var undeclared []string
+	res.Clauses, undeclared = verdicts(declared, r.judged)
+	for _, k := range undeclared {
+		r.problem("a check judged clause %q, which case %s does not declare", k, c.ID)
+	}
+	return res.Report.Valid && len(res.Problems) == 0 && count(res.Clauses, Broken) == 0
+}
+
+// judgeShared judges the clauses whose verdict comes from the checker's
+// report and what every run observes; a case's own clauses are judged by
+// its checks.
+func (r *run) judgeShared(key string, ops []Op) {
+	rep := r.result.Report
+	switch key {
+	case clauseRecovery:
+		r.judgeRecoveries()
+	case clauseNoLoss:
+		r.judge(key, len(rep.Lost) == 0 && rep.Drained, "lost %d of %d confirmed, drained %v", len(rep.Lost), rep.Confirmed, rep.Drained)
+	case clauseNoDuplicate:
+		r.judge(key, len(rep.DuplicateEffects) == 0 && len(rep.Lost) == 0, "duplicate effects %d, lost %d; duplicate deliveries %d",
+			len(rep.DuplicateEffects), len(rep.Lost), rep.DuplicateDeliveries)
+	case clauseDrained:
+		r.judge(key, rep.Drained, "every queue empty, nothing unacknowledged, within %s: %v", r.drainBound, rep.Drained)
+	case clauseOnce:
+		r.judge(key, len(rep.DuplicateEffects) == 0 && r.inboxRepeats == 0, "duplicate effects %d; inbox claims held twice %d", len(rep.DuplicateEffects), r.inboxRepeats)
+	case clauseRolledBack:
+		r.judge(key, len(rep.Unexpected) == 0 && len(rep.DuplicateEffects) == 0 && len(rep.Lost) == 0,
+			"ghosts %d, duplicate effects %d, lost %d; duplicate deliveries %d", len(rep.Unexpected), len(rep.DuplicateEffects), len(rep.Lost), rep.DuplicateDeliveries)
+	}
+}
+
+// judgeRecoveries judges the recovery clause: every healed fault
+// recovered within the case's bound, and there was one to measure.
+func (r *run) judgeRecoveries() {
+	res := r.result
+	if len(res.Recoveries) == 0 {
+		r.judge(clauseRecovery, false, "no healed fault to measure a recovery from")
+		return
+	}
+	for _, rc := range res.Recoveries {
+		if !rc.Recovered(res.Bound) {
+			// runCase has recorded the problem already.
+			r.judged[clauseRecovery] = &judgement{broken: true, detail: []string{fmt.Sprintf("%s: took %s, over %s", rc.Fault, fmtTook(rc.Took), res.Bound)}}
+			return
+		}
+	}
+	if r.judged[clauseRecovery] == nil {
+		r.judge(clauseRecovery, true, "%d recoveries, worst %s (bound %s)", len(res.Recoveries), res.worst(), res.Bound)
+	}
 }
 
 type writeResult struct {
@@ -311,6 +394,9 @@ func (r *run) wait(ctx context.Context, d time.Duration) error {
 // the history. heal runs even when ctx has ended, so that nothing is left
 // broken.
 func (r *run) inject(ctx context.Context, fault string, hold time.Duration, do, heal func(context.Context) error) error {
+	if r.before == nil {
+		r.baseline()
+	}
 	r.mark(fault, "start")
 	err := do(ctx)
 	if err == nil && hold > 0 {
@@ -414,6 +500,19 @@ func (r *run) consumersBack(healed time.Time) time.Time {
 	return time.Time{}
 }
 
+// consumersReach is the first time at or after healed that the probe's
+// queue had at least n consumers; zero if never.
+func (r *run) consumersReach(healed time.Time, n int) time.Time {
+	r.backMu.Lock()
+	defer r.backMu.Unlock()
+	for _, s := range r.samples {
+		if !s.at.Before(healed) && s.consumers >= n {
+			return s.at
+		}
+	}
+	return time.Time{}
+}
+
 // observe waits until the system is quiet, drains the dead-letter and
 // unrouted queues, and reads what the probe applied.
 func (r *run) observe(ctx context.Context) (Observed, error) {
@@ -427,6 +526,7 @@ func (r *run) observe(ctx context.Context) (Observed, error) {
 	}
 	seen.DeadLetters = dead
 	seen.Unrouted = unrouted
+	r.judgeResources()
 	for _, nd := range r.nodes {
 		if nd.running() {
 			r.scrape(nd)
@@ -438,6 +538,9 @@ func (r *run) observe(ctx context.Context) (Observed, error) {
 		}
 	}
 	seen.Deduplicated = r.dedup
+	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM moenda_inbox GROUP BY consumer, event_id HAVING count(*) > 1) d`).Scan(&r.inboxRepeats); err != nil {
+		r.inboxRepeats = -1
+	}
 	rows, err := r.pool.Query(ctx, `SELECT event_id FROM moenda_inbox WHERE consumer = ANY($1)`, businessConsumers)
 	if err != nil {
 		return seen, err
@@ -586,6 +689,7 @@ func deadLetterOf(d amqp091.Delivery) DeadLetter {
 		}
 	}
 	id := h(event.HeaderEventID)
+	fromHeader := id != ""
 	if id == "" {
 		id = d.MessageId
 	}
@@ -593,7 +697,8 @@ func deadLetterOf(d amqp091.Delivery) DeadLetter {
 		id = bodyKey(d.Body)
 	}
 	return DeadLetter{EventID: id, Reason: h(event.HeaderReason), Attempts: h(event.HeaderAttempts), CorrelationID: h(event.HeaderCorrelationID),
-		Queue: h(event.HeaderQueue), RoutingKey: h(event.HeaderOriginalRoutingKey), FirstFailure: h(event.HeaderFirstFailureAt), LastFailure: h(event.HeaderLastFailureAt)}
+		Queue: h(event.HeaderQueue), RoutingKey: h(event.HeaderOriginalRoutingKey), FirstFailure: h(event.HeaderFirstFailureAt), LastFailure: h(event.HeaderLastFailureAt),
+		HeaderEventID: fromHeader}
 }
 
 // channel opens a channel in publisher-confirm mode to the case's vhost,
@@ -646,6 +751,12 @@ func (r Result) Line() string {
 		rep.DeadLettered, rep.PoisonConfirmed, rep.DuplicateDeliveries, r.p99(), r.worst(), r.Took)
 	if !rep.Drained && r.Report.Attempted > 0 {
 		line += "; NOT DRAINED"
+	}
+	if n := count(r.Clauses, NotChecked); n > 0 {
+		line += fmt.Sprintf("; %d of %d clauses not checked here", n, len(r.Clauses))
+	}
+	for _, c := range r.Broken() {
+		line += "\n    clause failed: " + c.Text
 	}
 	for _, p := range r.Problems {
 		line += "\n    " + p

@@ -60,6 +60,8 @@ type node struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	// restarted is set once the node has been started a second time.
+	restarted bool
 }
 
 func newSystem(ctx context.Context, opts Options, dir, overlay, extra string) (_ *system, err error) {
@@ -198,6 +200,7 @@ func (s *system) run(ctx context.Context, nd *node) error {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
 	nd.mu.Lock()
+	nd.restarted = nd.cmd != nil
 	nd.cmd, nd.done = cmd, done
 	nd.mu.Unlock()
 	return s.waitReady(ctx, nd, time.Minute)

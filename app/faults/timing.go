@@ -19,8 +19,8 @@ type Recovery struct {
 	Fault  string    `json:"fault"`
 	Healed time.Time `json:"healed"`
 	// Took is from Healed until events acknowledged from then on were
-	// applied within the lag bound, and stayed so; negative when that
-	// never happened.
+	// applied within the lag bound, and stayed so for steadyFor (or until
+	// the next fault); negative when that never happened.
 	Took time.Duration `json:"took"`
 }
 
@@ -74,8 +74,8 @@ func Latencies(ops []Op, effects []Effect) Latency {
 
 // Recoveries measures, for each healed fault, the time until the lag of
 // the events acknowledged after it fell under lagBound and stayed there
-// until the next fault began: the first such event's effect, less the
-// time the fault was healed. Events still waiting when the next fault
+// for steadyFor, or until the next fault began if that came first: the
+// first such event's effect, less the time the fault was healed. Events still waiting when the next fault
 // began are that fault's to judge, once this one has recovered. A fault
 // whose recovery the next one interrupted has not recovered by then: its
 // window runs on past that fault (and the ones after, as long as none
@@ -125,10 +125,19 @@ func Recoveries(ops []Op, effects []Effect, faults []Line, lagBound time.Duratio
 	return out
 }
 
+// steadyFor is how long the events acknowledged after a heal must keep
+// being applied within the lag bound for the system to count as
+// recovered. Once it has held that long, a later excursion is the
+// machine's (a loaded host slows every process now and then), not the
+// fault's: measured to the end of the run, such an excursion many
+// seconds after the heal was charged to the last fault of a case.
+const steadyFor = 10 * time.Second
+
 // recoveredAt finds, among the events acknowledged from healed on and
-// applied before until (zero: whenever), the first of the unbroken run of
-// fast ones at the end, and returns its effect's time; false when the
-// window ends on a slow event or holds none.
+// applied before until (zero: whenever), the first fast one (applied
+// within lagBound) from which every event acknowledged in the next
+// steadyFor, or up to the window's end if that comes first, was fast too,
+// and returns its effect's time; false when there is none.
 func recoveredAt(applied []lagged, healed, until time.Time, lagBound time.Duration) (time.Time, bool) {
 	var window []lagged
 	for _, l := range applied {
@@ -136,16 +145,21 @@ func recoveredAt(applied []lagged, healed, until time.Time, lagBound time.Durati
 			window = append(window, l)
 		}
 	}
-	// From the last slow event in the window, the next one marks the
-	// recovery.
-	start := 0
-	for j, l := range window {
-		if l.applied.Sub(l.acked) >= lagBound {
-			start = j + 1
+	fast := func(l lagged) bool { return l.applied.Sub(l.acked) < lagBound }
+	for i := 0; i < len(window); {
+		if !fast(window[i]) {
+			i++
+			continue
 		}
+		end := window[i].acked.Add(steadyFor)
+		j := i
+		for j < len(window) && window[j].acked.Before(end) && fast(window[j]) {
+			j++
+		}
+		if j == len(window) || !window[j].acked.Before(end) {
+			return window[i].applied, true
+		}
+		i = j + 1 // window[j] was slow: the run starts again after it
 	}
-	if start == len(window) {
-		return time.Time{}, false
-	}
-	return window[start].applied, true
+	return time.Time{}, false
 }

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -82,5 +83,55 @@ func TestOnlyLoopbackAndKnownCases(t *testing.T) {
 	quick, _ := Selected(true, nil)
 	if len(all) != 30 || len(quick) == 0 || len(quick) >= len(all) {
 		t.Fatalf("%d cases, %d quick", len(all), len(quick))
+	}
+}
+
+// A recovery is the first run of fast events that holds for steadyFor:
+// an excursion that begins later, with no fault injected, is not the
+// last fault's (the system had recovered), while a system that falls
+// back within steadyFor has not recovered before it settles.
+func TestRecoveryIsTheFirstSteadyRun(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// Events every 100 ms from 0 s to 30 s, each applied after lag(s).
+	events := func(lag func(s float64) time.Duration) ([]Op, []Effect) {
+		var ops []Op
+		var effects []Effect
+		for i := range 300 {
+			s := float64(i) / 10
+			id := fmt.Sprint(i)
+			ops = append(ops, Op{Outcome: OK, EventID: id, Kind: Good, At: at(s)})
+			effects = append(effects, Effect{EventID: id, AppliedAt: at(s).Add(lag(s))})
+		}
+		return ops, effects
+	}
+	healed := []Line{{Fault: "kill -9 n2", Phase: "start", Op: Op{At: at(-1)}}, {Fault: "kill -9 n2", Phase: "stop", Op: Op{At: at(0)}}}
+	for _, c := range []struct {
+		name string
+		lag  func(s float64) time.Duration
+		took time.Duration
+	}{
+		// T08 with seed 2: fast from the heal, then, 15 s later, the
+		// loaded machine slowed everything for 5 s.
+		{"an excursion long after the heal", func(s float64) time.Duration {
+			if s >= 15 && s < 20 {
+				return 2300 * time.Millisecond
+			}
+			return 300 * time.Millisecond
+		}, 300 * time.Millisecond},
+		// Slow until 2 s, fast for 3 s, slow again until 8 s: recovered
+		// at 8 s, not 2 s.
+		{"a relapse within steadyFor", func(s float64) time.Duration {
+			if s < 2 || s >= 5 && s < 8 {
+				return 3 * time.Second
+			}
+			return 300 * time.Millisecond
+		}, 8300 * time.Millisecond},
+	} {
+		ops, effects := events(c.lag)
+		rs := Recoveries(ops, effects, healed, 2*time.Second, nil)
+		if len(rs) != 1 || rs[0].Took != c.took {
+			t.Errorf("%s: %+v, want took %s", c.name, rs, c.took)
+		}
 	}
 }

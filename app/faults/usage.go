@@ -1,0 +1,162 @@
+package faults
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// usage is what a node holds: goroutines, open files and resident
+// memory, from its /metrics (Go's and the process's collectors).
+type usage struct {
+	goroutines, fds int
+	rss             int64
+}
+
+// readUsage scrapes nd's /metrics.
+func readUsage(nd *node) (usage, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.addr + "/metrics")
+	if err != nil {
+		return usage{}, err
+	}
+	defer resp.Body.Close()
+	var u usage
+	seen := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			continue
+		}
+		switch f[0] {
+		case "go_goroutines":
+			u.goroutines, seen = int(v), seen+1
+		case "process_open_fds":
+			u.fds, seen = int(v), seen+1
+		case "process_resident_memory_bytes":
+			u.rss, seen = int64(v), seen+1
+		}
+	}
+	if seen < 3 {
+		return u, fmt.Errorf("node %s: /metrics lacks go_goroutines, process_open_fds or process_resident_memory_bytes", nd.name)
+	}
+	return u, sc.Err()
+}
+
+// Bounds on what a node may hold at the end of a case, once drained,
+// beyond what it held when the first fault struck. A leak per reconnect,
+// per fault or per request grows past them; the ordinary ebb and flow
+// of work does not.
+const (
+	goroutineSlack = 50
+	fdSlack        = 20
+	rssSlack       = 100 << 20
+)
+
+// leaked says what grew past its bound from before to after; "" when
+// nothing did.
+func leaked(before, after usage) string {
+	var out []string
+	if after.goroutines > before.goroutines+goroutineSlack {
+		out = append(out, fmt.Sprintf("goroutines %d → %d (more than %d more)", before.goroutines, after.goroutines, goroutineSlack))
+	}
+	if after.fds > before.fds+fdSlack {
+		out = append(out, fmt.Sprintf("open files %d → %d (more than %d more)", before.fds, after.fds, fdSlack))
+	}
+	if after.rss > before.rss+rssSlack {
+		out = append(out, fmt.Sprintf("RSS %s → %s (more than %s more)", mib(before.rss), mib(after.rss), mib(rssSlack)))
+	}
+	return strings.Join(out, ", ")
+}
+
+// baseline records what each running node holds, and the probe queue's
+// consumers, as the first fault strikes.
+func (r *run) baseline() {
+	r.before = map[*node]usage{}
+	for _, nd := range r.nodes {
+		if !nd.running() {
+			continue
+		}
+		if u, err := readUsage(nd); err == nil {
+			r.before[nd] = u
+		}
+	}
+	r.backMu.Lock()
+	if n := len(r.samples); n > 0 {
+		r.consumersAtFault = r.samples[n-1].consumers
+	}
+	r.backMu.Unlock()
+}
+
+// judgeResources judges the resources clause, where the case has it:
+// each node that ran from the first fault to the end holds no more
+// goroutines, files and memory than its bounds allow. A node restarted
+// meanwhile is a new process, and not compared.
+func (r *run) judgeResources() {
+	if !r.declares(clauseResources) {
+		return
+	}
+	if len(r.before) == 0 {
+		r.judge(clauseResources, false, "no node's use was read when the first fault struck")
+		return
+	}
+	for _, nd := range r.nodes {
+		before, ok := r.before[nd]
+		if !ok || !nd.running() || nd.restarted {
+			continue
+		}
+		after, err := readUsage(nd)
+		if err != nil {
+			r.judge(clauseResources, false, "%v", err)
+			continue
+		}
+		if l := leaked(before, after); l != "" {
+			r.judge(clauseResources, false, "node %s: %s", nd.name, l)
+			continue
+		}
+		r.judge(clauseResources, true, "node %s: goroutines %d → %d, open files %d → %d, RSS %s → %s", nd.name,
+			before.goroutines, after.goroutines, before.fds, after.fds, mib(before.rss), mib(after.rss))
+	}
+}
+
+// declares reports whether the running case has a clause key it checks.
+func (r *run) declares(key string) bool {
+	for _, c := range r.c.Holds {
+		if c.Key == key && c.Status != NotChecked {
+			return true
+		}
+	}
+	return false
+}
+
+// metric is the sum of the series of a metric nd serves; -1 when /metrics
+// does not answer.
+func (r *run) metric(nd *node, name string) float64 {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line != name && !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
