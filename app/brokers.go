@@ -55,7 +55,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		}
 		// A relay's readiness asks RabbitMQ too; its consumers and failure
 		// publisher connect on first use, which only a worker makes.
-		b, err := amqp.Connect(cfg.AMQP, p.top, p.logger)
+		b, err := amqp.Connect(cfg.AMQP, p.top, cfg.Router.CloseTimeout, p.logger)
 		if err != nil {
 			return err
 		}
