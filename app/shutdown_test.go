@@ -1,0 +1,77 @@
+package app
+
+import (
+	"testing"
+	"time"
+
+	"github.com/moenda/moenda/adapters/testenv"
+)
+
+// TestShutdownLetsTheHandlerInFlightFinish: a handler waits 500 ms on its
+// context, then writes its effect; the platform stops 100 ms into it. The
+// effect is written, the delivery acknowledged, and the next start
+// receives nothing again.
+func TestShutdownLetsTheHandlerInFlightFinish(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	id := publish(t, p, "probe.work.hit.v1", probeOrder{WaitMillis: 500})
+	testenv.Eventually(t, 15*time.Second, "the handler's start", func() bool { return len(s.runs.of(id)) == 1 })
+	time.Sleep(time.Until(s.runs.of(id)[0].Add(100 * time.Millisecond)))
+	at := time.Now()
+	p.stop()
+	took := time.Since(at)
+	if n := s.effects(t, id); n != 1 {
+		t.Fatalf("%d effects after the stop, want the one the handler in flight wrote", n)
+	}
+	if took < 300*time.Millisecond {
+		t.Errorf("the platform stopped in %s, before the handler's 400 ms left", took)
+	}
+	if n := queueReady(t, s.vhost.URL, "probe.work"); n != 0 {
+		t.Fatalf("%d messages back in probe.work after the stop, want 0: the delivery was not acknowledged", n)
+	}
+	again := s.start(t)
+	time.Sleep(time.Second)
+	st := again.stats.Queue("probe.work")
+	if runs, n := len(s.runs.of(id)), s.effects(t, id); runs != 1 || n != 1 || st.Duplicates.Load() != 0 {
+		t.Fatalf("after the restart: %d runs, %d effects, %d duplicates; want 1, 1, 0 (nothing redelivered)", runs, n, st.Duplicates.Load())
+	}
+}
+
+// TestShutdownCancelsAHandlerAtTheEndOfItsGrace: a handler that would
+// wait a minute on its context has it cancelled at nine tenths of
+// router.close_timeout (5 s here); its message goes back to its queue, the
+// platform exits within the close timeout, and the next start applies the
+// event once.
+func TestShutdownCancelsAHandlerAtTheEndOfItsGrace(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	id := publish(t, p, "probe.work.hit.v1", probeOrder{WaitMillis: 60_000})
+	testenv.Eventually(t, 15*time.Second, "the handler's start", func() bool { return len(s.runs.of(id)) == 1 })
+	at := time.Now()
+	p.stop()
+	took := time.Since(at)
+	if took < 4*time.Second || took > 5500*time.Millisecond {
+		t.Errorf("the platform stopped in %s; want the grace of 4.5 s and at most the close timeout of 5 s", took)
+	}
+	if n := s.effects(t, id); n != 0 {
+		t.Fatalf("%d effects after the stop, want 0: the handler was cancelled", n)
+	}
+	if n := queueReady(t, s.vhost.URL, "probe.work"); n != 1 {
+		t.Fatalf("%d messages back in probe.work after the stop, want the cancelled one", n)
+	}
+	s.start(t)
+	testenv.Eventually(t, 15*time.Second, "the event's effect after the restart", func() bool { return s.effects(t, id) == 1 })
+	if runs := len(s.runs.of(id)); runs != 2 {
+		t.Fatalf("%d runs, want 2: the cancelled one and the one after the restart", runs)
+	}
+}
+
+// queueReady is how many messages wait in queue, not delivered.
+func queueReady(t *testing.T, url, queue string) int {
+	t.Helper()
+	state, err := testenv.Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state.Messages
+}
