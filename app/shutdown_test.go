@@ -32,8 +32,8 @@ func TestShutdownLetsTheHandlerInFlightFinish(t *testing.T) {
 	again := s.start(t)
 	time.Sleep(time.Second)
 	st := again.stats.Queue("probe.work")
-	if runs, n := len(s.runs.of(id)), s.effects(t, id); runs != 1 || n != 1 || st.Duplicates.Load() != 0 {
-		t.Fatalf("after the restart: %d runs, %d effects, %d duplicates; want 1, 1, 0 (nothing redelivered)", runs, n, st.Duplicates.Load())
+	if runs, n := len(s.runs.of(id)), s.effects(t, id); runs != 1 || n != 1 || st.Duplicates.Load() != 0 || st.Redelivered.Load() != 0 {
+		t.Fatalf("after the restart: %d runs, %d effects, %d duplicates, %d redeliveries; want 1, 1, 0, 0", runs, n, st.Duplicates.Load(), st.Redelivered.Load())
 	}
 }
 
@@ -59,10 +59,13 @@ func TestShutdownCancelsAHandlerAtTheEndOfItsGrace(t *testing.T) {
 	if n := queueReady(t, s.vhost.URL, "probe.work"); n != 1 {
 		t.Fatalf("%d messages back in probe.work after the stop, want the cancelled one", n)
 	}
-	s.start(t)
+	again := s.start(t)
 	testenv.Eventually(t, 15*time.Second, "the event's effect after the restart", func() bool { return s.effects(t, id) == 1 })
 	if runs := len(s.runs.of(id)); runs != 2 {
 		t.Fatalf("%d runs, want 2: the cancelled one and the one after the restart", runs)
+	}
+	if n := again.stats.Queue("probe.work").Redelivered.Load(); n != 1 {
+		t.Fatalf("%d redeliveries counted after the restart, want 1", n)
 	}
 }
 

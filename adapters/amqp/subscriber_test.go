@@ -18,6 +18,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // TestSubscriberUniversalPubSub runs Watermill's pub/sub test suite against
@@ -561,6 +562,9 @@ func TestSubscriberGraceIsBounded(t *testing.T) {
 	for !allSeen(seen, ids) {
 		msg := nextMessage(t, out)
 		seen[msg.UUID]++
+		if msg.Metadata.Get(event.MetaRedelivered) != "true" {
+			t.Errorf("message %s came again without %s", msg.UUID, event.MetaRedelivered)
+		}
 		msg.Ack()
 	}
 }
