@@ -86,7 +86,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 			return err
 		}
 		p.closers = append(p.closers, failures.Close)
-		sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, p.logger)
+		sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, cfg.Router.CloseTimeout, p.logger)
 		if err != nil {
 			return err
 		}
