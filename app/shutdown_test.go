@@ -1,6 +1,11 @@
 package app
 
 import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,4 +82,37 @@ func queueReady(t *testing.T, url, queue string) int {
 		t.Fatal(err)
 	}
 	return state.Messages
+}
+
+// TestAWebhookInFlightAtShutdownIsCalledOnce: a tarefa's webhook is in
+// flight (the receiver answers after 2 s) when the platform stops. The
+// call finishes, and the platform started again on the same database and
+// vhost does not call it a second time.
+func TestAWebhookInFlightAtShutdownIsCalledOnce(t *testing.T) {
+	var calls atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		_, _ = io.ReadAll(r.Body)
+		time.Sleep(2 * time.Second)
+	}))
+	defer hook.Close()
+	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
+	environ := []string{"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL,
+		"MOENDA_HANDLERS__NOTIFICACOES__NOTIFIER=webhook", "MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URL=" + hook.URL}
+	p := start(t, "test", environ...)
+	code, task := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 7, "titulo": "Lenta"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST /tarefas = %d %v", code, task)
+	}
+	if code, body := call(t, "PATCH", fmt.Sprintf("%s/tarefas/%d/concluir", p.base, int(task["id"].(float64))), `{"usuario_id": 7}`); code != http.StatusOK {
+		t.Fatalf("PATCH = %d %v", code, body)
+	}
+	testenv.Eventually(t, 20*time.Second, "the webhook call", func() bool { return calls.Load() == 1 })
+	time.Sleep(100 * time.Millisecond)
+	p.stop()
+	start(t, "test", environ...)
+	time.Sleep(3 * time.Second)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the webhook was called %d times, want once", n)
+	}
 }
