@@ -13,7 +13,6 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/redact"
-	"github.com/moenda/moenda/handlers/event"
 )
 
 // Reconnect backoff and dial timeout of the Subscriber.
@@ -53,8 +52,8 @@ type Subscriber struct {
 	prefetch int
 	logger   *slog.Logger
 	// grace is how long messages in hand keep their contexts once their
-	// subscription ends; answerWindow how long after that an answer given to a
-	// cancelled message is still passed on.
+	// subscription ends; answerWindow how long after that the answer of a
+	// cancelled message's handler is still passed on.
 	grace, answerWindow time.Duration
 
 	// life ends when Close is called; every subscription's context
@@ -272,7 +271,7 @@ func (s *Subscriber) settle(hand context.Context, queue string, d amqp091.Delive
 			acked = true
 		case <-msg.Nacked():
 		case <-late.C:
-			s.logger.Warn("amqp: a handler did not answer by the end of the close timeout; the broker redelivers its message", "queue", queue, "event_id", msg.UUID, "correlation_id", msg.Metadata.Get(event.MetaCorrelationID))
+			s.logger.Warn("amqp: a handler did not answer by the end of the close timeout; the broker redelivers its message", "queue", queue, "event_id", d.MessageId, "correlation_id", d.CorrelationId)
 			return
 		}
 	}
