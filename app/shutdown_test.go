@@ -116,3 +116,26 @@ func TestAWebhookInFlightAtShutdownIsCalledOnce(t *testing.T) {
 		t.Fatalf("the webhook was called %d times, want once", n)
 	}
 }
+
+// TestShutdownDuringARetryBackoffRequeues: a handler fails, and its
+// message waits in the immediate retries' backoff (3 s, then 6 s) when
+// the platform stops. The retry at 3 s runs within the grace period and
+// fails again; the grace ends (4.5 s) in the next backoff, and the message
+// goes back to its queue, not lost: the next start applies it once.
+func TestShutdownDuringARetryBackoffRequeues(t *testing.T) {
+	s := newProbeStack(t)
+	s.extra = []string{"MOENDA_TOPOLOGY__FAILURE__IMMEDIATE_INTERVAL=3s"}
+	p := s.start(t)
+	id := publish(t, p, "probe.work.hit.v1", probeOrder{Fail: 2})
+	testenv.Eventually(t, 15*time.Second, "the first failed run", func() bool { return len(s.runs.of(id)) == 1 })
+	time.Sleep(100 * time.Millisecond)
+	p.stop()
+	if runs := len(s.runs.of(id)); runs != 2 {
+		t.Fatalf("%d runs before the stop ended, want 2: the retry due within the grace period runs", runs)
+	}
+	if n := queueReady(t, s.vhost.URL, "probe.work"); n != 1 {
+		t.Fatalf("%d messages back in probe.work after the stop, want the one cut off in its backoff", n)
+	}
+	s.start(t)
+	testenv.Eventually(t, 15*time.Second, "the event's effect after the restart", func() bool { return s.effects(t, id) == 1 })
+}
