@@ -55,7 +55,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		}
 		// A relay's readiness asks RabbitMQ too; its consumers and failure
 		// publisher connect on first use, which only a worker makes.
-		b, err := amqp.Connect(cfg.AMQP, p.top, p.logger)
+		b, err := amqp.Connect(cfg.AMQP, p.top, cfg.Router.CloseTimeout, p.logger)
 		if err != nil {
 			return err
 		}
@@ -86,7 +86,7 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 			return err
 		}
 		p.closers = append(p.closers, failures.Close)
-		sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, p.logger)
+		sub, err := kafka.NewSubscriber(cfg.Kafka, p.top, group, cfg.Router.CloseTimeout, p.logger)
 		if err != nil {
 			return err
 		}

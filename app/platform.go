@@ -219,7 +219,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog).Limit(cfg.maxEventBytes()), p.wakeRelays)
 		p.tx, p.inbox = txr, txr
 	case BrokerMemory:
-		b := memory.NewBroker(p.top, wlog)
+		b := memory.NewBroker(p.top, cfg.Router.CloseTimeout, wlog)
 		p.broker = broker{subscriber: b.Subscriber, sink: b, ready: func() error { return nil }, close: b.Close}
 		p.closers = append(p.closers, p.broker.close)
 		txr := memory.NewTransactor(b.Publisher, routable)

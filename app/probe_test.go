@@ -31,6 +31,10 @@ type probeOrder struct {
 	// then waits inside the transaction until the process is killed
 	// (unless PROBE_NO_HOLD is set, as in the restarted process).
 	Hold string `json:"hold,omitempty"`
+	// WaitMillis, on the first run, is how long the handler waits on its
+	// context before its unit of work, as a call to a slow service would;
+	// it fails with the context's error if the context ends first.
+	WaitMillis int `json:"wait_ms,omitempty"`
 }
 
 // probeRuns records the runs of each event's handler.
@@ -73,6 +77,13 @@ func probePlugin(runs *probeRuns) handlers.Definition {
 					return event.Permanent(err)
 				}
 				n := runs.add(e.ID)
+				if o.WaitMillis > 0 && n == 1 {
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(time.Duration(o.WaitMillis) * time.Millisecond):
+					}
+				}
 				return deps.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 					if _, err := tx.Postgres().Exec(ctx, `INSERT INTO probe_effects (queue, event_id) VALUES ($1, $2)`, queue, e.ID); err != nil {
 						return err

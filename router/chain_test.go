@@ -30,7 +30,7 @@ func chainRun(t *testing.T, handle func(ctx context.Context, e event.Event) erro
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := memory.NewBroker(top, wlog)
+	b := memory.NewBroker(top, time.Second, wlog)
 	defer b.Close()
 	r, err := New(Config{CloseTimeout: time.Second}, wlog)
 	if err != nil {

@@ -22,11 +22,16 @@ var errNotDecoded = errors.New("the chain ran the handler without decoding the m
 // receives everything, and subscribers ignore unknown types. A handled
 // type in a version not in handles fails permanently (unknown_version). A
 // body over maxBytes (when positive) fails permanently (too_large)
-// unread: a handler's memory is not for whatever a client published.
+// unread: a handler's memory is not for whatever a client published. A
+// delivery the broker marked as redelivered is counted (Redelivered)
+// before anything else.
 func Decode(envelope string, handles []string, maxBytes int, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
 	versions := versionsOf(handles)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
+			if msg.Metadata.Get(event.MetaRedelivered) != "" {
+				stats.Redelivered.Add(1)
+			}
 			if maxBytes > 0 && len(msg.Payload) > maxBytes {
 				return nil, event.Reject(event.ReasonTooLarge, fmt.Errorf("the body is %d bytes, more than router.max_message_bytes (%d)", len(msg.Payload), maxBytes))
 			}

@@ -9,6 +9,21 @@ import (
 	"github.com/moenda/moenda/handlers/event"
 )
 
+// TestDecodeCountsRedeliveries: a delivery the broker marked as
+// redelivered is counted, whatever becomes of it; a first delivery is not.
+func TestDecodeCountsRedeliveries(t *testing.T) {
+	stats := NewStats(false).Queue("q")
+	h := Decode("", nil, 1024, stats, logger)(handlerFunc(func(*message.Message) error { return nil }))
+	first := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	again := message.NewMessage(watermill.NewUUID(), []byte(`{}`))
+	again.Metadata.Set(event.MetaRedelivered, "true")
+	_, _ = h(first)
+	_, _ = h(again)
+	if n := stats.Redelivered.Load(); n != 1 {
+		t.Fatalf("%d redeliveries counted, want 1", n)
+	}
+}
+
 func TestDecode(t *testing.T) {
 	valid := func(name string) []byte {
 		return []byte(`{"event_id":"550e8400-e29b-41d4-a716-446655440000","event_name":"` + name + `","occurred_at":"2026-01-15T10:30:00Z","correlation_id":"c-1","payload":{}}`)

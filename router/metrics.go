@@ -35,6 +35,7 @@ var (
 	descDeadLettered = prometheus.NewDesc("moenda_messages_dead_lettered_total", "Messages sent to the dead-letter queue, by reason class.", []string{"queue", "handler", "reason"}, nil)
 	descDuplicates   = prometheus.NewDesc("moenda_messages_deduplicated_total", "Deliveries of an event the queue had processed, acknowledged without running the handler.", []string{"queue", "handler"}, nil)
 	descIgnored      = prometheus.NewDesc("moenda_messages_ignored_total", "Events of a type the handler does not handle, acknowledged.", []string{"queue", "handler"}, nil)
+	descRedelivered  = prometheus.NewDesc("moenda_messages_redelivered_total", "Deliveries the broker had handed out before: to a consumer that stopped or crashed with them in hand, or that requeued them.", []string{"queue", "handler"}, nil)
 )
 
 // Collect implements prometheus.Collector: the counters are read when
@@ -54,6 +55,7 @@ func (s *Stats) Collect(ch chan<- prometheus.Metric) {
 		counter(descRetried, q.RetriedLater.Load(), "delayed")
 		counter(descDuplicates, q.Duplicates.Load())
 		counter(descIgnored, q.Ignored.Load())
+		counter(descRedelivered, q.Redelivered.Load())
 		for reason, n := range q.DeadLettered() {
 			counter(descDeadLettered, n, reason)
 		}

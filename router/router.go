@@ -19,7 +19,12 @@ import (
 // Config is what YAML sets for the router. The retry schedules and dead
 // letters are per queue, in topology.failure.
 type Config struct {
-	// CloseTimeout bounds how long handlers may finish at shutdown.
+	// CloseTimeout bounds how long handlers may finish at shutdown. The
+	// consumers stop taking deliveries at once; the messages in hand keep
+	// their contexts for nine tenths of it (the subscribers see to that,
+	// since Watermill closes them before it waits for the handlers), and
+	// the last tenth lets a handler cancelled then send its message back
+	// to its queue.
 	CloseTimeout time.Duration `koanf:"close_timeout"`
 	// MaxMessageBytes bounds the body of a consumed message: a larger one
 	// goes to the dead-letter queue (too_large) without being decoded.

@@ -57,6 +57,9 @@ type QueueStats struct {
 	Duplicates atomic.Int64
 	// Ignored are events of a type the handler does not handle.
 	Ignored atomic.Int64
+	// Redelivered are deliveries the broker had handed out before
+	// (event.MetaRedelivered).
+	Redelivered atomic.Int64
 
 	// handler names the route's handler, and duration times its runs;
 	// both are set when the route is added.

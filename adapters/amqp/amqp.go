@@ -92,13 +92,15 @@ type Broker struct {
 
 // Connect makes the consumer, the failure publisher and the readiness
 // probe, each with its own connection to one of cfg's nodes; each
-// (re)connects by itself when its node goes away.
-func Connect(cfg Config, top *topology.Topology, logger *slog.Logger) (*Broker, error) {
+// (re)connects by itself when its node goes away. closeTimeout bounds how
+// long the consumer lets the messages in hand finish once it is closed
+// (NewSubscriber).
+func Connect(cfg Config, top *topology.Topology, closeTimeout time.Duration, logger *slog.Logger) (*Broker, error) {
 	probeNodes, err := newNodes(cfg.Nodes())
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
-	sub, err := NewSubscriber(cfg.Nodes(), cfg.Prefetch, logger)
+	sub, err := NewSubscriber(cfg.Nodes(), cfg.Prefetch, closeTimeout, logger)
 	if err != nil {
 		return nil, err
 	}

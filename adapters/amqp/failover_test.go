@@ -71,7 +71,7 @@ func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 	if err != nil || !slices.Equal(left, []string{q}) {
 		t.Fatalf("ExistingQueues = %v, %v; want [%s]", left, err, q)
 	}
-	b, err := Connect(Config{URLs: urls, Prefetch: 10}, top, testenv.Logger())
+	b, err := Connect(Config{URLs: urls, Prefetch: 10}, top, 5*time.Second, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	if err := Declare(ctx, urls, top); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := NewSubscriber(urls, 50, testenv.Logger())
+	sub, err := NewSubscriber(urls, 50, 5*time.Second, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

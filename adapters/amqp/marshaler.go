@@ -19,7 +19,7 @@ type Marshaler struct{}
 // Metadata that become properties, or describe a delivery, not headers.
 var notHeaders = map[string]bool{
 	event.MetaName: true, event.MetaCorrelationID: true, event.MetaOccurredAt: true,
-	event.MetaDeliveryExchange: true, event.MetaDeliveryRoutingKey: true,
+	event.MetaDeliveryExchange: true, event.MetaDeliveryRoutingKey: true, event.MetaRedelivered: true,
 }
 
 // brokerHeaders are set by RabbitMQ itself when it dead-letters or
@@ -83,5 +83,8 @@ func (Marshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	}
 	msg.Metadata.Set(event.MetaDeliveryExchange, d.Exchange)
 	msg.Metadata.Set(event.MetaDeliveryRoutingKey, d.RoutingKey)
+	if d.Redelivered {
+		msg.Metadata.Set(event.MetaRedelivered, "true")
+	}
 	return msg, nil
 }

@@ -40,10 +40,21 @@ var ErrSubscriberClosed = errors.New("amqp: subscriber is closed")
 // consumes again on the same output channel, logging once when it does,
 // with the node. Messages handed out before the loss cannot be acked any
 // more: the broker redelivers them.
+//
+// A subscription that ends (Close, or its context) stops taking
+// deliveries at once but lets the messages in hand finish: their contexts
+// live on for the grace period (see NewSubscriber), so a handler's effects
+// are not cut off and repeated after a restart. Watermill's router closes
+// its subscriber before it waits for its handlers; ending the messages'
+// contexts there would cancel every handler in flight.
 type Subscriber struct {
 	nodes    *nodes
 	prefetch int
 	logger   *slog.Logger
+	// grace is how long messages in hand keep their contexts once their
+	// subscription ends; answerWindow how long after that the answer of a
+	// cancelled message's handler is still passed on.
+	grace, answerWindow time.Duration
 
 	// life ends when Close is called; every subscription's context
 	// derives from it.
@@ -66,7 +77,13 @@ type Subscriber struct {
 // one cluster, with at most prefetch unacknowledged deliveries per
 // subscription. It connects on the first Subscribe, which fails if no node
 // can be reached. A nil logger discards logs.
-func NewSubscriber(urls []string, prefetch int, logger *slog.Logger) (*Subscriber, error) {
+//
+// closeTimeout bounds a subscription's end: the messages in hand keep
+// their contexts for nine tenths of it, so their handlers can finish and
+// be acknowledged; then their contexts end, and the last tenth lets the
+// handlers' answers (a requeue, as a rule) reach the broker. A delivery
+// still unanswered then is requeued by the broker when the channel closes.
+func NewSubscriber(urls []string, prefetch int, closeTimeout time.Duration, logger *slog.Logger) (*Subscriber, error) {
 	n, err := newNodes(urls)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: subscriber: %w", err)
@@ -74,18 +91,24 @@ func NewSubscriber(urls []string, prefetch int, logger *slog.Logger) (*Subscribe
 	if prefetch < 1 {
 		return nil, fmt.Errorf("amqp: subscriber: prefetch must be at least 1, got %d", prefetch)
 	}
+	if closeTimeout <= 0 {
+		return nil, fmt.Errorf("amqp: subscriber: the close timeout must be positive, got %s", closeTimeout)
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	life, stop := context.WithCancel(context.Background())
-	return &Subscriber{nodes: n, prefetch: prefetch, logger: logger, life: life, stop: stop}, nil
+	window := closeTimeout / 10
+	return &Subscriber{nodes: n, prefetch: prefetch, logger: logger, grace: closeTimeout - window, answerWindow: window, life: life, stop: stop}, nil
 }
 
 // Subscribe consumes queue, which must already be declared, until ctx ends
-// or the subscriber is closed; then the returned channel is closed. A
-// message is acked when the handler acks it and requeued when it nacks it.
-// Each message's context ends once it is acked or nacked, or when the
-// subscription ends.
+// or the subscriber is closed; then the returned channel is closed at
+// once, and the deliveries the broker sent that were not handed out yet
+// are requeued. A message is acked when the handler acks it and requeued
+// when it nacks it. Each message's context keeps ctx's values, and ends
+// once the message is acked or nacked, or at the end of the grace period
+// that follows the subscription's end.
 func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
 	if queue == "" {
 		return nil, errors.New("amqp: subscribe: queue name is empty")
@@ -98,12 +121,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 	s.subs.Add(1)
 	s.mu.Unlock()
 
+	// hand is the messages' contexts' parent: it outlives ctx, ending
+	// only at the end of the grace period that follows the subscription.
+	hand, endHand := context.WithCancel(context.WithoutCancel(ctx))
 	ctx, cancel := context.WithCancel(ctx)
 	stopOnClose := context.AfterFunc(s.life, cancel)
 	c, err := s.consume(ctx, queue)
 	if err != nil {
 		stopOnClose()
 		cancel()
+		endHand()
 		s.subs.Done()
 		return nil, fmt.Errorf("amqp: consume queue %q: %w", queue, err)
 	}
@@ -112,10 +139,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 		defer s.subs.Done()
 		defer stopOnClose()
 		defer cancel()
-		s.run(ctx, queue, c, out)
+		defer endHand()
+		s.run(ctx, hand, endHand, queue, c, out)
 	}()
 	return out, nil
 }
+
+// consumerTag names the one consumer of each of the subscriber's
+// channels, so that it can be cancelled.
+const consumerTag = "moenda"
 
 // consuming is one channel consuming a queue.
 type consuming struct {
@@ -129,19 +161,23 @@ type consuming struct {
 }
 
 // run hands over deliveries until ctx ends, consuming again whenever the
-// channel is lost, then waits for pending acks, closes the channel and
-// closes out.
-func (s *Subscriber) run(ctx context.Context, queue string, c consuming, out chan<- *message.Message) {
-	defer close(out)
+// channel is lost. Then it closes out, stops the consumer, and waits for
+// the messages in hand to be answered, ending their contexts (hand) after
+// the grace period, before it closes the channel.
+func (s *Subscriber) run(ctx, hand context.Context, endHand context.CancelFunc, queue string, c consuming, out chan<- *message.Message) {
 	var pending sync.WaitGroup
 	defer func() {
-		// Acks already signalled reach the broker before the channel
-		// closes; the rest are requeued by the broker.
+		close(out)
+		grace := time.AfterFunc(s.grace, endHand)
+		defer grace.Stop()
+		s.stopConsuming(queue, c)
+		// Answers given in time reach the broker before the channel
+		// closes; the broker requeues the rest.
 		pending.Wait()
 		_ = c.ch.Close()
 	}()
 	for {
-		if !s.dispatch(ctx, queue, c, out, &pending) {
+		if !s.dispatch(ctx, hand, queue, c, out, &pending) {
 			return
 		}
 		lost := time.Now()
@@ -156,11 +192,31 @@ func (s *Subscriber) run(ctx context.Context, queue string, c consuming, out cha
 	}
 }
 
+// stopConsuming cancels c's consumer, so the broker sends no more, and
+// requeues at once what it sent before the cancel that was not handed
+// out, for another consumer to take without waiting for the channel to
+// close. On a channel already lost there is nothing to do: the broker
+// requeued its deliveries.
+func (s *Subscriber) stopConsuming(queue string, c consuming) {
+	if err := c.ch.Cancel(consumerTag, false); err != nil {
+		return
+	}
+	requeued := 0
+	for d := range c.deliveries {
+		if d.Nack(false, true) == nil {
+			requeued++
+		}
+	}
+	if requeued > 0 {
+		s.logger.Debug("amqp: deliveries not handed out went back to their queue", "queue", queue, "deliveries", requeued)
+	}
+}
+
 // dispatch sends each delivery on out without waiting for earlier ones to
-// be acked. It returns false when ctx ends and true when deliveries stop
-// (the channel or connection was lost, or the broker cancelled the
-// consumer).
-func (s *Subscriber) dispatch(ctx context.Context, queue string, c consuming, out chan<- *message.Message, pending *sync.WaitGroup) bool {
+// be acked, with a context derived from hand. It returns false when ctx
+// ends and true when deliveries stop (the channel or connection was lost,
+// or the broker cancelled the consumer).
+func (s *Subscriber) dispatch(ctx, hand context.Context, queue string, c consuming, out chan<- *message.Message, pending *sync.WaitGroup) bool {
 	for {
 		var d amqp091.Delivery
 		select {
@@ -179,39 +235,43 @@ func (s *Subscriber) dispatch(ctx context.Context, queue string, c consuming, ou
 			s.logger.Error("amqp: delivery cannot be decoded; left unacknowledged", "queue", queue, "message_id", d.MessageId, "error", err)
 			continue
 		}
-		msgCtx, done := context.WithCancel(ctx)
+		msgCtx, done := context.WithCancel(hand)
 		msg.SetContext(msgCtx)
 		select {
 		case out <- msg:
 		case <-ctx.Done():
 			done()
-			return false // not handed out: the broker requeues it
+			_ = d.Nack(false, true) // not handed out: back to the queue
+			return false
 		}
 		pending.Add(1)
 		go func() {
 			defer pending.Done()
 			defer done()
-			s.settle(ctx, queue, d, msg)
+			s.settle(hand, queue, d, msg)
 		}()
 	}
 }
 
-// settle acks or requeues d once the handler has acked or nacked msg. When
-// the subscription ends first, an ack or nack already given is still
-// passed on; otherwise the broker requeues the delivery when the channel
-// closes.
-func (s *Subscriber) settle(ctx context.Context, queue string, d amqp091.Delivery, msg *message.Message) {
+// settle acks or requeues d once the handler has acked or nacked msg.
+// When the grace period ends first (hand), the message's context ends, and
+// an answer given within the answer window that follows is still passed
+// on; otherwise the broker requeues the delivery when the channel closes.
+func (s *Subscriber) settle(hand context.Context, queue string, d amqp091.Delivery, msg *message.Message) {
 	var acked bool
 	select {
 	case <-msg.Acked():
 		acked = true
 	case <-msg.Nacked():
-	case <-ctx.Done():
+	case <-hand.Done():
+		late := time.NewTimer(s.answerWindow)
+		defer late.Stop()
 		select {
 		case <-msg.Acked():
 			acked = true
 		case <-msg.Nacked():
-		default:
+		case <-late.C:
+			s.logger.Warn("amqp: a handler did not answer by the end of the close timeout; the broker redelivers its message", "queue", queue, "event_id", d.MessageId, "correlation_id", d.CorrelationId)
 			return
 		}
 	}
@@ -264,7 +324,7 @@ func (s *Subscriber) consume(ctx context.Context, queue string) (consuming, erro
 		return consuming{}, fmt.Errorf("set prefetch: %w", err)
 	}
 	closes := ch.NotifyClose(make(chan *amqp091.Error, 1))
-	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	deliveries, err := ch.Consume(queue, consumerTag, false, false, false, false, nil)
 	if err != nil {
 		_ = ch.Close()
 		return consuming{}, err
@@ -326,10 +386,12 @@ func lossReason(closes <-chan *amqp091.Error) error {
 	return errors.New("the broker cancelled the consumer")
 }
 
-// Close stops every subscription, waits for them to pass on acks already
-// given, closes their channels and output channels, then the connection.
-// Messages handed out and not yet acked are requeued by the broker. It is
-// idempotent and safe to call while handlers ack.
+// Close stops every subscription and closes its output channel at once,
+// then waits for the messages in hand to be answered (ending their
+// contexts after the grace period: see NewSubscriber) and passes the
+// answers on, then closes the channels and the connection. Messages not
+// answered by then are requeued by the broker. It is idempotent and safe
+// to call while handlers ack.
 func (s *Subscriber) Close() error {
 	var err error
 	s.once.Do(func() {

@@ -18,6 +18,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // TestSubscriberUniversalPubSub runs Watermill's pub/sub test suite against
@@ -31,7 +32,7 @@ func TestSubscriberUniversalPubSub(t *testing.T) {
 	logger := testenv.Logger()
 	newPubSub := func(t *testing.T) (message.Publisher, message.Subscriber) {
 		pub := newTestPublisher(t, vhost.URL)
-		sub, err := NewSubscriber([]string{vhost.URL}, 50, logger)
+		sub, err := NewSubscriber([]string{vhost.URL}, 50, time.Second, logger)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +104,7 @@ func TestNewSubscriberValidates(t *testing.T) {
 		{"http://127.0.0.1:5672/", 10, "url"},
 		{"amqp://guest:guest@127.0.0.1:5672/", 0, "prefetch must be at least 1, got 0"},
 	} {
-		_, err := NewSubscriber([]string{c.url}, c.prefetch, nil)
+		_, err := NewSubscriber([]string{c.url}, c.prefetch, time.Second, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewSubscriber(%q, %d) = %v, want an error containing %q", c.url, c.prefetch, err, c.want)
 		}
@@ -113,7 +114,7 @@ func TestNewSubscriberValidates(t *testing.T) {
 func TestSubscriberSubscribeFailsClearly(t *testing.T) {
 	t.Run("broker down", func(t *testing.T) {
 		// Nothing listens on port 1.
-		sub, err := NewSubscriber([]string{"amqp://guest:secret@127.0.0.1:1/"}, 1, testenv.Logger())
+		sub, err := NewSubscriber([]string{"amqp://guest:secret@127.0.0.1:1/"}, 1, time.Second, testenv.Logger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +139,7 @@ func TestSubscriberSubscribeFailsClearly(t *testing.T) {
 		}
 	})
 	t.Run("closed", func(t *testing.T) {
-		sub, err := NewSubscriber([]string{"amqp://guest:guest@127.0.0.1:5672/"}, 1, nil)
+		sub, err := NewSubscriber([]string{"amqp://guest:guest@127.0.0.1:5672/"}, 1, time.Second, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +213,7 @@ func subscribedWithLogs(t *testing.T) (testenv.VHost, string, *levelCounter, <-c
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	logs := &levelCounter{Handler: testenv.Logger().Handler(), counts: map[slog.Level]int{}}
-	sub, err := NewSubscriber([]string{vhost.URL}, 10, slog.New(logs))
+	sub, err := NewSubscriber([]string{vhost.URL}, 10, 5*time.Second, slog.New(logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestSubscriberCloseWhileAcking(t *testing.T) {
 	// consume hands each message to a handler goroutine that acks after a
 	// short, varying delay, and closes the subscriber once done says so.
 	consume := func(done func(received int) bool) {
-		sub, err := NewSubscriber([]string{vhost.URL}, 50, testenv.Logger())
+		sub, err := NewSubscriber([]string{vhost.URL}, 50, 5*time.Second, testenv.Logger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -418,8 +419,9 @@ func TestSubscriberNackRequeues(t *testing.T) {
 }
 
 // TestSubscriberEndsWithContext: cancelling Subscribe's context closes the
-// output channel and ends the contexts of messages in hand, whose
-// deliveries the broker then requeues.
+// output channel at once, while the message in hand keeps its context and
+// its ack, given after the cancel, still reaches the broker: nothing comes
+// again.
 func TestSubscriberEndsWithContext(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
@@ -430,14 +432,9 @@ func TestSubscriberEndsWithContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := publishMessages(t, vhost.URL, q, 1)[0]
+	publishMessages(t, vhost.URL, q, 1)
 	msg := nextMessage(t, out)
 	cancel()
-	select {
-	case <-msg.Context().Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("message context did not end with the subscription")
-	}
 	select {
 	case _, open := <-out:
 		if open {
@@ -446,20 +443,204 @@ func TestSubscriberEndsWithContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("output channel not closed after the context ended")
 	}
-	msg.Ack() // too late: the channel is closed
+	select {
+	case <-msg.Context().Done():
+		t.Fatal("the context of the message in hand ended with the subscription")
+	case <-time.After(200 * time.Millisecond):
+	}
+	msg.Ack()
+	select {
+	case <-msg.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("message context did not end after Ack")
+	}
+	if n := readyMessages(t, vhost.URL, q); n != 0 {
+		t.Fatalf("%d messages back in the queue after the ack, want 0", n)
+	}
+	expectNothing(t, sub, q, 500*time.Millisecond)
+}
 
-	out, err = sub.Subscribe(context.Background(), q)
+// TestSubscriberCloseLetsHandlersFinish: a router handler waits 500 ms on
+// its message's context, then records the message; the router closes
+// 100 ms into it. The context is not cancelled, the handler finishes, its
+// ack reaches the broker, and a new subscriber receives nothing.
+func TestSubscriberCloseLetsHandlersFinish(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	sub, err := NewSubscriber([]string{vhost.URL}, 5, 5*time.Second, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again := nextMessage(t, out); again.UUID != id {
-		t.Fatalf("got %s, want the unacked %s again", again.UUID, id)
+	started := make(chan struct{}, 1)
+	finished := make(chan error, 1)
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NewSlogLogger(testenv.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddConsumerHandler("test", q, sub, func(msg *message.Message) error {
+		started <- struct{}{}
+		select {
+		case <-msg.Context().Done():
+			finished <- msg.Context().Err()
+			return msg.Context().Err()
+		case <-time.After(500 * time.Millisecond):
+			finished <- nil
+			return nil
+		}
+	})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	<-r.Running()
+	publishMessages(t, vhost.URL, q, 1)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the handler did not start")
+	}
+	time.Sleep(100 * time.Millisecond)
+	at := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatalf("router Close: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-finished; err != nil {
+		t.Fatalf("the handler's context ended %s after the close: %v", time.Since(at).Round(time.Millisecond), err)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := readyMessages(t, vhost.URL, q); n != 0 {
+		t.Fatalf("%d messages back in the queue after the handler acked, want 0", n)
+	}
+	expectNothing(t, newTestSubscriber(t, vhost.URL, 5), q, 500*time.Millisecond)
+}
+
+// TestSubscriberGraceIsBounded: with a close timeout of 1 s, the context
+// of a message whose handler never answers on its own ends at nine tenths
+// of it; a handler that then nacks has its message requeued, and Close
+// returns within the close timeout even while another handler never
+// answers at all, whose message the broker redelivers.
+func TestSubscriberGraceIsBounded(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	sub, err := NewSubscriber([]string{vhost.URL}, 5, time.Second, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sub.Subscribe(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := publishMessages(t, vhost.URL, q, 2)
+	polite, deaf := nextMessage(t, out), nextMessage(t, out) // deaf is never answered
+	_ = deaf
+	ended := make(chan time.Duration, 1)
+	at := time.Now()
+	go func() {
+		<-polite.Context().Done()
+		ended <- time.Since(at)
+		polite.Nack()
+	}()
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(at)
+	if took > 1300*time.Millisecond {
+		t.Fatalf("Close took %s, want at most the close timeout of 1s", took)
+	}
+	if d := <-ended; d < 800*time.Millisecond || d > 1100*time.Millisecond {
+		t.Fatalf("the message's context ended %s after Close began, want about 900ms", d)
+	}
+	again := newTestSubscriber(t, vhost.URL, 5)
+	out, err = again.Subscribe(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for !allSeen(seen, ids) {
+		msg := nextMessage(t, out)
+		seen[msg.UUID]++
+		if msg.Metadata.Get(event.MetaRedelivered) != "true" {
+			t.Errorf("message %s came again without %s", msg.UUID, event.MetaRedelivered)
+		}
+		msg.Ack()
+	}
+}
+
+// TestSubscriberStopsTakingAtOnce: once a subscription ends, the
+// deliveries the broker had sent it that were not handed out go back to
+// the queue at once, and another consumer handles them while the first
+// still holds its message in hand.
+func TestSubscriberStopsTakingAtOnce(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	sub := newTestSubscriber(t, vhost.URL, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := sub.Subscribe(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := publishMessages(t, vhost.URL, q, 10)
+	held := nextMessage(t, out) // the others wait in the subscriber
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	other := newTestSubscriber(t, vhost.URL, 10)
+	out2, err := other.Subscribe(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{held.UUID: 1}
+	for !allSeen(seen, ids) {
+		msg := nextMessage(t, out2)
+		seen[msg.UUID]++
+		msg.Ack()
+	}
+	if seen[held.UUID] != 1 {
+		t.Fatalf("the message in hand was delivered again while its handler held it")
+	}
+	select {
+	case <-held.Context().Done():
+		t.Fatal("the context of the message in hand ended before its grace period")
+	default:
+	}
+	held.Ack()
+}
+
+// readyMessages is how many messages wait in queue, not delivered.
+func readyMessages(t *testing.T, url, queue string) int {
+	t.Helper()
+	state, err := testenv.Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state.Messages
+}
+
+// expectNothing subscribes to queue with sub and fails if a message comes
+// within d.
+func expectNothing(t *testing.T, sub *Subscriber, queue string, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := sub.Subscribe(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case msg, ok := <-out:
+		if ok {
+			t.Fatalf("message %s delivered again", msg.UUID)
+		}
+	case <-time.After(d):
 	}
 }
 
 func newTestSubscriber(t *testing.T, url string, prefetch int) *Subscriber {
 	t.Helper()
-	sub, err := NewSubscriber([]string{url}, prefetch, testenv.Logger())
+	sub, err := NewSubscriber([]string{url}, prefetch, 5*time.Second, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ type reader struct {
 
 func read(t *testing.T, cfg kafka.Config, top *topology.Topology, queue, group string, handle func(*message.Message)) *reader {
 	t.Helper()
-	sub, err := kafka.NewSubscriber(cfg, top, func(string) string { return group }, testenv.Logger())
+	sub, err := kafka.NewSubscriber(cfg, top, func(string) string { return group }, 5*time.Second, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,4 +227,96 @@ func TestEmbeddedClusterIsSharedByTheProcessesOfOneMachine(t *testing.T) {
 	if err := kafka.Ping(cfg); err != nil {
 		t.Fatalf("the first cluster stopped with the second caller: %v", err)
 	}
+}
+
+// TestAClosedSubscriberLetsTheMessageInHandFinish: the subscriber closes
+// while a handler holds a message. The message keeps its context, the
+// handler acknowledges it 300 ms later, Close returns after that, and the
+// group's next member receives nothing: the offset was committed.
+func TestAClosedSubscriberLetsTheMessageInHandFinish(t *testing.T) {
+	k := testenv.Kafka(t)
+	top := layout(t, "analytics.metricas")
+	id := publish(t, producer(t, k.Config, top), 1)[0]
+
+	sub, err := kafka.NewSubscriber(k.Config, top, func(string) string { return "analytics" }, 5*time.Second, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := sub.Subscribe(context.Background(), "analytics.metricas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg *message.Message
+	select {
+	case msg = <-ch:
+	case <-time.After(time.Minute):
+		t.Fatal("no message within a minute")
+	}
+	if msg.UUID != id {
+		t.Fatalf("got %s, want %s", msg.UUID, id)
+	}
+	closed := make(chan error, 1)
+	at := time.Now()
+	go func() { closed <- sub.Close() }()
+	select {
+	case <-msg.Context().Done():
+		t.Fatal("the message's context ended with the close")
+	case <-time.After(300 * time.Millisecond):
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) with the message unanswered", err)
+	default:
+	}
+	msg.Ack()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(at); took > 4*time.Second {
+		t.Fatalf("Close took %s after the ack", took)
+	}
+	again := read(t, k.Config, top, "analytics.metricas", "analytics", nil)
+	time.Sleep(3 * time.Second)
+	if n := again.count(); n != 0 {
+		t.Fatalf("the group's next member received %d messages, want none: the acknowledged offset was not committed", n)
+	}
+}
+
+// TestAClosedSubscriberEndsTheGraceOfAHandlerThatNeverAnswers: Close
+// returns within the close timeout (1 s) while a handler never answers;
+// the message's context ends at nine tenths of it, and the record comes
+// again to the group's next member.
+func TestAClosedSubscriberEndsTheGraceOfAHandlerThatNeverAnswers(t *testing.T) {
+	k := testenv.Kafka(t)
+	top := layout(t, "analytics.metricas")
+	id := publish(t, producer(t, k.Config, top), 1)[0]
+
+	sub, err := kafka.NewSubscriber(k.Config, top, func(string) string { return "analytics" }, time.Second, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := sub.Subscribe(context.Background(), "analytics.metricas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg *message.Message
+	select {
+	case msg = <-ch:
+	case <-time.After(time.Minute):
+		t.Fatal("no message within a minute")
+	}
+	at := time.Now()
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(at); took < 800*time.Millisecond || took > 1500*time.Millisecond {
+		t.Fatalf("Close took %s, want about the grace of 900ms", took)
+	}
+	select {
+	case <-msg.Context().Done():
+	default:
+		t.Fatal("the message's context did not end with the grace period")
+	}
+	again := read(t, k.Config, top, "analytics.metricas", "analytics", nil)
+	testenv.Eventually(t, time.Minute, "the unanswered record to come again", func() bool { return again.has([]string{id}) })
 }

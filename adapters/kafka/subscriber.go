@@ -25,32 +25,49 @@ import (
 // partition are handled one at a time, in order; the offset of a record is
 // committed after its handler acknowledged it, so a crash redelivers
 // (at least once) and the inbox deduplicates.
+//
+// A subscription that ends (Close, or its context) hands out no more
+// records at once but lets the messages in hand finish: their contexts
+// live on for the grace period (see NewSubscriber), and the offsets of
+// those acknowledged meanwhile are committed before the consumer leaves
+// its group. watermill-kafka ends every message's context when its
+// subscriber closes or its subscription's context ends, and Watermill's
+// router does both before it waits for its handlers; so each queue's
+// watermill-kafka subscriber is closed only once its messages are
+// answered, and subscribes with a context that outlives the router's.
 type Subscriber struct {
 	cfg    Config
 	top    *topology.Topology
 	group  func(queue string) string
 	logger *slog.Logger
+	// grace is how long messages in hand keep their contexts once their
+	// subscription ends.
+	grace time.Duration
 
 	closing   chan struct{}
 	closeOnce sync.Once
-	mu        sync.Mutex
-	subs      []*wkafka.Subscriber
 	wg        sync.WaitGroup
-	// lifecycle keeps watermill-kafka's Subscribe and Close apart: they
-	// use one WaitGroup, whose Add may not race its Wait.
-	lifecycle sync.Mutex
+	// mu guards errs, the errors of closing each queue's consumer.
+	mu   sync.Mutex
+	errs []error
 }
 
 // NewSubscriber returns a subscriber reading each queue in the consumer
-// group group(queue).
-func NewSubscriber(cfg Config, top *topology.Topology, group func(queue string) string, logger *slog.Logger) (*Subscriber, error) {
+// group group(queue). closeTimeout bounds a subscription's end: the
+// messages in hand keep their contexts for nine tenths of it, as with
+// RabbitMQ (amqp.NewSubscriber); a record whose message is unanswered
+// then is not committed, and comes again to the group.
+func NewSubscriber(cfg Config, top *topology.Topology, group func(queue string) string, closeTimeout time.Duration, logger *slog.Logger) (*Subscriber, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka subscriber: %w", err)
 	}
 	if top == nil || group == nil || logger == nil {
 		return nil, errors.New("kafka subscriber: the topology, the group naming and the logger are required")
 	}
-	return &Subscriber{cfg: cfg, top: top, group: group, logger: logger, closing: make(chan struct{})}, nil
+	if closeTimeout <= 0 {
+		return nil, fmt.Errorf("kafka subscriber: the close timeout must be positive, got %s", closeTimeout)
+	}
+	return &Subscriber{cfg: cfg, top: top, group: group, logger: logger, grace: closeTimeout - closeTimeout/10, closing: make(chan struct{})}, nil
 }
 
 // source is one topic a queue reads, and what becomes of its records.
@@ -111,6 +128,9 @@ func Topics(top *topology.Topology, queues []string) []string {
 
 // Subscribe implements message.Subscriber with topic = queue name. It
 // returns at once; while Kafka is away it keeps trying in the background.
+// When ctx ends or the subscriber closes, the returned channel closes at
+// once; the messages in hand keep ctx's values and their contexts until
+// they are answered or the grace period ends.
 func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
 	srcs, err := sources(s.cfg, s.top, queue)
 	if err != nil {
@@ -129,31 +149,55 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 	if err != nil {
 		return nil, fmt.Errorf("kafka: subscribe %s: %w", queue, err)
 	}
-	s.mu.Lock()
-	s.subs = append(s.subs, ws)
-	s.mu.Unlock()
 
+	// hand is the context watermill-kafka derives the messages' contexts
+	// from: it ends only with the grace period that follows ctx's end.
+	hand, endHand := context.WithCancel(context.WithoutCancel(ctx))
 	out := make(chan *message.Message)
 	log := s.logger.With("queue", queue, "consumer_group", group)
-	var pumps sync.WaitGroup
+	var pumps, inHand sync.WaitGroup
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if !s.prepare(ctx, srcs, log) {
-			close(out)
-			return
+		if s.prepare(ctx, srcs, log) {
+			for _, src := range srcs {
+				pumps.Add(1)
+				go func() {
+					defer pumps.Done()
+					s.pump(ctx, hand, ws, src, out, &inHand, log)
+				}()
+			}
+			pumps.Wait()
 		}
-		for _, src := range srcs {
-			pumps.Add(1)
-			go func() {
-				defer pumps.Done()
-				s.pump(ctx, ws, src, out, log)
-			}()
-		}
-		pumps.Wait()
 		close(out)
+		err := s.finish(ws, &inHand, endHand, log)
+		if err != nil {
+			s.mu.Lock()
+			s.errs = append(s.errs, fmt.Errorf("kafka: close the consumer of %s: %w", queue, err))
+			s.mu.Unlock()
+		}
 	}()
 	return out, nil
+}
+
+// finish waits for the messages in hand to be answered, for the grace
+// period at most, then ends their contexts and closes ws, which commits
+// the offsets of those acknowledged.
+func (s *Subscriber) finish(ws *wkafka.Subscriber, inHand *sync.WaitGroup, endHand context.CancelFunc, log *slog.Logger) error {
+	answered := make(chan struct{})
+	go func() {
+		inHand.Wait()
+		close(answered)
+	}()
+	grace := time.NewTimer(s.grace)
+	defer grace.Stop()
+	select {
+	case <-answered:
+	case <-grace.C:
+		log.Warn("kafka: handlers did not answer by the end of the grace period; their records come again to the group")
+	}
+	endHand()
+	return ws.Close()
 }
 
 // prepare creates the queue's topics, trying again every second while
@@ -177,20 +221,21 @@ func (s *Subscriber) prepare(ctx context.Context, srcs []source, log *slog.Logge
 	}
 }
 
-// pump hands the records of one topic to out until the subscriber stops.
-func (s *Subscriber) pump(ctx context.Context, ws *wkafka.Subscriber, src source, out chan<- *message.Message, log *slog.Logger) {
+// pump hands the records of one topic to out until ctx ends or the
+// subscriber stops, subscribing ws with hand, and counts the messages
+// handed out in inHand until each is answered.
+func (s *Subscriber) pump(ctx, hand context.Context, ws *wkafka.Subscriber, src source, out chan<- *message.Message, inHand *sync.WaitGroup, log *slog.Logger) {
 	var ch <-chan *message.Message
 	for {
-		var err error
-		s.lifecycle.Lock()
 		select {
 		case <-s.closing:
-			s.lifecycle.Unlock()
+			return
+		case <-ctx.Done():
 			return
 		default:
 		}
-		ch, err = ws.Subscribe(ctx, src.topic)
-		s.lifecycle.Unlock()
+		var err error
+		ch, err = ws.Subscribe(hand, src.topic)
 		if err == nil {
 			break
 		}
@@ -199,7 +244,19 @@ func (s *Subscriber) pump(ctx context.Context, ws *wkafka.Subscriber, src source
 			return
 		}
 	}
-	for msg := range ch {
+	for {
+		var msg *message.Message
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			msg = m
+		case <-ctx.Done():
+			return
+		case <-s.closing:
+			return
+		}
 		if src.delay > 0 {
 			at, _ := wkafka.MessageTimestampFromCtx(msg.Context())
 			if !s.sleep(ctx, time.Until(at.Add(src.delay))) {
@@ -215,6 +272,8 @@ func (s *Subscriber) pump(ctx context.Context, ws *wkafka.Subscriber, src source
 			msg.Metadata.Set(event.MetaDeliveryExchange, src.exchange)
 			msg.Metadata.Set(event.MetaDeliveryRoutingKey, name.Base)
 		}
+		// Read before the router's decorators set the context anew.
+		mctx := msg.Context()
 		select {
 		case out <- msg:
 		case <-ctx.Done():
@@ -222,6 +281,15 @@ func (s *Subscriber) pump(ctx context.Context, ws *wkafka.Subscriber, src source
 		case <-s.closing:
 			return
 		}
+		inHand.Add(1)
+		go func() {
+			defer inHand.Done()
+			select {
+			case <-msg.Acked():
+			case <-msg.Nacked():
+			case <-mctx.Done():
+			}
+		}()
 	}
 }
 
@@ -251,22 +319,17 @@ func (s *Subscriber) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// Close stops every consumer; records being handled are not committed and
-// come again to the group's next member.
+// Close stops every subscription, hands out no more records, and waits
+// for the messages in hand to be answered (for the grace period at most:
+// see NewSubscriber) before each consumer commits what was acknowledged
+// and leaves its group; records not acknowledged come again to the
+// group's next member.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
-	s.mu.Lock()
-	subs := s.subs
-	s.subs = nil
-	s.mu.Unlock()
-	var errs []error
-	s.lifecycle.Lock()
-	for _, ws := range subs {
-		errs = append(errs, ws.Close())
-	}
-	s.lifecycle.Unlock()
 	s.wg.Wait()
-	return errors.Join(errs...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.errs...)
 }
 
 // withClient runs fn with a client of its own.

@@ -8,6 +8,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -36,16 +37,19 @@ type Broker struct {
 // NewBroker returns a broker whose queues keep messages published before
 // anyone consumes them, like durable queues. GoChannel keeps every message
 // for the life of the process, consumed or not: the memory environment is
-// for development and tests, not for long runs.
-func NewBroker(top *topology.Topology, logger watermill.LoggerAdapter) *Broker {
+// for development and tests, not for long runs. When a subscription ends,
+// the messages in hand keep their contexts for nine tenths of
+// closeTimeout at most, as with RabbitMQ (amqp.NewSubscriber).
+func NewBroker(top *topology.Topology, closeTimeout time.Duration, logger watermill.LoggerAdapter) *Broker {
 	ch := gochannel.NewGoChannel(gochannel.Config{Persistent: true, OutputChannelBuffer: 64}, logger)
-	b := &Broker{ch: ch, top: top, Subscriber: ch}
+	b := &Broker{ch: ch, top: top}
+	b.Subscriber = &subscriber{b: b, grace: closeTimeout - closeTimeout/10, closing: make(chan struct{})}
 	b.Publisher = exchangePublisher{b: b}
 	return b
 }
 
-// Close closes the channels.
-func (b *Broker) Close() error { return b.ch.Close() }
+// Close ends the subscriptions, then closes the channels.
+func (b *Broker) Close() error { return errors.Join(b.Subscriber.Close(), b.ch.Close()) }
 
 // route delivers a copy of each message to every queue bound to exchange
 // with a matching key; a message no binding matches goes to the exchange's

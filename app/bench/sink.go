@@ -17,7 +17,7 @@ import (
 // whole middleware chain, with the configured prefetch, and a function that
 // closes its broker connections.
 func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), error) {
-	b, err := amqp.Connect(e.set.AMQP, e.top, e.logger)
+	b, err := amqp.Connect(e.set.AMQP, e.top, e.set.Router.CloseTimeout, e.logger)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,13 +1,16 @@
 package faults
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,8 +63,9 @@ type ScaleRow struct {
 	Latency Latency `json:"latency"`
 }
 
-// Stop is one SIGTERM under load: the role stopped and how long the
-// process took to exit.
+// Stop is one SIGTERM under load: the role stopped, how long the process
+// took to exit, the handlers in flight finishing first, and how many
+// deliveries RabbitMQ handed out again once it was started again.
 type Stop struct {
 	ScaleSetup
 	Role string        `json:"role"`
@@ -69,6 +73,14 @@ type Stop struct {
 	// Rate is the load while it stopped, in acknowledged events per
 	// second.
 	Rate float64 `json:"rate"`
+	// Redelivered counts the deliveries the workers received marked as
+	// redelivered from the signal until stopLoadFor after the restart
+	// (moenda_messages_redelivered_total): work in hand that the stop cut
+	// off and that ran again, and the deliveries RabbitMQ had pushed to a
+	// stopping worker that no handler had started, which it sends back at
+	// once. It is not a failure of the run: the checker judges the
+	// effects.
+	Redelivered int `json:"redelivered"`
 }
 
 // ScaleCheck is the checker's verdict on one configuration's run.
@@ -350,7 +362,8 @@ func (m *measure) steadyLoad(ctx context.Context) (window, int, error) {
 // stopUnderLoad starts a second api and a standby relay, then, under a
 // load of half what the workers were measured to handle, stops a worker,
 // the active relay and the first api with SIGTERM, one after the other,
-// timing each exit.
+// timing each exit, and starts each again, as a deploy does, counting the
+// deliveries redelivered meanwhile.
 func (m *measure) stopUnderLoad(ctx context.Context) error {
 	if _, err := m.startRole(ctx, "api", 1); err != nil {
 		return err
@@ -368,14 +381,67 @@ func (m *measure) stopUnderLoad(ctx context.Context) error {
 		nd := m.first(role)
 		m.scrape(nd)
 		rate := float64(m.acknowledged()-before) / time.Since(began).Seconds()
+		counted := m.redelivered()
 		took, err := nd.stop(time.Minute)
 		if err != nil {
 			return err
 		}
 		m.gone[nd] = true
-		m.stops = append(m.stops, Stop{ScaleSetup: m.setup, Role: role, Took: took, Rate: rate})
+		if _, err := m.startRole(ctx, role, 1); err != nil {
+			return err
+		}
+		if err := m.wait(ctx, stopLoadFor); err != nil {
+			return err
+		}
+		again := 0
+		for n, c := range m.redelivered() {
+			again += c - counted[n]
+		}
+		m.stops = append(m.stops, Stop{ScaleSetup: m.setup, Role: role, Took: took, Rate: rate, Redelivered: again})
 	}
-	return m.wait(ctx, stopLoadFor)
+	return nil
+}
+
+// redelivered reads moenda_messages_redelivered_total from each running
+// worker.
+func (m *measure) redelivered() map[*node]int {
+	counts := map[*node]int{}
+	for _, nd := range m.nodes {
+		if nd.role != "worker" || !nd.running() {
+			continue
+		}
+		n, err := metricSum(nd, "moenda_messages_redelivered_total")
+		if err != nil {
+			m.problem("%s: metrics: %v", nd.name, err)
+			continue
+		}
+		counts[nd] = n
+	}
+	return counts
+}
+
+// metricSum adds up the samples of the metric name that nd serves.
+func metricSum(nd *node, name string) (int, error) {
+	resp, err := http.Get("http://" + nd.addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	sum := 0
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", line, err)
+			}
+			sum += int(v)
+		}
+	}
+	return sum, sc.Err()
 }
 
 // first is the first running node of role.
@@ -400,11 +466,14 @@ func ScaleMarkdown(w io.Writer, res ScaleResult, command string) error {
 		fmt.Fprintf(&b, "| %d | %s | %d | %d | %.0f | %.0f | %s | %s | %s |\n", r.Prefetch, r.Reader, r.Workers, r.Backlog, r.Handled, r.Rate,
 			ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Latency.Max))
 	}
-	b.WriteString("\nThen SIGTERM under load, one process after the other, with a second api and a standby relay running and writers going on at about half " +
-		"what the three workers handled; **exit** is from the signal to the process's end:\n\n")
-	b.WriteString("| prefetch | reader | role stopped | load/s | exit |\n|--:|---|---|--:|--:|\n")
+	fmt.Fprintf(&b, "\nThen SIGTERM under load, one process after the other, with a second api and a standby relay running and writers going on at about half "+
+		"what the three workers handled, each process started again once it exited, as a deploy does; **exit** is from the signal to the process's end, "+
+		"the handlers in flight finishing first; **redelivered** counts the deliveries the workers received again from the signal until %s after the restart "+
+		"(`moenda_messages_redelivered_total`): work in hand that the stop cut off, and any delivery RabbitMQ had just pushed to the stopping worker "+
+		"that no handler had started, which the stop sends straight back:\n\n", stopLoadFor)
+	b.WriteString("| prefetch | reader | role stopped | load/s | exit | redelivered |\n|--:|---|---|--:|--:|--:|\n")
 	for _, s := range res.Stops {
-		fmt.Fprintf(&b, "| %d | %s | %s | %.0f | %s |\n", s.Prefetch, s.Reader, s.Role, s.Rate, ms(s.Took))
+		fmt.Fprintf(&b, "| %d | %s | %s | %.0f | %s | %d |\n", s.Prefetch, s.Reader, s.Role, s.Rate, ms(s.Took), s.Redelivered)
 	}
 	b.WriteString("\n| prefetch | reader | events acknowledged | lost | duplicate effects | duplicate deliveries absorbed | valid |\n|--:|---|--:|--:|--:|--:|---|\n")
 	for _, c := range res.Checks {

@@ -37,4 +37,8 @@ const (
 const (
 	MetaDeliveryExchange   = "moenda-delivery-exchange"
 	MetaDeliveryRoutingKey = "moenda-delivery-routing-key"
+	// MetaRedelivered is set ("true") on a delivery the broker had handed
+	// out before: to a consumer that stopped, crashed or lost its
+	// connection with it in hand, or that requeued it.
+	MetaRedelivered = "moenda-redelivered"
 )
