@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,4 +300,55 @@ func TestRelayThatLostItsLockPublishesNoMore(t *testing.T) {
 		t.Errorf("relay a logged %d errors, want none", n)
 	}
 	t.Logf("%d events, %d deliveries, %d batches (b's first is #%d)", len(want), len(got()), len(by), firstB())
+}
+
+// gated publishes a batch only once open is closed, and counts batches.
+type gated struct {
+	outbox.Destination
+	open    chan struct{}
+	batches atomic.Int32
+}
+
+func (d *gated) PublishBatch(ctx context.Context, keys []string, msgs []*message.Message) error {
+	d.batches.Add(1)
+	<-d.open
+	return d.Destination.PublishBatch(ctx, keys, msgs)
+}
+
+// A relay publishing a batch finds, when it records it, the group's
+// position already past the batch (another relay moved it): the position
+// stays where it is, and the relay reads on from there.
+func TestAPositionNeverMovesBackwards(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	dest := &gated{Destination: s.publisher(t, "gated", 64, s.top), open: make(chan struct{})}
+	relay := s.newRelay(t, dest, s.top.Routable, testConfig, testenv.Logger())
+	s.run(t, "relay", relay)
+	testenv.Eventually(t, 10*time.Second, "the relay to lead", relay.Active)
+	s.commitBulk(t, 5, 5, map[string]bool{})
+	s.wake()
+	testenv.Eventually(t, 10*time.Second, "the batch in the relay's hands", func() bool { return dest.batches.Load() == 1 })
+
+	// Another relay of the group got further meanwhile.
+	var ahead, aheadOffset int64
+	err := s.db.Pool.QueryRow(ctx, `UPDATE watermill_offsets_outbox SET last_processed_transaction_id = pg_current_xact_id(), offset_acked = 1000000
+		WHERE consumer_group = $1 RETURNING last_processed_transaction_id::text::bigint, offset_acked`, testConfig.ConsumerGroup).Scan(&ahead, &aheadOffset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := s.watchPosition(t, testConfig.ConsumerGroup)
+	close(dest.open)
+	time.Sleep(10 * testConfig.RetryInterval)
+	testenv.Eventually(t, 10*time.Second, "the relay to lead again", relay.Active)
+	if samples, backwards := watch(); len(backwards) > 0 {
+		t.Fatalf("the position moved backwards in %d samples: %v", samples, backwards)
+	}
+	var tx, offset int64
+	if err := s.db.Pool.QueryRow(ctx, `SELECT last_processed_transaction_id::text::bigint, offset_acked FROM watermill_offsets_outbox
+		WHERE consumer_group = $1`, testConfig.ConsumerGroup).Scan(&tx, &offset); err != nil {
+		t.Fatal(err)
+	}
+	if tx != ahead || offset != aheadOffset {
+		t.Fatalf("position (%d, %d), want it left at (%d, %d)", tx, offset, ahead, aheadOffset)
+	}
 }

@@ -405,16 +405,19 @@ func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]parkedRow, err
 }
 
 // record records pos as the group's position through conn, and only while
-// pg_locks shows conn holding the relay lock, with the rows of the batch
-// it parked: in one statement, so the position never moves past a row
-// that is neither published nor parked.
+// pg_locks shows conn holding the relay lock and the position recorded
+// is not past pos, with the rows of the batch it parked: in one
+// statement, so the position never moves past a row that is neither
+// published nor parked, and never moves back (a relay that finds it
+// ahead, moved by another, stops and reads on from there).
 func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position, parked []parkedRow) error {
 	r.queries.Add(1)
 	// pg_locks shows a bigint advisory key as classid (its high half) and
 	// objid (its low half), with objsubid 1.
 	key := uint64(LockKey(r.cfg.ConsumerGroup))
 	const update = `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::text::xid8
-		WHERE consumer_group = $1 AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+		WHERE consumer_group = $1 AND (last_processed_transaction_id, COALESCE(offset_acked, 0)) <= ($3::text::xid8, $2)
+		  AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
 		  AND granted AND classid = $4 AND objid = $5 AND objsubid = 1)`
 	args := []any{r.cfg.ConsumerGroup, pos.offset, fmt.Sprint(pos.txID), uint32(key >> 32), uint32(key)}
 	var moved int64
@@ -432,7 +435,7 @@ func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position, parked
 		}
 	}
 	if moved == 0 {
-		return fmt.Errorf("record outbox position: %w", errLockLost)
+		return fmt.Errorf("record outbox position: the relay lock is not held, or the position is past (%d, %d): %w", pos.txID, pos.offset, errLockLost)
 	}
 	return nil
 }
