@@ -37,7 +37,8 @@ type Destination interface {
 // One relay per consumer group is active at a time, the others wait on
 // standby: a polling relay holds a PostgreSQL advisory lock, and keeps
 // relaying only while that lock's session lives (see session); a logical
-// one holds its slot.
+// one holds its slot. The group reads one way, recorded with its position
+// (reader.go): a relay that would read another way stands by.
 type Relay struct {
 	queries  atomic.Uint64
 	active   atomic.Bool
@@ -49,6 +50,7 @@ type Relay struct {
 	logger   *slog.Logger
 	stats    *relayStats
 	tracer   trace.Tracer // nil: no spans
+	state    readerState
 }
 
 // NewRelay returns a relay connecting to the database of pool. It refuses
@@ -57,9 +59,6 @@ type Relay struct {
 func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error, cfg Config, logger *slog.Logger) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("outbox relay: %w", err)
-	}
-	if cfg.Reader != ReaderLogical && cfg.Reader != ReaderPoll {
-		return nil, fmt.Errorf("outbox relay: reader %q: choose logical or poll (ChooseReader)", cfg.Reader)
 	}
 	if pool == nil || dest == nil || routable == nil || logger == nil {
 		return nil, errors.New("outbox relay: the pool, the destination, the routing rule and the logger are all required")
@@ -108,15 +107,19 @@ type outboxRow struct {
 // logged and retried after cfg.RetryInterval, and so is the loss of the
 // relay lock, after which the relay stands by; rows are never skipped except
 // those it parks (their metadata names no event, or no exchange carries
-// them), which stay in the table.
+// them), which stay in the table. Each session first finds the reader
+// (decide); while the group reads another way, the relay stands by,
+// says why (Standby), and asks again every cfg.PollInterval.
 func (r *Relay) Run(ctx context.Context) error {
-	session := r.session
-	if r.cfg.Reader == ReaderLogical {
-		session = r.streamSession
-	}
 	for ctx.Err() == nil {
-		err := session(ctx)
+		err := r.runSession(ctx)
 		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		var sb *standBy
+		if errors.As(err, &sb) {
+			r.standingBy(sb.reason)
+			poll.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
 		if errors.Is(err, errLockLost) {
@@ -127,6 +130,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		poll.Sleep(ctx, r.cfg.RetryInterval)
 	}
 	return nil
+}
+
+// runSession decides the reader, then leads with it, or waits while
+// another replica of the group leads.
+func (r *Relay) runSession(ctx context.Context) error {
+	reader, err := r.decide(ctx)
+	if err != nil {
+		return err
+	}
+	r.state.mu.Lock()
+	r.state.reader = reader
+	r.state.mu.Unlock()
+	r.standingBy("")
+	if reader == ReaderLogical {
+		return r.streamSession(ctx)
+	}
+	return r.session(ctx)
 }
 
 // errLockLost means the relay lock, or the slot, is no longer this
@@ -169,13 +189,18 @@ func (r *Relay) session(ctx context.Context) error {
 			return nil
 		}
 	}
+	if err := r.claimPoll(ctx, conn); err != nil {
+		return err
+	}
 	r.active.Store(true)
 	defer r.active.Store(false)
-	// A slot the group streamed from before would keep WAL forever.
-	switch slot, err := retireSlot(ctx, r.pool, r.cfg.ConsumerGroup, 0); {
+	// A slot the group streamed from before would keep WAL forever. A
+	// logical relay that took it a moment ago lets it go as soon as it
+	// finds the group reads poll.
+	switch slot, err := retireSlot(ctx, r.pool, r.cfg.ConsumerGroup, 5*time.Second); {
 	case err != nil:
-		r.logger.Warn("outbox relay: polling, while a logical relay of the group still streams: both publish, so events may go out twice until it stops",
-			"error", err)
+		r.logger.Warn("outbox relay: could not drop the replication slot the group streamed from, which keeps WAL while it exists;"+
+			" `moenda outbox slots --drop` drops it", "error", err)
 	case slot != "":
 		r.logger.Info("outbox relay: reading by polling now; dropped the replication slot the group streamed from", "slot", slot)
 	}
