@@ -54,8 +54,10 @@ type Config struct {
 	RetentionInterval time.Duration `koanf:"retention_interval"`
 	// Reader is how the relay finds committed rows: ReaderLogical streams
 	// them in commit order from PostgreSQL's logical replication,
-	// ReaderPoll queries the table, ReaderAuto takes logical where the
-	// server allows it (see ChooseReader).
+	// ReaderPoll queries the table, ReaderAuto follows the reader the
+	// consumer group recorded, and a group with none takes logical where
+	// the server allows it (see reader.go). An explicit reader switches
+	// the group once no relay of the other reader leads it.
 	Reader string `koanf:"reader"`
 	// SlotWarnSize is how much WAL a logical relay's replication slot may
 	// hold back before moenda warns: PostgreSQL keeps the WAL a slot has
