@@ -223,3 +223,31 @@ func TestAutoRelayRetriesAFailedCapabilityCheck(t *testing.T) {
 		t.Fatalf("the relay reads %q, the group recorded %q; want logical", relay.Reader(), s.recordedReader(t, auto.ConsumerGroup))
 	}
 }
+
+// A group whose position was kept before readers were recorded has none:
+// its next leader records its own, and keeps the position as it was.
+func TestAGroupFromBeforeRecordsItsReaderOnItsFirstLeadership(t *testing.T) {
+	eachReader(t, func(t *testing.T, cfg outbox.Config) {
+		s := newStack(t)
+		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+		old := map[string]bool{}
+		s.commitBulk(t, 20, 10, old)
+		_, err := s.db.Pool.Exec(context.Background(), `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
+			SELECT $1, max("offset"), max(transaction_id) FROM watermill_outbox`, cfg.ConsumerGroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.startActiveRelay(t, cfg)
+		if r := s.recordedReader(t, cfg.ConsumerGroup); r != cfg.Reader {
+			t.Fatalf("the group recorded %q, want %q", r, cfg.Reader)
+		}
+		want := map[string]bool{}
+		s.commitBulk(t, 20, 10, want)
+		s.wake()
+		testenv.Eventually(t, 30*time.Second, "the events after the position", func() bool { n, _ := distinct(got(), want); return n == len(want) })
+		time.Sleep(3 * cfg.PollInterval)
+		if n, _ := distinct(got(), old); n != 0 {
+			t.Fatalf("%d events behind the group's position were published again", n)
+		}
+	})
+}
