@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/kafka"
@@ -172,17 +171,20 @@ func (p *Platform) startEmbeddedKafka(ctx context.Context) (bool, error) {
 }
 
 // addRelay adds a relay from the outbox to dest, with its own position.
-// The first one chooses how the relays read the outbox (outbox.reader).
+// Each relay finds its group's reader itself (outbox.reader auto follows
+// the one the group recorded); outbox.reader: logical is refused here, at
+// the start, when the server cannot stream.
 func (p *Platform) addRelay(ctx context.Context, dest outbox.Destination, group string) error {
 	if p.reader == "" {
-		reader, err := outbox.ChooseReader(ctx, p.pool, p.cfg.Outbox.Reader, p.logger)
-		if err != nil {
-			return err
+		if p.cfg.Outbox.Reader == outbox.ReaderLogical {
+			if _, err := outbox.ChooseReader(ctx, p.pool, outbox.ReaderLogical, p.logger); err != nil {
+				return err
+			}
 		}
-		p.reader = reader
+		p.reader = p.cfg.Outbox.Reader
 	}
 	cfg := p.cfg.Outbox
-	cfg.ConsumerGroup, cfg.Reader = group, p.reader
+	cfg.ConsumerGroup = group
 	r, err := outbox.NewRelay(p.pool, dest, p.top.Routable, cfg, p.logger)
 	if err != nil {
 		return err
@@ -210,22 +212,30 @@ func (p *Platform) wakeRelays() {
 
 // makeNotifier makes the notifier through which this process's commits
 // wake a polling relay in another process, when the process writes the
-// outbox and the relays poll; a logical relay streams each commit as it
-// happens and needs none. A process without a relay of its own tells how
-// the relays read by choosing as they do (their process warns of polling).
+// outbox and the relays may poll; a logical relay streams each commit as
+// it happens and needs none. With outbox.reader auto, each group reads as
+// it recorded: the notifier is left out only when the groups of this
+// configuration all read logical (a group yet to decide may poll).
 func (p *Platform) makeNotifier(ctx context.Context) error {
 	if !p.role.api() && !p.role.worker() {
 		return nil // a relay process writes no events
 	}
-	reader := p.reader
-	if reader == "" {
-		var err error
-		if reader, err = outbox.ChooseReader(ctx, p.pool, p.cfg.Outbox.Reader, slog.New(slog.DiscardHandler)); err != nil {
-			return err
+	switch p.cfg.Outbox.Reader {
+	case outbox.ReaderLogical:
+		return nil
+	case outbox.ReaderAuto:
+		groups := []string{p.cfg.Outbox.ConsumerGroup}
+		if p.cfg.usesKafka() {
+			groups = append(groups, p.cfg.kafkaRelayGroup())
+		}
+		streaming, err := outbox.GroupsStream(ctx, p.pool, groups...)
+		if err != nil {
+			p.logger.Warn("outbox: could not read how the relays read the outbox; notifying them of commits in case they poll", "error", err)
+		}
+		if streaming {
+			return nil
 		}
 	}
-	if reader == outbox.ReaderPoll {
-		p.notifier = outbox.NewNotifier(p.pool, p.logger)
-	}
+	p.notifier = outbox.NewNotifier(p.pool, p.logger)
 	return nil
 }

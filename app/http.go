@@ -140,8 +140,9 @@ func (p *Platform) limitBody(next http.Handler) http.Handler {
 
 // readyz answers 200 when PostgreSQL and the broker answer, 503 naming what
 // does not otherwise. The topology was declared before the server started.
-// With logical relays, it lists their replication slots: the WAL each
-// keeps, and how far its relay lags.
+// It lists the process's relays, each leading, on standby, or standing by
+// with the reason, and, where relays may stream, the replication slots:
+// the WAL each keeps, and how far its relay lags.
 func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -169,13 +170,30 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 			status = "degraded"
 		}
 	}
+	// A relay standing by because its group reads another way leaves the
+	// group to the relays that do: the process stays ready, degraded,
+	// and says why.
+	var relays []relayState
+	for _, r := range p.relays {
+		s := relayState{ConsumerGroup: r.ConsumerGroup(), Reader: r.Reader(), State: "standby"}
+		switch s.Reason = r.Standby(); {
+		case s.Reason != "":
+			s.State, status = "standing_by", "degraded"
+		case r.Active():
+			s.State = "leading"
+		}
+		relays = append(relays, s)
+	}
 	if !ok {
 		status, code = "unavailable", http.StatusServiceUnavailable
 	}
 	body := map[string]any{"status": status, "checks": checks}
+	if relays != nil {
+		body["outbox_relays"] = relays
+	}
 	// A slot that holds back WAL does not make this process unready, but
 	// the operator looking here should see it.
-	if p.reader == outbox.ReaderLogical && p.pool != nil {
+	if p.reader != "" && p.reader != outbox.ReaderPoll && p.pool != nil {
 		slots, err := outbox.Slots(ctx, p.pool)
 		if err != nil {
 			body["outbox_slots"] = err.Error()
@@ -184,6 +202,16 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpjson.Write(w, code, body)
+}
+
+// relayState is a relay of this process as /readyz shows it: leading,
+// standby (another replica of its group leads), or standing_by with the
+// reason (its group reads another way than this relay would).
+type relayState struct {
+	ConsumerGroup string `json:"consumer_group"`
+	Reader        string `json:"reader,omitempty"`
+	State         string `json:"state"`
+	Reason        string `json:"reason,omitempty"`
 }
 
 // eventsConsumer names POST /v1/events in the inbox, where its answers are

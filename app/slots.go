@@ -21,7 +21,7 @@ const slotWarnEvery = 10 * time.Minute
 // outbox.slot_warn_size. Any process does it, standby or not: a slot
 // grows precisely while no relay streams it.
 func (p *Platform) watchSlots(ctx context.Context) {
-	if p.reader != outbox.ReaderLogical {
+	if p.reader == "" || p.reader == outbox.ReaderPoll {
 		return
 	}
 	interval := slotCheckInterval

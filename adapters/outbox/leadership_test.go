@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -299,4 +300,70 @@ func TestRelayThatLostItsLockPublishesNoMore(t *testing.T) {
 		t.Errorf("relay a logged %d errors, want none", n)
 	}
 	t.Logf("%d events, %d deliveries, %d batches (b's first is #%d)", len(want), len(got()), len(by), firstB())
+}
+
+// gated counts batches, and while hold is set publishes one only once
+// open is closed.
+type gated struct {
+	outbox.Destination
+	open    chan struct{}
+	hold    atomic.Bool
+	batches atomic.Int32
+}
+
+func (d *gated) PublishBatch(ctx context.Context, keys []string, msgs []*message.Message) error {
+	d.batches.Add(1)
+	if d.hold.Load() {
+		<-d.open
+	}
+	return d.Destination.PublishBatch(ctx, keys, msgs)
+}
+
+// A relay publishing a batch finds, when it records it, the group's
+// position already past the batch (another relay moved it): the position
+// stays where it is, and the relay reads on from there. Both readers.
+func TestAPositionNeverMovesBackwards(t *testing.T) {
+	eachReader(t, func(t *testing.T, cfg outbox.Config) {
+		s := newStack(t)
+		ctx := context.Background()
+		dest := &gated{Destination: s.publisher(t, "gated", 64, s.top), open: make(chan struct{})}
+		relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+		s.run(t, "relay", relay)
+		testenv.Eventually(t, 30*time.Second, "the relay to lead", relay.Active)
+		// A first batch goes through, and is recorded: a logical relay
+		// also takes a sample of the position to move to later.
+		s.commitBulk(t, 5, 5, map[string]bool{})
+		s.wake()
+		testenv.Eventually(t, 10*time.Second, "the first batch", func() bool { return dest.batches.Load() == 1 })
+		dest.hold.Store(true)
+		s.commitBulk(t, 5, 5, map[string]bool{})
+		s.wake()
+		testenv.Eventually(t, 10*time.Second, "the second batch in the relay's hands", func() bool { return dest.batches.Load() == 2 })
+
+		// Another relay of the group got further meanwhile.
+		var ahead, aheadOffset int64
+		err := s.db.Pool.QueryRow(ctx, `UPDATE watermill_offsets_outbox SET last_processed_transaction_id = pg_current_xact_id(), offset_acked = 1000000
+			WHERE consumer_group = $1 RETURNING last_processed_transaction_id::text::bigint, offset_acked`, cfg.ConsumerGroup).Scan(&ahead, &aheadOffset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		watch := s.watchPosition(t, cfg.ConsumerGroup)
+		close(dest.open)
+		s.commitBulk(t, 5, 5, map[string]bool{}) // the logical relay samples and settles on the next rows
+		s.wake()
+		// The relay records the rows after it, a logical one once a sample
+		// it takes is confirmed (within its standby reports).
+		var tx, offset int64
+		testenv.Eventually(t, 40*time.Second, "a position past the one another relay set", func() bool {
+			err := s.db.Pool.QueryRow(ctx, `SELECT last_processed_transaction_id::text::bigint, offset_acked FROM watermill_offsets_outbox
+				WHERE consumer_group = $1`, cfg.ConsumerGroup).Scan(&tx, &offset)
+			return err == nil && tx > ahead
+		})
+		if samples, backwards := watch(); len(backwards) > 0 {
+			t.Fatalf("the position moved backwards in %d samples: %v", samples, backwards)
+		}
+		if !relay.Active() {
+			t.Fatal("the relay no longer leads")
+		}
+	})
 }

@@ -54,8 +54,10 @@ type Config struct {
 	RetentionInterval time.Duration `koanf:"retention_interval"`
 	// Reader is how the relay finds committed rows: ReaderLogical streams
 	// them in commit order from PostgreSQL's logical replication,
-	// ReaderPoll queries the table, ReaderAuto takes logical where the
-	// server allows it (see ChooseReader).
+	// ReaderPoll queries the table, ReaderAuto follows the reader the
+	// consumer group recorded, and a group with none takes logical where
+	// the server allows it (see reader.go). An explicit reader switches
+	// the group once no relay of the other reader leads it.
 	Reader string `koanf:"reader"`
 	// MaxEventBytes is the largest event the outbox takes, as event.Size
 	// counts it (its envelope and metadata); a larger one fails its unit

@@ -38,7 +38,8 @@ type Destination interface {
 // One relay per consumer group is active at a time, the others wait on
 // standby: a polling relay holds a PostgreSQL advisory lock, and keeps
 // relaying only while that lock's session lives (see session); a logical
-// one holds its slot.
+// one holds its slot. The group reads one way, recorded with its position
+// (reader.go): a relay that would read another way stands by.
 type Relay struct {
 	queries  atomic.Uint64
 	active   atomic.Bool
@@ -50,6 +51,7 @@ type Relay struct {
 	logger   *slog.Logger
 	stats    *relayStats
 	tracer   trace.Tracer // nil: no spans
+	state    readerState
 }
 
 // NewRelay returns a relay connecting to the database of pool. It refuses
@@ -58,9 +60,6 @@ type Relay struct {
 func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error, cfg Config, logger *slog.Logger) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("outbox relay: %w", err)
-	}
-	if cfg.Reader != ReaderLogical && cfg.Reader != ReaderPoll {
-		return nil, fmt.Errorf("outbox relay: reader %q: choose logical or poll (ChooseReader)", cfg.Reader)
 	}
 	if pool == nil || dest == nil || routable == nil || logger == nil {
 		return nil, errors.New("outbox relay: the pool, the destination, the routing rule and the logger are all required")
@@ -109,15 +108,19 @@ type outboxRow struct {
 // logged and retried after cfg.RetryInterval, and so is the loss of the
 // relay lock, after which the relay stands by; rows are never skipped except
 // those it parks (their metadata names no event, or no exchange carries
-// them), which stay in the table.
+// them), which stay in the table. Each session first finds the reader
+// (decide); while the group reads another way, the relay stands by,
+// says why (Standby), and asks again every cfg.PollInterval.
 func (r *Relay) Run(ctx context.Context) error {
-	session := r.session
-	if r.cfg.Reader == ReaderLogical {
-		session = r.streamSession
-	}
 	for ctx.Err() == nil {
-		err := session(ctx)
+		err := r.runSession(ctx)
 		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		var sb *standBy
+		if errors.As(err, &sb) {
+			r.standingBy(sb.reason)
+			poll.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
 		if errors.Is(err, errLockLost) {
@@ -128,6 +131,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		poll.Sleep(ctx, r.cfg.RetryInterval)
 	}
 	return nil
+}
+
+// runSession decides the reader, then leads with it, or waits while
+// another replica of the group leads.
+func (r *Relay) runSession(ctx context.Context) error {
+	reader, err := r.decide(ctx)
+	if err != nil {
+		return err
+	}
+	r.state.mu.Lock()
+	r.state.reader = reader
+	r.state.mu.Unlock()
+	r.standingBy("")
+	if reader == ReaderLogical {
+		return r.streamSession(ctx)
+	}
+	return r.session(ctx)
 }
 
 // errLockLost means the relay lock, or the slot, is no longer this
@@ -170,13 +190,18 @@ func (r *Relay) session(ctx context.Context) error {
 			return nil
 		}
 	}
+	if err := r.claimPoll(ctx, conn); err != nil {
+		return err
+	}
 	r.active.Store(true)
 	defer r.active.Store(false)
-	// A slot the group streamed from before would keep WAL forever.
-	switch slot, err := retireSlot(ctx, r.pool, r.cfg.ConsumerGroup, 0); {
+	// A slot the group streamed from before would keep WAL forever. A
+	// logical relay that took it a moment ago lets it go as soon as it
+	// finds the group reads poll.
+	switch slot, err := retireSlot(ctx, r.pool, r.cfg.ConsumerGroup, 5*time.Second); {
 	case err != nil:
-		r.logger.Warn("outbox relay: polling, while a logical relay of the group still streams: both publish, so events may go out twice until it stops",
-			"error", err)
+		r.logger.Warn("outbox relay: could not drop the replication slot the group streamed from, which keeps WAL while it exists;"+
+			" `moenda outbox slots --drop` drops it", "error", err)
 	case slot != "":
 		r.logger.Info("outbox relay: reading by polling now; dropped the replication slot the group streamed from", "slot", slot)
 	}
@@ -447,16 +472,19 @@ func (r *Relay) logParked(p parkedRow) {
 }
 
 // record records pos as the group's position through conn, and only while
-// pg_locks shows conn holding the relay lock, with the rows of the batch
-// it parked: in one statement, so the position never moves past a row
-// that is neither published nor parked.
+// pg_locks shows conn holding the relay lock and the position recorded
+// is not past pos, with the rows of the batch it parked: in one
+// statement, so the position never moves past a row that is neither
+// published nor parked, and never moves back (a relay that finds it
+// ahead, moved by another, stops and reads on from there).
 func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position, parked []parkedRow) error {
 	r.queries.Add(1)
 	// pg_locks shows a bigint advisory key as classid (its high half) and
 	// objid (its low half), with objsubid 1.
 	key := uint64(LockKey(r.cfg.ConsumerGroup))
 	const update = `UPDATE watermill_offsets_outbox SET offset_acked = $2, last_processed_transaction_id = $3::text::xid8
-		WHERE consumer_group = $1 AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
+		WHERE consumer_group = $1 AND (last_processed_transaction_id, COALESCE(offset_acked, 0)) <= ($3::text::xid8, $2)
+		  AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
 		  AND granted AND classid = $4 AND objid = $5 AND objsubid = 1)`
 	args := []any{r.cfg.ConsumerGroup, pos.offset, fmt.Sprint(pos.txID), uint32(key >> 32), uint32(key)}
 	var moved int64
@@ -474,7 +502,7 @@ func (r *Relay) record(ctx context.Context, conn *pgx.Conn, pos position, parked
 		}
 	}
 	if moved == 0 {
-		return fmt.Errorf("record outbox position: %w", errLockLost)
+		return fmt.Errorf("record outbox position: the relay lock is not held, or the position is past (%d, %d): %w", pos.txID, pos.offset, errLockLost)
 	}
 	return nil
 }

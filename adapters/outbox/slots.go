@@ -23,9 +23,12 @@ const publication = "moenda_outbox"
 
 // ChooseReader turns reader (Config.Reader) into the reader relays use
 // on the server of pool. ReaderAuto becomes ReaderLogical when the server
-// can stream the outbox, and ReaderPoll otherwise, with one WARN that says
-// what polling costs and what to change. ReaderLogical is refused, with
-// the fix, when the server cannot stream.
+// can stream the outbox, and ReaderPoll when it answers that it cannot,
+// with one WARN that says what polling costs and what to change.
+// ReaderLogical is refused, with the fix, when the server cannot stream.
+// A check that could not be made (the server unreachable a moment)
+// decides nothing: it is returned, to be retried. A relay given
+// ReaderAuto decides for its group itself (see Relay.decide).
 func ChooseReader(ctx context.Context, pool *pgxpool.Pool, reader string, logger *slog.Logger) (string, error) {
 	if reader == ReaderPoll {
 		return ReaderPoll, nil
@@ -34,21 +37,52 @@ func ChooseReader(ctx context.Context, pool *pgxpool.Pool, reader string, logger
 	switch {
 	case err == nil:
 		return ReaderLogical, nil
-	case reader == ReaderLogical:
-		return "", fmt.Errorf("outbox.reader is logical, but %w", err)
 	case ctx.Err() != nil:
 		return "", ctx.Err()
+	case !cannotStream(err):
+		return "", fmt.Errorf("outbox.reader is %s, and whether the server streams could not be checked (try again): %w", reader, err)
+	case reader == ReaderLogical:
+		return "", fmt.Errorf("outbox.reader is logical, but %w", err)
 	}
-	logger.Warn("outbox relay: polling the outbox table, because "+err.Error()+
+	warnPolling(logger, err)
+	return ReaderPoll, nil
+}
+
+// warnPolling is the WARN of an auto reader that polls because the server
+// cannot stream (why).
+func warnPolling(logger *slog.Logger, why error) {
+	logger.Warn("outbox relay: polling the outbox table, because "+why.Error()+
 		"; while any transaction on the server holds a transaction id, polling delivers nothing committed after it began,"+
 		" and events leave in transaction-id order, not commit order. Set outbox.reader: poll to silence this",
 		"reader", ReaderPoll)
-	return ReaderPoll, nil
+}
+
+// noStream is the server's own answer that it cannot stream the outbox,
+// as opposed to a check that failed on the way.
+type noStream struct{ error }
+
+func (e noStream) Unwrap() error { return e.error }
+
+// cannotStream reports whether err, from CanStream, is the server's
+// answer that it cannot stream: deciding on anything else (a connection
+// that failed a moment) would make a reader for the group's whole life.
+func cannotStream(err error) bool { return errors.As(err, new(noStream)) }
+
+// answered marks err as the server's answer when the server sent it (a
+// PostgreSQL error, such as pg_hba.conf refusing replication); a network
+// failure stays a failed check.
+func answered(err error) error {
+	if errors.As(err, new(*pgconn.PgError)) {
+		return noStream{err}
+	}
+	return err
 }
 
 // CanStream reports why the server of pool cannot stream the outbox to a
 // logical relay, or nil when it can: wal_level must be logical, the role
 // must be allowed to replicate, and the outbox's publication must exist.
+// An error the server did not answer (it could not be reached) says
+// nothing about streaming: cannotStream tells the two apart.
 func CanStream(ctx context.Context, pool *pgxpool.Pool) error {
 	var level string
 	var replicates, published bool
@@ -60,19 +94,19 @@ func CanStream(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	switch {
 	case level != "logical":
-		return fmt.Errorf("PostgreSQL's wal_level is %s: set wal_level = logical (ALTER SYSTEM SET wal_level = 'logical', then restart PostgreSQL; on a managed server, its logical replication parameter)", level)
+		return noStream{fmt.Errorf("PostgreSQL's wal_level is %s: set wal_level = logical (ALTER SYSTEM SET wal_level = 'logical', then restart PostgreSQL; on a managed server, its logical replication parameter)", level)}
 	case !replicates:
-		return errors.New("the database role may not replicate: ALTER ROLE ... WITH REPLICATION (on a managed server, grant its replication role)")
+		return noStream{errors.New("the database role may not replicate: ALTER ROLE ... WITH REPLICATION (on a managed server, grant its replication role)")}
 	case !published:
-		return fmt.Errorf("the publication %s is missing: run `moenda migrate`", publication)
+		return noStream{fmt.Errorf("the publication %s is missing: run `moenda migrate`", publication)}
 	}
 	conn, err := replicationConn(ctx, pool)
 	if err != nil {
-		return err
+		return answered(err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := pglogrepl.IdentifySystem(ctx, conn); err != nil {
-		return fmt.Errorf("the server refused a replication connection: %w", err)
+		return answered(fmt.Errorf("the server refused a replication connection: %w", err))
 	}
 	return nil
 }

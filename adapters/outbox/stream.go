@@ -121,6 +121,9 @@ func (r *Relay) streamSession(ctx context.Context) error {
 	if err != nil || ctx.Err() != nil {
 		return err
 	}
+	if err := r.claimStream(ctx); err != nil {
+		return err // the slot is let go with conn
+	}
 	r.active.Store(true)
 	defer r.active.Store(false)
 	err = r.stream(ctx, conn, st)
