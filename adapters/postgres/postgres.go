@@ -164,7 +164,9 @@ func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx ha
 
 // unavailable marks err with handlers.ErrUnavailable when it says the
 // database could not be reached or went away (a restart, a cut
-// connection), rather than that it refused the work.
+// connection), or cannot take any write for now (read-only after a
+// failover, its disk full, out of memory), rather than that it refused the
+// work.
 func unavailable(err error) error { return classify(err, true) }
 
 // classify is unavailable; network says whether a network error in err
@@ -182,7 +184,12 @@ func classify(err error, network bool) error {
 		switch {
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
 			strings.HasPrefix(pgErr.Code, "57P"), // admin shutdown, crash shutdown, cannot connect now
-			pgErr.Code == "53300":                // too many connections
+			pgErr.Code == "53300",                // too many connections
+			// The server's state, not the work's: a standby that was the
+			// primary before a failover and still has its address
+			// (read_only_sql_transaction), a full disk, memory exhausted.
+			// The same work succeeds once the address moves or space frees.
+			pgErr.Code == "25006", pgErr.Code == "53100", pgErr.Code == "53200":
 			return fmt.Errorf("%w: %w", handlers.ErrUnavailable, err)
 		}
 		return err
