@@ -155,12 +155,20 @@ func TestACopyThatFailsPausesTheQueue(t *testing.T) {
 	}
 }
 
-// countingHandler counts the ERROR records a logger writes.
-type countingHandler struct{ errors atomic.Int64 }
+// countingHandler counts the records a logger writes at level or above
+// (ERROR when level is not set).
+type countingHandler struct {
+	level  slog.Level
+	errors atomic.Int64
+}
 
 func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelError {
+	least := slog.LevelError
+	if h.level != 0 {
+		least = h.level
+	}
+	if r.Level >= least {
 		h.errors.Add(1)
 	}
 	return nil
@@ -181,5 +189,59 @@ func TestFailuresOfAnUndecodableMessage(t *testing.T) {
 	if len(c) != 1 || !c[0].dead || c[0].msg.Metadata.Get(event.HeaderReason) != event.ReasonDecode ||
 		c[0].msg.Metadata.Get(event.HeaderEventID) != msg.UUID || c[0].msg.Metadata.Get(event.HeaderCorrelationID) != "corr-9" {
 		t.Fatalf("copies = %+v", c)
+	}
+}
+
+// While the platform's database is away, deliveries go back to their
+// queue after a pause that doubles, shared by the queue's deliveries and
+// logged once per pause: each return counts toward a quorum queue's
+// delivery limit, so an outage must spend few of them. The first delivery
+// that gets through ends the backoff.
+func TestAnOutagePausesTheQueue(t *testing.T) {
+	UnavailablePause = 100 * time.Millisecond
+	t.Cleanup(func() { UnavailablePause = time.Second })
+	logs := &countingHandler{level: slog.LevelWarn}
+	var down atomic.Bool
+	down.Store(true)
+	handle := Failures("q", "p/s", schedule, &recordingSink{}, NewStats(true).Queue("q"), slog.New(logs))(handlerFunc(func(*message.Message) error {
+		if down.Load() {
+			return fmt.Errorf("inbox: claim: %w: SQLSTATE 25006", handlers.ErrUnavailable)
+		}
+		return nil
+	}))
+	var runs atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Second)
+	for range 10 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				runs.Add(1)
+				if _, err := handle(decoded(t, newEvent(t))); err == nil {
+					t.Error("acknowledged while the database is away")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Pauses of 0.1, 0.2, 0.4, 0.8 and 1.6 s fill 2 s: at most six rounds,
+	// where a fixed pause would make twenty.
+	if n := runs.Load(); n > 10*6 {
+		t.Fatalf("the handler ran %d times in a 2 s outage", n)
+	}
+	if n := logs.errors.Load(); n < 1 || n > 6 {
+		t.Fatalf("%d warnings logged in 2 s, want one per pause", n)
+	}
+	down.Store(false)
+	if _, err := handle(decoded(t, newEvent(t))); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	start := time.Now()
+	if _, err := handle(decoded(t, newEvent(t))); err == nil {
+		t.Fatal("acknowledged while the database is away")
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Fatalf("the next outage began with a pause of %s, want the first again", waited)
 	}
 }
