@@ -57,16 +57,18 @@ type Platform struct {
 	// publishing says why RabbitMQ blocks the relay's publishing (an
 	// alarm), or ""; nil without a RabbitMQ relay.
 	publishing func() string
-	listener   net.Listener
-	server     *http.Server
-	closers    []func() error
+	// ready shares and keeps the answers of /readyz.
+	ready    readiness
+	listener net.Listener
+	server   *http.Server
+	closers  []func() error
 }
 
 // broker is what the platform needs of a transport.
 type broker struct {
 	subscriber message.Subscriber // topic = queue name
 	sink       router.Sink
-	ready      func() error
+	ready      func(context.Context) error
 	close      func() error
 }
 
@@ -220,7 +222,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		p.tx, p.inbox = txr, txr
 	case BrokerMemory:
 		b := memory.NewBroker(p.top, wlog)
-		p.broker = broker{subscriber: b.Subscriber, sink: b, ready: func() error { return nil }, close: b.Close}
+		p.broker = broker{subscriber: b.Subscriber, sink: b, ready: func(context.Context) error { return nil }, close: b.Close}
 		p.closers = append(p.closers, p.broker.close)
 		txr := memory.NewTransactor(b.Publisher, routable)
 		p.tx, p.inbox = txr, txr
