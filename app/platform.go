@@ -249,7 +249,8 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		for _, s := range ep.def.Subscriptions {
 			q := ep.def.Queue(s)
 			pol, _ := p.top.Policy(q)
-			rt := router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Envelope: p.top.Envelope(q), Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]}
+			rt := router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Envelope: p.top.Envelope(q), Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name],
+				Prepare: built.Prepares[s.Name]}
 			if p.stream != nil && ep.def.Replayable {
 				streamRoutes = append(streamRoutes, rt)
 			} else {
