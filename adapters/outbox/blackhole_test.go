@@ -151,3 +151,32 @@ func TestALeaderWaitingOnTheBrokerKeepsItsLock(t *testing.T) {
 		t.Fatalf("%d deliveries of %d events: the batch went out again", len(got()), len(want))
 	}
 }
+
+// lock_idle_timeout must leave a healthy relay, which sends a statement at
+// least every poll interval, several of them before its session ends.
+func TestConfigChecksLockIdleTimeout(t *testing.T) {
+	tests := []struct {
+		name          string
+		idle, polling time.Duration
+		want          string // "" when valid
+	}{
+		{"the defaults", 20 * time.Second, time.Second, ""},
+		{"left alone", 0, time.Second, ""},
+		{"three poll intervals", 3 * time.Second, time.Second, ""},
+		{"shorter than three poll intervals", 2 * time.Second, time.Second, "outbox.lock_idle_timeout must be 0 or whole milliseconds of at least 3 × outbox.poll_interval (1s), got 2s"},
+		{"negative", -time.Second, time.Second, "outbox.lock_idle_timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := outbox.DefaultConfig()
+			cfg.LockIdleTimeout, cfg.PollInterval = tt.idle, tt.polling
+			err := cfg.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
