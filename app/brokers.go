@@ -89,7 +89,9 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		b := broker{subscriber: sub, sink: failures, ready: func() error { return kafka.Ping(cfg.Kafka) }, close: sub.Close}
+		probe := kafka.NewProber(cfg.Kafka)
+		p.closers = append(p.closers, probe.Close)
+		b := broker{subscriber: sub, sink: failures, ready: probe.Ping, close: sub.Close}
 		p.closers = append(p.closers, b.close)
 		if cfg.Broker.Kind == BrokerKafka {
 			p.broker = b
@@ -97,7 +99,9 @@ func (p *Platform) connectBrokers(ctx context.Context) error {
 			p.stream = &b // not part of readiness: RabbitMQ delivery goes on without it
 		}
 	} else if cfg.Broker.Kind == BrokerKafka {
-		p.broker = broker{ready: func() error { return kafka.Ping(cfg.Kafka) }}
+		probe := kafka.NewProber(cfg.Kafka)
+		p.closers = append(p.closers, probe.Close)
+		p.broker = broker{ready: probe.Ping}
 	}
 	if !p.role.relay() {
 		return nil

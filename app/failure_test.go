@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
@@ -341,5 +343,62 @@ func TestSeed001EnvelopeFromAPlainClient(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // past the retry delays, had anything failed
 	if n := s.effects(t, id); n != 1 || len(dead()) != 0 || st.Failed.Load() != 0 {
 		t.Fatalf("effects %d (want 1), dead letters %d, failures %d", n, len(dead()), st.Failed.Load())
+	}
+}
+
+// A delivery that meets a read-only database (25006: a primary demoted by
+// a failover, its address not moved yet) goes back to its queue without
+// spending an attempt, for as long as that lasts: nothing goes to a retry
+// queue or the dead-letter queue, and the event is handled once the
+// database takes writes again. The test makes its own database read-only.
+func TestAReadOnlyDatabaseSpendsNoAttempt(t *testing.T) {
+	s := newProbeStack(t)
+	p := s.start(t)
+	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
+	ctx := context.Background()
+	var name string
+	if err := s.db.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	name = pgx.Identifier{name}.Sanitize()
+	admin, err := pgx.Connect(ctx, testenv.SharePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
+			t.Errorf("give the database back: %v", err)
+		}
+	})
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	p.pool.Reset() // new sessions take the database's setting
+
+	e, err := event.New("probe.work.hit.v1", "test", probeOrder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(t, testenv.Channel(t, s.vhost.URL), "probe.work.hit", e.ID, body, nil)
+	st := p.stats.Queue("probe.work")
+	// The test schedule's retries take 0.3 s in all: three times that.
+	testenv.Eventually(t, 10*time.Second, "a first attempt", func() bool { return len(s.runs.of(e.ID)) > 0 })
+	time.Sleep(time.Second)
+	if st.RetriedLater.Load() != 0 || len(dead()) != 0 || st.Handled.Load() != 0 {
+		t.Fatalf("on a read-only database: %d retries through the broker, %d dead letters, %d handled; want the event waiting in its queue",
+			st.RetriedLater.Load(), len(dead()), st.Handled.Load())
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
+		t.Fatal(err)
+	}
+	p.pool.Reset()
+	testenv.Eventually(t, 40*time.Second, "the event handled once the database takes writes", func() bool { return s.effects(t, e.ID) == 1 })
+	if st.RetriedLater.Load() != 0 || len(dead()) != 0 {
+		t.Fatalf("%d retries through the broker, %d dead letters", st.RetriedLater.Load(), len(dead()))
 	}
 }

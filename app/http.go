@@ -142,10 +142,20 @@ func (p *Platform) limitBody(next http.Handler) http.Handler {
 // does not otherwise. The topology was declared before the server started.
 // It lists the process's relays, each leading, on standby, or standing by
 // with the reason, and, where relays may stream, the replication slots:
-// the WAL each keeps, and how far its relay lags.
+// the WAL each keeps, and how far its relay lags. The answer is the
+// platform's readiness, probed at most once per readyInterval however
+// many ask (see readiness); a request that ends first gets no answer.
 func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
+	a, err := p.ready.get(r.Context(), p.probeReadiness)
+	if err != nil {
+		httpjson.Write(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "error": "the readiness probe did not finish before the request ended: " + err.Error()})
+		return
+	}
+	httpjson.Write(w, a.code, a.body)
+}
+
+// probeReadiness asks PostgreSQL and the broker, within ctx.
+func (p *Platform) probeReadiness(ctx context.Context) readyAnswer {
 	checks := map[string]string{}
 	ok := true
 	check := func(name string, err error) {
@@ -159,7 +169,7 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 		check("postgres", p.pool.Ping(ctx))
 	}
 	if p.broker.ready != nil { // an api process talks to no broker
-		check("broker", p.broker.ready())
+		check("broker", p.broker.ready(ctx))
 	}
 	status, code := "ready", http.StatusOK
 	// A broker alarm stalls the relay, not the API: commits go on into
@@ -201,7 +211,7 @@ func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 			body["outbox_slots"] = slots
 		}
 	}
-	httpjson.Write(w, code, body)
+	return readyAnswer{code: code, body: body}
 }
 
 // relayState is a relay of this process as /readyz shows it: leading,

@@ -500,3 +500,42 @@ func TestSlowClientsAreClosedByTheServerTimeouts(t *testing.T) {
 		})
 	}
 }
+
+// A database that takes no writes, as a primary demoted by a failover
+// does until its address moves (25006), answers 503 with Retry-After: the
+// client retries, the request is not at fault. The test makes its own
+// database read-only.
+func TestARouteAnswers503WhileTheDatabaseIsReadOnly(t *testing.T) {
+	p, _ := startAMQP(t)
+	u, err := url.Parse(p.cfg.Postgres.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, testenv.SharePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
+			t.Errorf("give the database back: %v", err)
+		}
+	})
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	p.pool.Reset() // new sessions take the database's setting
+	resp, raw := send(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "x"}`, nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !bytes.Contains(raw, []byte(`"error":`)) {
+		t.Fatalf("POST /tarefas on a read-only database = %d Retry-After %q %s, want 503 with Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"), raw)
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
+		t.Fatal(err)
+	}
+	p.pool.Reset()
+	if code, body := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "y"}`); code != http.StatusCreated {
+		t.Fatalf("POST /tarefas once writable = %d %v", code, body)
+	}
+}

@@ -57,16 +57,18 @@ type Platform struct {
 	// publishing says why RabbitMQ blocks the relay's publishing (an
 	// alarm), or ""; nil without a RabbitMQ relay.
 	publishing func() string
-	listener   net.Listener
-	server     *http.Server
-	closers    []func() error
+	// ready shares and keeps the answers of /readyz.
+	ready    readiness
+	listener net.Listener
+	server   *http.Server
+	closers  []func() error
 }
 
 // broker is what the platform needs of a transport.
 type broker struct {
 	subscriber message.Subscriber // topic = queue name
 	sink       router.Sink
-	ready      func() error
+	ready      func(context.Context) error
 	close      func() error
 }
 
@@ -220,7 +222,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		p.tx, p.inbox = txr, txr
 	case BrokerMemory:
 		b := memory.NewBroker(p.top, cfg.Router.CloseTimeout, wlog)
-		p.broker = broker{subscriber: b.Subscriber, sink: b, ready: func() error { return nil }, close: b.Close}
+		p.broker = broker{subscriber: b.Subscriber, sink: b, ready: func(context.Context) error { return nil }, close: b.Close}
 		p.closers = append(p.closers, p.broker.close)
 		txr := memory.NewTransactor(b.Publisher, routable)
 		p.tx, p.inbox = txr, txr
@@ -247,7 +249,8 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		for _, s := range ep.def.Subscriptions {
 			q := ep.def.Queue(s)
 			pol, _ := p.top.Policy(q)
-			rt := router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Envelope: p.top.Envelope(q), Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]}
+			rt := router.Route{Queue: q, Handler: ep.def.Name + "/" + s.Name, Envelope: p.top.Envelope(q), Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name],
+				Prepare: built.Prepares[s.Name]}
 			if p.stream != nil && ep.def.Replayable {
 				streamRoutes = append(streamRoutes, rt)
 			} else {

@@ -408,3 +408,57 @@ func TestRabbitRideKilledBetweenCommitAndPublish(t *testing.T) {
 		t.Fatalf("e-mails %+v", mails)
 	}
 }
+
+// credito's analysis waits before the delivery's unit of work opens, so
+// the rentals waiting on it hold no database connection: with a pool of
+// three, twelve analyses waiting at once leave the pool to the routes,
+// and an unrelated read (GET /carros) answers at once.
+func TestRabbitRideWaitingAnalysesHoldNoConnection(t *testing.T) {
+	r := newRabbitRide(t)
+	r.base = start(t, "test", append(r.environ(), "MOENDA_POSTGRES__MAX_CONNS=3", "MOENDA_HANDLERS__CREDITO__LATENCIA=3s")...).base
+	var tokens []string // one rental in analysis per customer
+	for i := range 12 {
+		tokens = append(tokens, r.register(fmt.Sprintf("c%d@example.com", i), validCPF(100000000+i*7919)))
+	}
+	token := tokens[0]
+	carro := r.carro(token, "RIO2A26")
+	began := time.Now()
+	var ids []string
+	for _, tk := range tokens {
+		ids = append(ids, r.rent(tk, carro))
+	}
+	accepted := time.Since(began)
+	time.Sleep(time.Second) // the analyses are waiting now
+	began = time.Now()
+	var cs []struct{ ID string }
+	if code := r.call("GET", "/carros", token, "", &cs); code != http.StatusOK {
+		t.Fatalf("GET /carros: %d", code)
+	}
+	read := time.Since(began)
+	for i, id := range ids {
+		if l := r.ends(tokens[i], id); l.Status == "PENDENTE" {
+			t.Fatalf("rental %+v", l)
+		}
+	}
+	t.Logf("12 rentals accepted in %s; GET /carros took %s while their analyses waited", accepted.Round(time.Millisecond), read.Round(time.Millisecond))
+	if read > 500*time.Millisecond {
+		t.Fatalf("GET /carros took %s while 12 analyses waited on a pool of 3: the waits hold the pool", read)
+	}
+}
+
+// validCPF is the CPF of the nine digits of base, with its check digits.
+func validCPF(base int) string {
+	d := []byte(fmt.Sprintf("%09d", base%1000000000))
+	for n := 9; n <= 10; n++ {
+		sum := 0
+		for i := range n {
+			sum += int(d[i]-'0') * (n + 1 - i)
+		}
+		c := 11 - sum%11
+		if c >= 10 {
+			c = 0
+		}
+		d = append(d, byte('0'+c))
+	}
+	return string(d)
+}

@@ -74,6 +74,15 @@ type Receipt struct {
 // when retrying cannot help (bad payload); other errors are retried.
 type HandlerFunc func(ctx context.Context, e event.Event) error
 
+// PrepareFunc is the first step of a handler that waits on something
+// other than the database (another service's answer, a simulated
+// analysis): it runs before the unit of work opens, so the wait holds no
+// database connection and no transaction, and the context it returns
+// (derived from ctx, or nil for ctx itself) is the handler's. It runs on every attempt, and before the inbox is
+// consulted, so for a duplicate delivery too: it must have no effect of
+// its own. An error fails the attempt as the handler's would.
+type PrepareFunc func(ctx context.Context, e event.Event) (context.Context, error)
+
 // BatchHandlerFunc handles events in order, all in one unit of work: the
 // bulk form of a HandlerFunc.
 type BatchHandlerFunc func(ctx context.Context, events []event.Event) error
@@ -95,6 +104,9 @@ type Plugin struct {
 	Routes func(chi.Router)
 	// Close releases what the plugin holds; nil when nothing.
 	Close func() error
+	// Prepares optionally give a subscription's handler a first step run
+	// outside its unit of work, by subscription name (see PrepareFunc).
+	Prepares map[string]PrepareFunc
 	// Batches optionally give a subscription's handler a bulk form, by
 	// subscription name: `moenda replay` then writes many events in one
 	// statement and one transaction instead of one transaction per event.
@@ -227,6 +239,11 @@ func (d Definition) Build(cfg any, deps Deps) (Plugin, error) {
 	for _, s := range d.Subscriptions {
 		if p.Handlers[s.Name] == nil {
 			return Plugin{}, fmt.Errorf("plugin %s: no handler for subscription %q", d.Name, s.Name)
+		}
+	}
+	for name := range p.Prepares {
+		if !slices.ContainsFunc(d.Subscriptions, func(s Subscription) bool { return s.Name == name }) {
+			return Plugin{}, fmt.Errorf("plugin %s: a prepare step for %q, which is not a subscription", d.Name, name)
 		}
 	}
 	for name := range p.Batches {

@@ -110,3 +110,20 @@ func TestRegistryRejectsBadDefinitions(t *testing.T) {
 		}
 	}
 }
+
+// A prepare step must belong to one of the plugin's subscriptions: one
+// under a misspelt name would never run, and its handler would wait
+// inside its unit of work.
+func TestBuildRefusesAPrepareStepOfNoSubscription(t *testing.T) {
+	def := handlers.Define(handlers.Spec{Name: "p", Subscriptions: []handlers.Subscription{{Name: "s", Events: []string{"a.b"}}}}, cfg{Greeting: "oi"},
+		func(c cfg, _ handlers.Deps) (handlers.Plugin, error) {
+			return handlers.Plugin{
+				Handlers: map[string]handlers.HandlerFunc{"s": func(context.Context, event.Event) error { return nil }},
+				Prepares: map[string]handlers.PrepareFunc{"t": func(ctx context.Context, _ event.Event) (context.Context, error) { return ctx, nil }},
+			}, nil
+		})
+	_, err := def.Build(&cfg{Greeting: "oi"}, handlers.Deps{})
+	if err == nil || !strings.Contains(err.Error(), `a prepare step for "t", which is not a subscription`) {
+		t.Fatalf("Build = %v", err)
+	}
+}

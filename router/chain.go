@@ -41,10 +41,12 @@ type Deps struct {
 //     oversized one is a permanent error with its reason class); an event type the handler
 //     does not handle is acknowledged and counted, not failed.
 //  3. retry (retry.go): a few immediate retries with doubling waits.
-//  4. inbox (inbox.go): each attempt is one unit of work that claims the
+//  4. prepare (prepare.go), for a handler that has a first step: it runs
+//     before the unit of work opens, so a wait holds no connection.
+//  5. inbox (inbox.go): each attempt is one unit of work that claims the
 //     event for the queue, runs the handler, and commits; an event
 //     processed before is acknowledged without running the handler.
-//  5. Watermill's recoverer: a panic becomes an error (and a rollback).
+//  6. Watermill's recoverer: a panic becomes an error (and a rollback).
 //
 // Failures must sit outside retry, or a failing message would leave after
 // one attempt; the inbox must sit inside it, so each attempt rolls back on
@@ -65,10 +67,15 @@ func chain(rt Route, deps Deps, stats *QueueStats, log *slog.Logger) []message.H
 	if deps.Tracer != nil {
 		mws = append(mws, Trace(rt.Queue, rt.Handler, deps.Tracer))
 	}
-	return append(mws,
+	mws = append(mws,
 		Failures(rt.Queue, rt.Handler, rt.Policy, deps.Sink, clock, stats, log),
 		Decode(rt.Envelope, rt.Handles, deps.MaxMessageBytes, stats, log),
 		Retry(rt.Policy.ImmediateRetries, rt.Policy.ImmediateInterval, clock, stats, log),
+	)
+	if rt.Prepare != nil {
+		mws = append(mws, Prepare(rt.Prepare))
+	}
+	return append(mws,
 		Dedup(rt.consumer(), deps.Inbox, stats, log),
 		middleware.Recoverer,
 	)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -16,11 +17,23 @@ import (
 	"github.com/moenda/moenda/handlers/event"
 )
 
-// UnavailablePause is how long a message waits in its consumer, when the
-// platform's own database is away, before it goes back to its queue. The
-// outage is not the message's fault, so it spends no attempt; the pause
-// keeps the redelivery from spinning.
+// UnavailablePause is the first pause of a queue whose deliveries find
+// the platform's own database away (handlers.ErrUnavailable: a restart, a
+// failover, a full disk): the delivery waits it out in its consumer, then
+// goes back to its queue. The outage is not the message's fault, so it
+// spends no attempt. While the outage lasts the pause doubles, up to
+// UnavailablePauseMax, and every delivery of the queue waits out the same
+// one: each return counts toward a quorum queue's delivery limit
+// (topology.DeliveryLimit), and the doubling keeps that count to a few a
+// minute, where a fixed pause would spend the limit within as many
+// seconds. The first delivery that gets past the database ends the
+// backoff.
 const UnavailablePause = time.Second
+
+// UnavailablePauseMax bounds the pause of an outage: the longest a queue
+// waits, once the database is back, before it looks again, so a consumer
+// resumes within it of a restart however long the outage was.
+const UnavailablePauseMax = 10 * time.Second
 
 // CopyFailurePause is the first pause of a queue whose failure copies the
 // broker does not take (a retry queue deleted, the connection for copies
@@ -31,14 +44,17 @@ const CopyFailurePause = time.Second
 
 const copyFailurePauseMax = 30 * time.Second
 
-// pauser is a queue's pause after a failed copy: every delivery that
-// fails its copy meanwhile waits out the same pause, and only the one
-// that starts it logs.
+// pauser is a queue's pause after a failure that is not the message's:
+// every delivery that meets it meanwhile waits out the same pause, and
+// only the one that starts it logs. The pause doubles from first up to
+// most until reset.
 type pauser struct {
-	clock Clock
-	mu    sync.Mutex
-	until time.Time
-	next  time.Duration
+	clock       Clock
+	first, most time.Duration
+	engaged     atomic.Bool // a pause has been taken since the last reset
+	mu          sync.Mutex
+	until       time.Time
+	next        time.Duration
 }
 
 // wait waits out the pause in course, or starts the next one, calling
@@ -47,21 +63,27 @@ func (p *pauser) wait(ctx context.Context, started func(time.Duration)) {
 	p.mu.Lock()
 	if now := p.clock.Now(); !now.Before(p.until) {
 		if p.next == 0 {
-			p.next = CopyFailurePause
+			p.next = p.first
 		}
 		p.until = now.Add(p.next)
 		started(p.next)
-		p.next = min(2*p.next, copyFailurePauseMax)
+		p.next = min(2*p.next, p.most)
+		p.engaged.Store(true)
 	}
 	d := p.until.Sub(p.clock.Now())
 	p.mu.Unlock()
 	_ = p.clock.Sleep(ctx, d)
 }
 
-// reset ends the backoff once a copy went through.
+// reset ends the backoff once the failure is over; it costs one atomic
+// read while no pause was taken.
 func (p *pauser) reset() {
+	if !p.engaged.Load() {
+		return
+	}
 	p.mu.Lock()
 	p.next = 0
+	p.engaged.Store(false)
 	p.mu.Unlock()
 }
 
@@ -80,7 +102,8 @@ const maxErrorHeader = 2048
 // failed deliveries in moenda-attempts. The pauses and the failure times
 // are clock's.
 func Failures(queue, handler string, pol topology.Policy, sink Sink, clock Clock, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
-	pause := &pauser{clock: clock}
+	pause := &pauser{clock: clock, first: CopyFailurePause, most: copyFailurePauseMax}
+	outage := &pauser{clock: clock, first: UnavailablePause, most: UnavailablePauseMax}
 	// refused pauses a delivery whose copy the broker did not take, and
 	// returns the error that sends it back to its queue.
 	refused := func(ctx context.Context, what string, ids []any, err, perr error) error {
@@ -97,6 +120,7 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, clock Clock
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)
 			if err == nil {
+				outage.reset()
 				return out, nil
 			}
 			ctx := msg.Context()
@@ -105,8 +129,9 @@ func Failures(queue, handler string, pol topology.Policy, sink Sink, clock Clock
 			}
 			ids := idsOf(msg)
 			if errors.Is(err, handlers.ErrUnavailable) {
-				logger.WarnContext(ctx, "database unavailable: the event goes back to its queue", append(ids, "retry_in", UnavailablePause, "error", err)...)
-				_ = clock.Sleep(ctx, UnavailablePause)
+				outage.wait(ctx, func(d time.Duration) {
+					logger.WarnContext(ctx, "database unavailable: the queue's events go back to it after a pause", append(ids, "pause", d, "error", err)...)
+				})
 				return nil, err
 			}
 			failed := failedAttempts(msg) + 1

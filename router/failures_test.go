@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,33 +145,17 @@ func TestFailuresKeepTheMessageWhenTheCopyFails(t *testing.T) {
 // clock: each round all ten wait out the same pause, to the nanosecond.
 func TestACopyThatFailsPausesTheQueue(t *testing.T) {
 	clock := newFakeClock(false)
-	logs := &pauseLog{}
+	logs := &pauseLog{level: slog.LevelError}
 	sink := &recordingSink{fail: errors.New("NOT_FOUND - no queue 'q.retry.1s'")}
 	failing := Failures("q", "p/s", schedule, sink, clock, NewStats(true).Queue("q"),
 		slog.New(logs))(handlerFunc(func(*message.Message) error { return errors.New("boom") }))
 	round := func(pause time.Duration) {
 		t.Helper()
-		before := len(clock.sleeps())
-		var wg sync.WaitGroup
-		for range 10 {
-			wg.Go(func() {
-				if _, err := failing(decoded(t, newEvent(t))); err == nil {
-					t.Error("acknowledged without its copy")
-				}
-			})
-		}
-		testenv.Eventually(t, 10*time.Second, "ten deliveries pausing", func() bool { return clock.waiting() == 10 })
-		for i, d := range clock.sleeps()[before:] {
-			if d != pause {
-				t.Fatalf("delivery %d waits %s, want %s", i, d, pause)
+		pauseRound(t, clock, pause, func() {
+			if _, err := failing(decoded(t, newEvent(t))); err == nil {
+				t.Error("acknowledged without its copy")
 			}
-		}
-		clock.Advance(pause - time.Nanosecond)
-		if n := clock.waiting(); n != 10 {
-			t.Fatalf("%d of 10 deliveries went back before their %s pause ended", 10-n, pause)
-		}
-		clock.Advance(time.Nanosecond)
-		wg.Wait()
+		})
 	}
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, copyFailurePauseMax, copyFailurePauseMax}
 	for _, pause := range want {
@@ -191,15 +176,17 @@ func TestACopyThatFailsPausesTheQueue(t *testing.T) {
 	round(CopyFailurePause)
 }
 
-// pauseLog keeps the pause of each ERROR record a logger writes.
+// pauseLog keeps the pause of each record a logger writes at level or
+// above.
 type pauseLog struct {
+	level  slog.Level
 	mu     sync.Mutex
 	pauses []time.Duration
 }
 
 func (h *pauseLog) Enabled(context.Context, slog.Level) bool { return true }
 func (h *pauseLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Level < slog.LevelError {
+	if r.Level < h.level {
 		return nil
 	}
 	h.mu.Lock()
@@ -237,4 +224,63 @@ func TestFailuresOfAnUndecodableMessage(t *testing.T) {
 		c[0].msg.Metadata.Get(event.HeaderEventID) != msg.UUID || c[0].msg.Metadata.Get(event.HeaderCorrelationID) != "corr-9" {
 		t.Fatalf("copies = %+v", c)
 	}
+}
+
+// While the platform's database is away, deliveries go back to their
+// queue after a pause that doubles up to its ceiling, shared by the
+// queue's deliveries and logged once per pause: each return counts toward
+// a quorum queue's delivery limit, so an outage must spend few of them.
+// The first delivery that gets through ends the backoff.
+func TestAnOutagePausesTheQueue(t *testing.T) {
+	clock := newFakeClock(false)
+	logs := &pauseLog{level: slog.LevelWarn}
+	var down atomic.Bool
+	down.Store(true)
+	handle := Failures("q", "p/s", schedule, &recordingSink{}, clock, NewStats(true).Queue("q"), slog.New(logs))(handlerFunc(func(*message.Message) error {
+		if down.Load() {
+			return fmt.Errorf("inbox: claim: %w: SQLSTATE 25006", handlers.ErrUnavailable)
+		}
+		return nil
+	}))
+	away := func() {
+		if _, err := handle(decoded(t, newEvent(t))); err == nil {
+			t.Error("acknowledged while the database is away")
+		}
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, UnavailablePauseMax, UnavailablePauseMax}
+	for _, pause := range want {
+		pauseRound(t, clock, pause, away)
+	}
+	if got := logs.all(); !slices.Equal(got, want) {
+		t.Fatalf("pauses logged %v, want one line per pause: %v", got, want)
+	}
+	down.Store(false)
+	if _, err := handle(decoded(t, newEvent(t))); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	pauseRound(t, clock, UnavailablePause, away)
+}
+
+// pauseRound has ten consumers deliver at once and checks that all ten
+// wait out the same pause, to the nanosecond, on clock.
+func pauseRound(t *testing.T, clock *fakeClock, pause time.Duration, deliver func()) {
+	t.Helper()
+	before := len(clock.sleeps())
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(deliver)
+	}
+	testenv.Eventually(t, 10*time.Second, "ten deliveries pausing", func() bool { return clock.waiting() == 10 })
+	for i, d := range clock.sleeps()[before:] {
+		if d != pause {
+			t.Fatalf("delivery %d waits %s, want %s", i, d, pause)
+		}
+	}
+	clock.Advance(pause - time.Nanosecond)
+	if n := clock.waiting(); n != 10 {
+		t.Fatalf("%d of 10 deliveries went back before their %s pause ended", 10-n, pause)
+	}
+	clock.Advance(time.Nanosecond)
+	wg.Wait()
 }

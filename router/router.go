@@ -75,6 +75,9 @@ type Route struct {
 	// Policy is the queue's failure handling.
 	Policy topology.Policy
 	Handle handlers.HandlerFunc
+	// Prepare, when set, runs before each attempt's unit of work opens
+	// (handlers.PrepareFunc).
+	Prepare handlers.PrepareFunc
 }
 
 // consumer is the route's inbox key.

@@ -139,11 +139,12 @@ func (s FailureSink) DeadLetter(ctx context.Context, queue string, msg *message.
 	return s.pub.PublishTo(ctx, pol.DeadLetterExchange, queue, msg)
 }
 
-// Ready reports whether RabbitMQ answers. It asks on a connection of its
-// own: watermill-amqp's IsConnected races with its reconnect loop (upstream
-// ThreeDotsLabs/watermill#693), and the pub/sub connections reconnect by
-// themselves once the broker is back.
-func (b *Broker) Ready() error { return b.probe.check() }
+// Ready reports whether RabbitMQ answers, dialling within ctx. It asks on
+// a connection of its own, kept open from call to call and dialled again
+// only once the broker closed it: watermill-amqp's IsConnected races with
+// its reconnect loop (upstream ThreeDotsLabs/watermill#693), and the
+// pub/sub connections reconnect by themselves once the broker is back.
+func (b *Broker) Ready(ctx context.Context) error { return b.probe.check(ctx) }
 
 // probe keeps one idle connection and redials it when it is gone.
 type probe struct {
@@ -152,13 +153,13 @@ type probe struct {
 	conn  *amqp091.Connection
 }
 
-func (p *probe) check() error {
+func (p *probe) check(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn != nil && !p.conn.IsClosed() {
 		return nil
 	}
-	conn, _, err := p.nodes.dial(context.Background(), amqp091.Config{
+	conn, _, err := p.nodes.dial(ctx, amqp091.Config{
 		Dial:       amqp091.DefaultDial(2 * time.Second),
 		Properties: amqp091.Table{"connection_name": "moenda readiness"},
 	})

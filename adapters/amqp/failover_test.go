@@ -76,7 +76,7 @@ func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	if err := b.Ready(); err != nil {
+	if err := b.Ready(context.Background()); err != nil {
 		t.Fatalf("Ready: %v", err)
 	}
 	out, err := b.Subscriber.Subscribe(ctx, q)
@@ -162,7 +162,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	}
 	ready := &probe{nodes: probeNodes}
 	t.Cleanup(func() { _ = ready.close() })
-	if err := ready.check(); err != nil {
+	if err := ready.check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -261,7 +261,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		return false
 	})
 	testenv.Eventually(t, 10*time.Second, "the readiness probe ready on node 2", func() bool {
-		return ready.check() == nil && ready.nodes.current() == node2
+		return ready.check(context.Background()) == nil && ready.nodes.current() == node2
 	})
 	testenv.Eventually(t, 20*time.Second, "2,000 more messages confirmed on node 2", func() bool { return count() >= beforeCut+2000 })
 	close(stop)

@@ -9,9 +9,11 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -124,7 +126,62 @@ func (c Config) Sarama(clientID string) *sarama.Config {
 	return sc
 }
 
-// Ping reports whether the cluster answers.
+// Ping reports whether the cluster answers, on a client of its own.
 func Ping(cfg Config) error {
 	return withClient(cfg, "moenda readiness", func(sarama.Client) error { return nil })
+}
+
+// Prober reports whether the cluster answers, on one client kept from
+// call to call: a readiness check asks the connections it has for the
+// cluster's metadata rather than opening a client, and dials again only
+// once they failed.
+type Prober struct {
+	cfg    Config
+	mu     sync.Mutex
+	client sarama.Client
+}
+
+// NewProber returns a Prober of cfg's cluster; it connects on first use.
+func NewProber(cfg Config) *Prober { return &Prober{cfg: cfg} }
+
+// Ping reports whether the cluster answers, or ctx's error if ctx ends
+// first (sarama's calls take no context: the one in flight ends by its
+// own timeouts, and holds back the next).
+func (p *Prober) Ping(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- p.ping() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *Prober) ping() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.client == nil || p.client.Closed() {
+		client, err := sarama.NewClient(p.cfg.Brokers, p.cfg.Sarama("moenda readiness"))
+		if err != nil {
+			return fmt.Errorf("kafka: connect to %v: %w", p.cfg.Brokers, err)
+		}
+		p.client = client
+		return nil // it has just fetched the metadata
+	}
+	if err := p.client.RefreshMetadata(); err != nil {
+		_ = p.client.Close()
+		return fmt.Errorf("kafka: the cluster at %v does not answer: %w", p.cfg.Brokers, err)
+	}
+	return nil
+}
+
+// Close closes the client, if one is open.
+func (p *Prober) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.client == nil || p.client.Closed() {
+		return nil
+	}
+	return p.client.Close()
 }

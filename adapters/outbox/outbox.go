@@ -68,6 +68,15 @@ type Config struct {
 	// hold back before moenda warns: PostgreSQL keeps the WAL a slot has
 	// not confirmed, for as long as its relay is down.
 	SlotWarnSize ByteSize `koanf:"slot_warn_size"`
+	// LockIdleTimeout is how long the session holding a polling relay's
+	// lock may send nothing before PostgreSQL ends it (its
+	// idle_session_timeout), which lets the lock go to a standby: a relay
+	// whose network path went black sends nothing, and the server would
+	// otherwise keep its session until TCP gave up. The relay sends a
+	// statement at least every PollInterval, waiting on the broker
+	// included, so it must be several of them; 0 leaves the session
+	// alone.
+	LockIdleTimeout time.Duration `koanf:"lock_idle_timeout"`
 }
 
 // How a relay reads the outbox (Config.Reader).
@@ -81,10 +90,12 @@ const (
 // every second, batches of 1,000 rows, 256 confirms in flight; published
 // rows are kept a week, as the inbox keeps its claims. The reader is
 // logical where the server allows it, and a slot holding back more than
-// 1 GiB of WAL is warned about.
+// 1 GiB of WAL is warned about. A polling relay's lock goes to a standby
+// after 20 s of silence from its session.
 func DefaultConfig() Config {
 	return Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: time.Second, BatchSize: 1000, ConfirmWindow: 256,
-		Retention: 7 * 24 * time.Hour, RetentionInterval: 5 * time.Minute, Reader: ReaderAuto, SlotWarnSize: 1 << 30}
+		Retention: 7 * 24 * time.Hour, RetentionInterval: 5 * time.Minute, Reader: ReaderAuto, SlotWarnSize: 1 << 30,
+		LockIdleTimeout: 20 * time.Second}
 }
 
 // Validate reports every problem at once.
@@ -118,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxEventBytes < 0 {
 		errs = append(errs, fmt.Errorf("outbox.max_event_bytes must not be negative, got %d (0 takes what the brokers take)", c.MaxEventBytes))
+	}
+	if c.LockIdleTimeout != 0 && (c.LockIdleTimeout < 3*c.PollInterval || c.LockIdleTimeout%time.Millisecond != 0) {
+		errs = append(errs, fmt.Errorf("outbox.lock_idle_timeout must be 0 or whole milliseconds of at least 3 × outbox.poll_interval (%s), got %s", c.PollInterval, c.LockIdleTimeout))
 	}
 	if c.SlotWarnSize < 0 {
 		errs = append(errs, fmt.Errorf("outbox.slot_warn_size must not be negative, got %d", c.SlotWarnSize))

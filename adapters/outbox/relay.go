@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -171,8 +172,18 @@ var errLockLost = errors.New("the relay's lock or slot was lost")
 // The one batch a relay can still publish after losing the lock is the one
 // it read just before: it is not recorded, and the next leader publishes
 // it again (at least once).
+//
+// A relay cut from the server by a network path gone black sends nothing
+// more; with Config.LockIdleTimeout set, the server ends its session after
+// that much silence, so a standby takes the lock then, not when TCP gives
+// up. The relay keeps its own session busy meanwhile: it reads at least
+// every PollInterval, and pings while a batch waits on the broker.
 func (r *Relay) session(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
+	cc := r.pool.Config().ConnConfig
+	if r.cfg.LockIdleTimeout > 0 {
+		cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(r.cfg.LockIdleTimeout.Milliseconds(), 10)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("lock connection: %w", err)
 	}
@@ -248,7 +259,10 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		if sent == nil {
 			return nil
 		}
-		res := <-sent
+		res, err := r.await(work, conn, sent)
+		if err != nil {
+			return err
+		}
 		sent = nil
 		if res.err != nil {
 			return res.err
@@ -317,6 +331,30 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		case <-r.wake:
 			empty, woken = 0, true
 		case <-time.After(wait):
+		}
+	}
+}
+
+// await waits for the batch being published, pinging conn every
+// PollInterval meanwhile, so a broker that takes long (an alarm) does not
+// leave the lock's session silent for Config.LockIdleTimeout.
+func (r *Relay) await(ctx context.Context, conn *pgx.Conn, sent <-chan published) (published, error) {
+	select {
+	case res := <-sent:
+		return res, nil
+	default:
+	}
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case res := <-sent:
+			return res, nil
+		case <-tick.C:
+			r.queries.Add(1)
+			if err := conn.Ping(ctx); err != nil {
+				return published{}, fmt.Errorf("relay lock session: %w", err)
+			}
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
@@ -141,5 +143,56 @@ func TestAHandlersNetworkErrorIsNotTheDatabases(t *testing.T) {
 	err := txr.InTx(context.Background(), func(context.Context, handlers.Tx) error { return fmt.Errorf("send: %w", dialErr) })
 	if !errors.Is(err, dialErr) || errors.Is(err, handlers.ErrUnavailable) {
 		t.Fatalf("the handler's dial error came back as %v (unavailable: %v)", err, errors.Is(err, handlers.ErrUnavailable))
+	}
+}
+
+// A database that takes no writes (a primary demoted by a failover whose
+// address has not moved yet answers 25006) makes a handler's and a
+// route's unit of work unavailable, not failed: the event waits without
+// spending an attempt, and the route answers 503.
+func TestAReadOnlyDatabaseIsUnavailable(t *testing.T) {
+	txr, db := transactor(t)
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE effects (event_id TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	if err := db.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET default_transaction_read_only = on`); err != nil {
+		t.Fatal(err)
+	}
+	db.Pool.Reset() // new sessions take the database's setting
+	write := func(ctx context.Context) error {
+		return txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+			_, err := tx.Postgres().Exec(ctx, `INSERT INTO effects VALUES ('e-1')`)
+			return err
+		})
+	}
+	var pgErr *pgconn.PgError
+	if err := write(ctx); !errors.Is(err, handlers.ErrUnavailable) || !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("a write on a read-only database: %v, want 25006 marked unavailable", err)
+	}
+	if ran, err := txr.Once(ctx, "q", "e-1", write); ran || !errors.Is(err, handlers.ErrUnavailable) || event.IsPermanent(err) {
+		t.Fatalf("a delivery on a read-only database: ran %v, %v, want unavailable", ran, err)
+	}
+	// A session may still choose to write: the setting is only a default.
+	cc, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.RuntimeParams["default_transaction_read_only"] = "off"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` RESET default_transaction_read_only`); err != nil {
+		t.Fatal(err)
+	}
+	db.Pool.Reset()
+	if ran, err := txr.Once(ctx, "q", "e-1", write); !ran || err != nil {
+		t.Fatalf("once writable again: ran %v, %v", ran, err)
 	}
 }

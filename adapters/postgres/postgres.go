@@ -35,6 +35,20 @@ type Config struct {
 	// IdleInTransactionTimeout ends sessions that hold a transaction open
 	// and idle: one would delay every outbox reader.
 	IdleInTransactionTimeout time.Duration `koanf:"idle_in_transaction_timeout"`
+	// KeepaliveIdle, KeepaliveInterval and KeepaliveCount are the TCP
+	// keepalive of every connection, set at both ends: a connection whose
+	// peer falls silent (its network path gone black) ends after
+	// KeepaliveIdle + KeepaliveCount × KeepaliveInterval, on the client and
+	// on the server. Without them the server keeps a dead client's session,
+	// and the relay lock it holds, for the kernel's two hours.
+	KeepaliveIdle     time.Duration `koanf:"keepalive_idle"`
+	KeepaliveInterval time.Duration `koanf:"keepalive_interval"`
+	KeepaliveCount    int           `koanf:"keepalive_count"`
+	// UserTimeout is TCP_USER_TIMEOUT at both ends: data sent and not
+	// acknowledged for this long ends the connection, where keepalive
+	// probes do not run (they wait for an idle connection). 0 leaves the
+	// kernel's default, which retransmits for about a quarter of an hour.
+	UserTimeout time.Duration `koanf:"user_timeout"`
 }
 
 // DefaultConfig is the local PostgreSQL, a pool sized for a small machine,
@@ -46,6 +60,10 @@ func DefaultConfig() Config {
 		MaxConns:                 8,
 		ConnectTimeout:           5 * time.Second,
 		IdleInTransactionTimeout: 30 * time.Second,
+		KeepaliveIdle:            5 * time.Second,
+		KeepaliveInterval:        5 * time.Second,
+		KeepaliveCount:           3,
+		UserTimeout:              20 * time.Second,
 	}
 }
 
@@ -64,7 +82,37 @@ func (c Config) Validate() error {
 	if c.IdleInTransactionTimeout < 0 {
 		errs = append(errs, fmt.Errorf("postgres.idle_in_transaction_timeout must not be negative, got %s", c.IdleInTransactionTimeout))
 	}
+	// PostgreSQL counts its keepalive settings in whole seconds.
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"keepalive_idle", c.KeepaliveIdle}, {"keepalive_interval", c.KeepaliveInterval}} {
+		if d.v < time.Second || d.v%time.Second != 0 {
+			errs = append(errs, fmt.Errorf("postgres.%s must be a whole number of seconds, at least 1s, got %s", d.key, d.v))
+		}
+	}
+	if c.KeepaliveCount < 1 {
+		errs = append(errs, fmt.Errorf("postgres.keepalive_count must be at least 1, got %d", c.KeepaliveCount))
+	}
+	if c.UserTimeout < 0 || c.UserTimeout%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("postgres.user_timeout must be 0 or a positive number of milliseconds, got %s", c.UserTimeout))
+	}
 	return errors.Join(errs...)
+}
+
+// keepalive sets cfg's keepalives on pc at both ends: the dialer's socket
+// options on the client, the session's tcp_* parameters on the server,
+// which applies them to its side of the connection (not to a Unix
+// socket).
+func keepalive(pc *pgconn.Config, cfg Config) {
+	pc.DialFunc = (&net.Dialer{
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: cfg.KeepaliveIdle, Interval: cfg.KeepaliveInterval, Count: cfg.KeepaliveCount},
+		Control:         userTimeout(cfg.UserTimeout),
+	}).DialContext
+	pc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(int(cfg.KeepaliveIdle / time.Second))
+	pc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(int(cfg.KeepaliveInterval / time.Second))
+	pc.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(cfg.KeepaliveCount)
+	pc.RuntimeParams["tcp_user_timeout"] = strconv.FormatInt(cfg.UserTimeout.Milliseconds(), 10)
 }
 
 // Connect opens the pool and checks that PostgreSQL answers, so a wrong URL
@@ -79,6 +127,7 @@ func Connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if cfg.IdleInTransactionTimeout > 0 {
 		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.IdleInTransactionTimeout.Milliseconds(), 10)
 	}
+	keepalive(&pc.ConnConfig.Config, cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -164,7 +213,9 @@ func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx ha
 
 // unavailable marks err with handlers.ErrUnavailable when it says the
 // database could not be reached or went away (a restart, a cut
-// connection), rather than that it refused the work.
+// connection), or cannot take any write for now (read-only after a
+// failover, its disk full, out of memory), rather than that it refused the
+// work.
 func unavailable(err error) error { return classify(err, true) }
 
 // classify is unavailable; network says whether a network error in err
@@ -182,7 +233,12 @@ func classify(err error, network bool) error {
 		switch {
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
 			strings.HasPrefix(pgErr.Code, "57P"), // admin shutdown, crash shutdown, cannot connect now
-			pgErr.Code == "53300":                // too many connections
+			pgErr.Code == "53300",                // too many connections
+			// The server's state, not the work's: a standby that was the
+			// primary before a failover and still has its address
+			// (read_only_sql_transaction), a full disk, memory exhausted.
+			// The same work succeeds once the address moves or space frees.
+			pgErr.Code == "25006", pgErr.Code == "53100", pgErr.Code == "53200":
 			return fmt.Errorf("%w: %w", handlers.ErrUnavailable, err)
 		}
 		return err

@@ -222,12 +222,14 @@ const (
 // delivery_limit) to the queue's dead-letter queue. moenda's own retries
 // ack the delivery and publish a copy, so the count grows only when a
 // message goes back unacknowledged: a crash or a lost connection while it
-// is in hand, a shutdown, a copy the broker did not confirm, and, once a
-// second, an outage of moenda's PostgreSQL (RabbitMQ 3.10 counts every
-// return: a nack or reject with requeue, or a closed channel). It is a
-// safety net for a message that kills its consumer, set well above
-// RabbitMQ 4's default of 20 so that a database outage of a minute or so
-// sends nothing to the dead-letter queue. It is part of each quorum
+// is in hand, a shutdown, a copy the broker did not confirm, and an
+// outage of moenda's PostgreSQL (RabbitMQ 3.10 counts every return: a nack
+// or reject with requeue, or a closed channel). It is a safety net for a
+// message that kills its consumer, set well above RabbitMQ 4's default of
+// 20. An outage counts once per pause of its queue, and the pause doubles
+// from 1 s to 10 s (router.UnavailablePause, router.UnavailablePauseMax):
+// 5 returns in the first 30 s, then 6 a minute, so an outage of a quarter
+// of an hour sends nothing to the dead-letter queue. It is part of each quorum
 // queue's declaration: changing it makes existing quorum queues fail to
 // declare.
 const DeliveryLimit = 100

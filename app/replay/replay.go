@@ -72,7 +72,7 @@ func Start(ctx context.Context, deps Deps, def handlers.Definition, built handle
 			return nil, err
 		}
 		pol, _ := deps.Topology.Policy(q)
-		rt := router.Route{Queue: q, Consumer: group, Handler: def.Name + "/" + s.Name, Envelope: deps.Topology.Envelope(q), Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name]}
+		rt := router.Route{Queue: q, Consumer: group, Handler: def.Name + "/" + s.Name, Envelope: deps.Topology.Envelope(q), Handles: s.Handles, Policy: pol, Handle: built.Handlers[s.Name], Prepare: built.Prepares[s.Name]}
 		handle := func(_ context.Context, msgs []*message.Message) error {
 			for _, msg := range msgs {
 				if err := router.Handle(rt, rdeps, msg); err != nil {

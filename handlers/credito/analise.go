@@ -52,23 +52,44 @@ type analista struct {
 	logger   *slog.Logger
 }
 
-// analisar handles rental.requested: one analysis per rental, whose
-// result leaves in the same transaction as its record.
-func (a analista) analisar(ctx context.Context, e event.Event) error {
+// request reads and checks the payload of rental.requested.
+func request(e event.Event) (RentalRequested, error) {
 	var req RentalRequested
 	if err := json.Unmarshal(e.Payload, &req); err != nil {
-		return event.Permanent(fmt.Errorf("payload of %s: %w", e.Name, err))
+		return req, event.Permanent(fmt.Errorf("payload of %s: %w", e.Name, err))
 	}
 	if _, err := uuid.Parse(req.RentalID); err != nil {
-		return event.Permanent(fmt.Errorf("%s: rentalId %q is not a UUID", e.Name, req.RentalID))
+		return req, event.Permanent(fmt.Errorf("%s: rentalId %q is not a UUID", e.Name, req.RentalID))
 	}
 	if !validCPF(req.UserCpf) {
-		return event.Permanent(fmt.Errorf("%s: userCpf %q is not a CPF of 11 digits", e.Name, req.UserCpf))
+		return req, event.Permanent(fmt.Errorf("%s: userCpf %q is not a CPF of 11 digits", e.Name, req.UserCpf))
 	}
-	select { // the seed's simulated analysis
+	return req, nil
+}
+
+// esperar is the analysis's wait, the seed's simulated 2 s: the handler's
+// prepare step, so it runs before the delivery's unit of work opens and
+// holds no database connection while it waits. A bad payload fails here,
+// before any wait.
+func (a analista) esperar(ctx context.Context, e event.Event) (context.Context, error) {
+	if _, err := request(e); err != nil {
+		return nil, err
+	}
+	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	case <-time.After(a.latencia):
+	}
+	return ctx, nil
+}
+
+// analisar handles rental.requested, once esperar has waited: one
+// analysis per rental, whose result leaves in the same transaction as its
+// record.
+func (a analista) analisar(ctx context.Context, e event.Event) error {
+	req, err := request(e)
+	if err != nil {
+		return err
 	}
 	return a.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		db := tx.Postgres()

@@ -26,7 +26,19 @@ func TestAnalysis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	analisar := p.Handlers[SubSolicitacoes]
+	esperar, handle := p.Prepares[SubSolicitacoes], p.Handlers[SubSolicitacoes]
+	if esperar == nil {
+		t.Fatal("no prepare step: the analysis would wait inside its unit of work, holding a database connection")
+	}
+	// analisar runs the two steps as the chain does: the wait, then the
+	// unit of work.
+	analisar := func(ctx context.Context, e event.Event) error {
+		ctx, err := esperar(ctx, e)
+		if err != nil {
+			return err
+		}
+		return handle(ctx, e)
+	}
 	requested := func(body string) event.Event {
 		e, err := event.New(EventRentalRequested, "locacoes", json.RawMessage(body))
 		if err != nil {
@@ -67,6 +79,9 @@ func TestAnalysis(t *testing.T) {
 	for _, bad := range []string{`[]`, `{"rentalId":"x","userCpf":"52998224725"}`, `{"rentalId":"` + approved + `","userCpf":"529.982.247-25"}`} {
 		if err := analisar(ctx, requested(bad)); !event.IsPermanent(err) {
 			t.Errorf("%s: %v, want a permanent error", bad, err)
+		}
+		if err := handle(ctx, requested(bad)); !event.IsPermanent(err) {
+			t.Errorf("%s, given to the handler: %v, want a permanent error", bad, err)
 		}
 	}
 	if err := (Config{Latencia: time.Hour}).Validate(); err == nil {

@@ -1,7 +1,9 @@
 // Package credito is seed 004's analysis-service: it consumes
 // rental.requested on the seed's queue analysis.requested.queue, looks the
 // customer's CPF up in a list of blocked CPFs, waits the configured
-// latency (the seed simulates a 2 s analysis) and raises
+// latency (the seed simulates a 2 s analysis; the wait runs before the
+// delivery's unit of work opens, so it holds no database connection) and
+// raises
 // analysis.completed, APPROVED or REJECTED with the reason, in the same
 // transaction as its record of the analysis.
 package credito
@@ -24,7 +26,7 @@ type Config struct {
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	if c.Latencia < 0 || c.Latencia > 20*time.Second {
-		return fmt.Errorf("handlers.credito.latencia must be between 0s and 20s (the delivery's transaction stays open meanwhile, and postgres.idle_in_transaction_timeout, 30s by default, would end it), got %s", c.Latencia)
+		return fmt.Errorf("handlers.credito.latencia must be between 0s and 20s (the delivery stays in its consumer meanwhile), got %s", c.Latencia)
 	}
 	return nil
 }
@@ -58,5 +60,8 @@ func Plugin() handlers.Definition {
 
 func build(cfg Config, deps handlers.Deps) (handlers.Plugin, error) {
 	a := analista{tx: deps.Tx, latencia: cfg.Latencia, now: time.Now, logger: deps.Logger}
-	return handlers.Plugin{Handlers: map[string]handlers.HandlerFunc{SubSolicitacoes: a.analisar}}, nil
+	return handlers.Plugin{
+		Handlers: map[string]handlers.HandlerFunc{SubSolicitacoes: a.analisar},
+		Prepares: map[string]handlers.PrepareFunc{SubSolicitacoes: a.esperar},
+	}, nil
 }
