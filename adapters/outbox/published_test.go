@@ -60,3 +60,43 @@ func TestStreamPositionSkipsWhatWasPublished(t *testing.T) {
 		}
 	}
 }
+
+// A relay that takes over inside a long transaction, and a third that
+// takes over from it before the transaction commits, each publish only the
+// rows the one before had not: the stream hands the open transaction again
+// from its first row every time, so each records the rows of it that are
+// out, not those plus the ones its predecessor counted.
+func TestStreamPositionAcrossTwoTakeovers(t *testing.T) {
+	const tx = 9
+	stream := func(n int) streamItem { // the open transaction's first n rows
+		it := streamItem{open: n}
+		for i := range n {
+			it.rows = append(it.rows, outboxRow{position: position{txID: tx, offset: int64(i)}})
+		}
+		return it
+	}
+	published := map[int64]int{}
+	// takeOver runs a relay from the record rec over the stream's first
+	// n rows of the transaction, and returns what it records.
+	takeOver := func(rec streamPosition, n int) streamPosition {
+		at, skip := resume(rec)
+		it := stream(n)
+		rows, _ := skip.skip(it.rows)
+		for _, rw := range rows {
+			published[rw.offset]++
+		}
+		return at.after(it)
+	}
+	rec := streamPosition{lsn: 100}
+	for _, n := range []int{5, 7, 10} { // the first relay, then two that take over
+		rec = takeOver(rec, n)
+		if rec.rows != int64(n) || rec.txID != tx || rec.lsn != 100 {
+			t.Fatalf("after %d rows of the transaction: recorded %+v, want %d rows of %d at 100", n, rec, n, tx)
+		}
+	}
+	for i := range int64(10) {
+		if published[i] != 1 {
+			t.Fatalf("row %d published %d times, want once: %v", i, published[i], published)
+		}
+	}
+}

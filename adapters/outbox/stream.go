@@ -92,6 +92,14 @@ func (p streamPosition) after(it streamItem) streamPosition {
 	return p
 }
 
+// resume returns, for a stream started again at published.lsn, the
+// position to record as it goes and the rows to skip: the transaction
+// still open at published comes again from its first row, so at counts
+// its rows from there, and skip drops the published.rows already out.
+func resume(published streamPosition) (at, skip streamPosition) {
+	return streamPosition{lsn: published.lsn}, streamPosition{txID: published.txID, rows: published.rows}
+}
+
 // skip drops from rows those a relay before this one published: the first
 // p.rows of the transaction p.txID. It returns the rows left, and p with
 // what it dropped counted off.
@@ -352,8 +360,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 	r.logger.Info("outbox relay active", "reader", ReaderLogical, "slot", st.name)
 
 	sample, fresh := st.sampleLSN, false // fresh: rows published since the sample
-	at, skip := st.published, st.published
-	skip.lsn = 0
+	at, skip := resume(st.published)
 	var parked []parkedRow
 	for {
 		var it streamItem
@@ -442,7 +449,7 @@ func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, 
 			UPDATE moenda_outbox_slots s SET
 				sample_xmin = CASE WHEN slot.take THEN pg_snapshot_xmin(pg_current_snapshot()) ELSE s.sample_xmin END,
 				sample_lsn = CASE WHEN slot.take THEN pg_current_wal_insert_lsn() ELSE s.sample_lsn END,
-				published_lsn = GREATEST(s.published_lsn, $7::pg_lsn), published_transaction_id = NULLIF($8, '0')::xid8, published_rows = $9
+				published_lsn = $7::pg_lsn, published_transaction_id = NULLIF($8, '0')::xid8, published_rows = $9
 			FROM slot
 			WHERE s.consumer_group = $1 AND s.backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
 			RETURNING CASE WHEN slot.take THEN s.sample_lsn::text END AS sample_lsn)
