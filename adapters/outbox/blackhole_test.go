@@ -180,3 +180,41 @@ func TestConfigChecksLockIdleTimeout(t *testing.T) {
 		})
 	}
 }
+
+// blockedDestination takes no batch: it holds each until its context
+// ends, as a broker that stopped answering does, and says on calls when
+// one comes in.
+type blockedDestination struct{ calls chan struct{} }
+
+func (d blockedDestination) PublishBatch(ctx context.Context, _ []string, _ []*message.Message) error {
+	select {
+	case d.calls <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A leader whose lock session ends while its batch waits on the broker
+// stops leading at once: it does not wait on that batch, which it could
+// no longer record, and so it can take the lock again, or leave it to a
+// standby, and send the batch again.
+func TestALeaderThatLosesItsSessionMidBatchStopsLeading(t *testing.T) {
+	s := newStack(t)
+	dest := blockedDestination{calls: make(chan struct{}, 2)}
+	s.run(t, "relay", s.newRelay(t, dest, s.top.Routable, testConfig, testenv.Logger()))
+	s.commit(t, 1, map[string]bool{})
+	select {
+	case <-dest.calls:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the relay published nothing within 20 s")
+	}
+	if n := s.terminateLockHolder(t, testConfig.ConsumerGroup); n != 1 {
+		t.Fatalf("ended %d lock sessions, want 1", n)
+	}
+	select {
+	case <-dest.calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("10 s after its lock session ended, the relay still waits on the batch it cannot record: it never led again")
+	}
+}

@@ -271,7 +271,12 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	}
 	defer func() {
 		if sent != nil {
-			<-sent // the publisher's goroutine ends before the session does
+			// The session failed with a batch in flight (its lock may be
+			// another relay's now): stop publishing it, since it will not
+			// be recorded and the next leader sends it again, and let the
+			// publisher's goroutine end before the session does.
+			cancel()
+			<-sent
 		}
 	}()
 
