@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -179,15 +180,26 @@ var errLockLost = errors.New("the relay's lock or slot was lost")
 // up. The relay keeps its own session busy meanwhile: it reads at least
 // every PollInterval, and pings while a batch waits on the broker.
 func (r *Relay) session(ctx context.Context) error {
-	cc := r.pool.Config().ConnConfig
-	if r.cfg.LockIdleTimeout > 0 {
-		cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(r.cfg.LockIdleTimeout.Milliseconds(), 10)
-	}
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
 	if err != nil {
 		return fmt.Errorf("lock connection: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if r.cfg.LockIdleTimeout > 0 {
+		// Set after connecting, not as a startup parameter: a server
+		// before PostgreSQL 14 refuses a connection naming a setting it
+		// does not have, and the relay still runs there, only without
+		// the bound.
+		_, err := conn.Exec(ctx, "SELECT set_config('idle_session_timeout', $1, false)", strconv.FormatInt(r.cfg.LockIdleTimeout.Milliseconds(), 10))
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined_object
+			r.logger.Warn("outbox relay: this PostgreSQL has no idle_session_timeout (it came in 14), so outbox.lock_idle_timeout does nothing:"+
+				" a leader cut off by a dead network path keeps the lock until TCP keepalives end its session", "error", err)
+		case err != nil:
+			return fmt.Errorf("lock connection: idle_session_timeout: %w", err)
+		}
+	}
 	for {
 		var locked bool
 		r.queries.Add(1)
