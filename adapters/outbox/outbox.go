@@ -184,8 +184,10 @@ func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, events ...event.Event) 
 		if msgs[i], key, err = Prepare(ctx, e, o.routable); err != nil {
 			return err
 		}
-		if size := event.Size(msgs[i]); o.maxBytes > 0 && size > o.maxBytes {
-			return fmt.Errorf("outbox: %w", &event.TooLargeError{Event: e.Name, Size: size, Limit: o.maxBytes, Setting: "outbox.max_event_bytes"})
+		if o.maxBytes > 0 {
+			if size := event.Size(msgs[i]); size > o.maxBytes {
+				return fmt.Errorf("outbox: %w", &event.TooLargeError{Event: e.Name, Size: size, Limit: o.maxBytes, Setting: "outbox.max_event_bytes"})
+			}
 		}
 		// A relay of the version before took the key from the metadata;
 		// while one may still run during a rolling update, rows carry it.

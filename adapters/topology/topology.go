@@ -227,9 +227,9 @@ const (
 // or reject with requeue, or a closed channel). It is a safety net for a
 // message that kills its consumer, set well above RabbitMQ 4's default of
 // 20. An outage counts once per pause of its queue, and the pause doubles
-// from 1 s to 10 s (router.UnavailablePause, router.UnavailablePauseMax):
-// 5 returns in the first 30 s, then 6 a minute, so an outage of a quarter
-// of an hour sends nothing to the dead-letter queue. It is part of each quorum
+// up to router.UnavailablePauseMax, so an outage of many minutes sends
+// nothing to the dead-letter queue (README, "Quorum or classic queues").
+// It is part of each quorum
 // queue's declaration: changing it makes existing quorum queues fail to
 // declare.
 const DeliveryLimit = 100
