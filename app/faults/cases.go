@@ -172,7 +172,7 @@ func Cases() []Case {
 		{ID: "T24", Title: "oversized messages", Run: oversized, Holds: []Clause{
 			must(clauseAPI, "API: 413 above the configured limit, within 1 s"),
 			notHere("the 413 comes before the whole body is read", "a 10 MB body crosses loopback within the bound either way; T30's 100 MB chunked body, answered 413 within 1 s, shows it"),
-			notHere("a publish the broker refuses makes the relay park the row, not retry forever", "the API refuses bodies over http.max_body_bytes before the outbox, so no row of 17 MB reaches the relay here; the relay parks rows no exchange carries (TestRelayParksUnroutableRowsAndRepublishDeliversThem), and no test shows it parking a row the broker refuses for its size"),
+			notHere("a publish the broker refuses makes the relay park the row, not retry forever", "no row of 17 MB reaches the relay: the API refuses bodies over http.max_body_bytes, and the outbox events over outbox.max_event_bytes (RabbitMQ's max_message_size by default); a row the broker refuses for good is parked, with reason refused, by TestARefusedRowIsParkedAndTheRestGoOnce and, through Kafka's record limit, TestKafkaRelayParksARecordTheBrokerRefuses"),
 			must(clauseBroker, "the consumer's size limit dead-letters with reason too_large"),
 			must(clauseResources, "RSS growth < 100 MB"),
 		}},
