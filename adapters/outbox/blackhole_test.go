@@ -162,8 +162,8 @@ func TestConfigChecksLockIdleTimeout(t *testing.T) {
 	}{
 		{"the defaults", 20 * time.Second, time.Second, ""},
 		{"left alone", 0, time.Second, ""},
-		{"three poll intervals", 3 * time.Second, time.Second, ""},
-		{"shorter than three poll intervals", 2 * time.Second, time.Second, "outbox.lock_idle_timeout must be 0 or whole milliseconds of at least 3 × outbox.poll_interval (1s), got 2s"},
+		{"shorter than three idle polls: a leader reads more often", 20 * time.Second, time.Minute, ""},
+		{"under a second", 900 * time.Millisecond, time.Second, "outbox.lock_idle_timeout must be 0 or whole milliseconds of at least 1s, got 900ms"},
 		{"negative", -time.Second, time.Second, "outbox.lock_idle_timeout"},
 	}
 	for _, tt := range tests {

@@ -72,10 +72,10 @@ type Config struct {
 	// lock may send nothing before PostgreSQL ends it (its
 	// idle_session_timeout), which lets the lock go to a standby: a relay
 	// whose network path went black sends nothing, and the server would
-	// otherwise keep its session until TCP gave up. The relay sends a
-	// statement at least every PollInterval, waiting on the broker
-	// included, so it must be several of them; 0 leaves the session
-	// alone.
+	// otherwise keep its session until TCP gave up. A leader sends a
+	// statement at least every PollInterval or every third of this,
+	// whichever is shorter, waiting on the broker included; 0 leaves the
+	// session alone.
 	LockIdleTimeout time.Duration `koanf:"lock_idle_timeout"`
 }
 
@@ -130,8 +130,8 @@ func (c Config) Validate() error {
 	if c.MaxEventBytes < 0 {
 		errs = append(errs, fmt.Errorf("outbox.max_event_bytes must not be negative, got %d (0 takes what the brokers take)", c.MaxEventBytes))
 	}
-	if c.LockIdleTimeout != 0 && (c.LockIdleTimeout < 3*c.PollInterval || c.LockIdleTimeout%time.Millisecond != 0) {
-		errs = append(errs, fmt.Errorf("outbox.lock_idle_timeout must be 0 or whole milliseconds of at least 3 × outbox.poll_interval (%s), got %s", c.PollInterval, c.LockIdleTimeout))
+	if c.LockIdleTimeout != 0 && (c.LockIdleTimeout < time.Second || c.LockIdleTimeout%time.Millisecond != 0) {
+		errs = append(errs, fmt.Errorf("outbox.lock_idle_timeout must be 0 or whole milliseconds of at least 1s, got %s", c.LockIdleTimeout))
 	}
 	if c.SlotWarnSize < 0 {
 		errs = append(errs, fmt.Errorf("outbox.slot_warn_size must not be negative, got %d", c.SlotWarnSize))

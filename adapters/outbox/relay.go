@@ -178,28 +178,13 @@ var errLockLost = errors.New("the relay's lock or slot was lost")
 // more; with Config.LockIdleTimeout set, the server ends its session after
 // that much silence, so a standby takes the lock then, not when TCP gives
 // up. The relay keeps its own session busy meanwhile: it reads at least
-// every PollInterval, and pings while a batch waits on the broker.
+// every beat, and pings while a batch waits on the broker.
 func (r *Relay) session(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, r.pool.Config().ConnConfig)
 	if err != nil {
 		return fmt.Errorf("lock connection: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if r.cfg.LockIdleTimeout > 0 {
-		// Set after connecting, not as a startup parameter: a server
-		// before PostgreSQL 14 refuses a connection naming a setting it
-		// does not have, and the relay still runs there, only without
-		// the bound.
-		_, err := conn.Exec(ctx, "SELECT set_config('idle_session_timeout', $1, false)", strconv.FormatInt(r.cfg.LockIdleTimeout.Milliseconds(), 10))
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined_object
-			r.logger.Warn("outbox relay: this PostgreSQL has no idle_session_timeout (it came in 14), so outbox.lock_idle_timeout does nothing:"+
-				" a leader cut off by a dead network path keeps the lock until TCP keepalives end its session", "error", err)
-		case err != nil:
-			return fmt.Errorf("lock connection: idle_session_timeout: %w", err)
-		}
-	}
 	for {
 		var locked bool
 		r.queries.Add(1)
@@ -228,6 +213,9 @@ func (r *Relay) session(ctx context.Context) error {
 	case slot != "":
 		r.logger.Info("outbox relay: reading by polling now; dropped the replication slot the group streamed from", "slot", slot)
 	}
+	if err := r.boundSilence(ctx, conn); err != nil {
+		return err
+	}
 	err = r.lead(ctx, conn)
 	if err != nil && conn.IsClosed() && !errors.Is(err, errLockLost) {
 		// pgx closes the connection when the session ends, and the lock
@@ -235,6 +223,39 @@ func (r *Relay) session(ctx context.Context) error {
 		err = fmt.Errorf("%w: %w", errLockLost, err)
 	}
 	return err
+}
+
+// boundSilence has the server end the lock session conn after
+// Config.LockIdleTimeout without a statement, once it leads: a standby,
+// which only asks for the lock every PollInterval, is left alone. It is
+// set now, not as a startup parameter, because a server before PostgreSQL
+// 14 refuses a connection naming a setting it does not have, and the
+// relay still runs there, only without the bound.
+func (r *Relay) boundSilence(ctx context.Context, conn *pgx.Conn) error {
+	if r.cfg.LockIdleTimeout <= 0 {
+		return nil
+	}
+	r.queries.Add(1)
+	_, err := conn.Exec(ctx, "SELECT set_config('idle_session_timeout', $1, false)", strconv.FormatInt(r.cfg.LockIdleTimeout.Milliseconds(), 10))
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42704": // undefined_object
+		r.logger.Warn("outbox relay: this PostgreSQL has no idle_session_timeout (it came in 14), so outbox.lock_idle_timeout does nothing:"+
+			" a leader cut off by a dead network path keeps the lock until TCP keepalives end its session", "error", err)
+	case err != nil:
+		return fmt.Errorf("relay lock: idle_session_timeout: %w", err)
+	}
+	return nil
+}
+
+// beat is the longest a leader leaves its lock session silent: the idle
+// poll, or a third of Config.LockIdleTimeout when that is shorter, so
+// the server never ends a live leader's session.
+func (r *Relay) beat() time.Duration {
+	if t := r.cfg.LockIdleTimeout / 3; t > 0 && t < r.cfg.PollInterval {
+		return t
+	}
+	return r.cfg.PollInterval
 }
 
 // lead relays on conn, the session holding the relay lock, until ctx ends
@@ -330,7 +351,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 			continue
 		}
 		empty++
-		wait := r.cfg.PollInterval
+		wait := r.beat()
 		if empty <= 6 {
 			wait = time.Millisecond << (empty - 1)
 		} else if woken {
@@ -339,7 +360,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 				return err
 			}
 			if woken = pending; woken {
-				wait = min(r.cfg.PollInterval, time.Millisecond<<min(empty-1, 30))
+				wait = min(r.beat(), time.Millisecond<<min(empty-1, 30))
 			}
 		}
 		select {
@@ -352,8 +373,8 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	}
 }
 
-// await waits for the batch being published, pinging conn every
-// PollInterval meanwhile, so a broker that takes long (an alarm) does not
+// await waits for the batch being published, pinging conn every beat
+// meanwhile, so a broker that takes long (an alarm) does not
 // leave the lock's session silent for Config.LockIdleTimeout.
 func (r *Relay) await(ctx context.Context, conn *pgx.Conn, sent <-chan published) (published, error) {
 	select {
@@ -361,7 +382,7 @@ func (r *Relay) await(ctx context.Context, conn *pgx.Conn, sent <-chan published
 		return res, nil
 	default:
 	}
-	tick := time.NewTicker(r.cfg.PollInterval)
+	tick := time.NewTicker(r.beat())
 	defer tick.Stop()
 	for {
 		select {
