@@ -193,12 +193,26 @@ func (s *Subscriber) finish(ws *wkafka.Subscriber, inHand *sync.WaitGroup, endHa
 	defer grace.Stop()
 	select {
 	case <-answered:
+		// watermill-kafka marks an acknowledged record's offset in a
+		// goroutine of its own, woken by the ack, and only while the
+		// consumer's session lives; ending hand ends that session, so at
+		// once it could come first, and the record would come again to
+		// the group. Give that goroutine a moment, within the grace.
+		select {
+		case <-time.After(markSettle):
+		case <-grace.C:
+		}
 	case <-grace.C:
 		log.Warn("kafka: handlers did not answer by the end of the grace period; their records come again to the group")
 	}
 	endHand()
 	return ws.Close()
 }
+
+// markSettle is how long a closing subscriber waits, once every message
+// in hand is answered, before it ends the consumers' sessions (see
+// finish).
+const markSettle = 250 * time.Millisecond
 
 // prepare creates the queue's topics, trying again every second while
 // Kafka is away; it reports false when the subscriber stops first.
