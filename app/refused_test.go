@@ -209,3 +209,67 @@ func TestKafkaFailureCopyOverTheRecordLimitIsCutAndDeadLettered(t *testing.T) {
 		t.Fatalf("%d dead letters, want 2", n)
 	}
 }
+
+// An event whose headers do not fit in one AMQP frame (a use case's
+// aggregate id of 200 KB; the broker would close the connection on it) is
+// parked without being sent, and the ten committed after it in the same
+// transaction reach RabbitMQ once each: the relay neither stalls on it
+// nor sends the others again.
+func TestRabbitRelayParksAnEventAMQPCannotCarry(t *testing.T) {
+	db := testenv.EmptyPostgres(t)
+	vhost := testenv.RabbitMQ(t)
+	environ := []string{"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL}
+	p := start(t, "test", environ...)
+	ch := testenv.Channel(t, vhost.URL)
+	if _, err := ch.QueueDeclare("probe.once", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("probe.once", "tarefa.concluida", "eventos.dominio", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := testenv.Consume(t, vhost.URL, "probe.once")
+
+	conclusion := func(aggregate string) event.Event {
+		e, err := event.New("tarefa.concluida.v1", "test", map[string]any{"tarefa_id": 1, "usuario_id": 7, "titulo": "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.AggregateID = aggregate
+		return e
+	}
+	big := conclusion(strings.Repeat("a", 200_000))
+	events := []event.Event{big}
+	for range 10 {
+		events = append(events, conclusion("1"))
+	}
+	if err := p.tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
+		return tx.Publish(ctx, events...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the relay to catch up", func() bool {
+		done, err := outbox.CaughtUp(context.Background(), p.pool, "moenda-relay")
+		return err == nil && done
+	})
+	time.Sleep(time.Second) // a second copy would arrive by now
+	ds := got()
+	seen := map[string]int{}
+	for _, d := range ds {
+		seen[d.MessageId]++
+	}
+	for _, e := range events[1:] {
+		if seen[e.ID] != 1 {
+			t.Fatalf("event %s delivered %d times, want once (%d deliveries in all)", e.ID, seen[e.ID], len(ds))
+		}
+	}
+	if len(ds) != 10 {
+		t.Fatalf("%d deliveries, want the ten", len(ds))
+	}
+	code, stdout, stderr := run(t, environ, "--env", "test", "outbox", "parked")
+	if code != 0 || !contains(stdout, big.ID, outbox.ReasonRefused, "1 row parked") {
+		t.Fatalf("outbox parked = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if !contains(p.logs.String(), "outbox row parked", "event_id="+big.ID, "frame_max") {
+		t.Fatalf("no log line about the parked row:\n%s", p.logs.String())
+	}
+}

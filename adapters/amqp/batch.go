@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -60,8 +61,11 @@ func NewBatchPublisher(urls []string, name string, window int, top *topology.Top
 
 // PublishBatch publishes each message to the exchange the topology assigns
 // its routing key (topics[i]), in order, in the envelope format of that
-// exchange. It fails as a whole: on error the
-// caller republishes the batch, and consumers deduplicate.
+// exchange. It fails as a whole: on error the caller republishes the
+// batch, and consumers deduplicate. The one exception is a message AMQP
+// cannot carry (see fits): it is not sent, the others are, and the error
+// is an outbox.BatchError naming it outbox.ErrRefused, so the relay parks
+// its row rather than retry the batch forever.
 func (p *BatchPublisher) PublishBatch(ctx context.Context, topics []string, msgs []*message.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -90,6 +94,9 @@ func (p *BatchPublisher) PublishTo(ctx context.Context, exchange, key string, ms
 	if err != nil {
 		return err
 	}
+	if err := fits(pub, p.conn.Config.FrameSize); err != nil {
+		return fmt.Errorf("amqp: message %s: %w: %w", msg.UUID, outbox.ErrRefused, err)
+	}
 	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, pub)
 	if err != nil {
 		p.reset()
@@ -114,8 +121,11 @@ func (p *BatchPublisher) PublishTo(ctx context.Context, exchange, key string, ms
 
 // publish publishes n messages, each to the exchange and key target
 // gives, with up to window confirms outstanding, and waits for them all.
+// Those that do not fit AMQP's frames are skipped and named in an
+// outbox.BatchError once the others are confirmed.
 func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) (exchange, key string, msg *message.Message, err error)) error {
 	pending := make([]*amqp091.DeferredConfirmation, 0, p.window)
+	var refused map[int]error
 	wait := func(dc *amqp091.DeferredConfirmation) error {
 		ok, err := dc.WaitContext(ctx)
 		if err != nil {
@@ -134,6 +144,13 @@ func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) 
 		pub, err := Marshaler{}.Marshal(msg)
 		if err != nil {
 			return err
+		}
+		if err := fits(pub, p.conn.Config.FrameSize); err != nil {
+			if refused == nil {
+				refused = map[int]error{}
+			}
+			refused[i] = fmt.Errorf("amqp: message %s: %w: %w", msg.UUID, outbox.ErrRefused, err)
+			continue
 		}
 		if len(pending) == p.window {
 			if err := wait(pending[0]); err != nil {
@@ -154,6 +171,9 @@ func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) 
 			p.reset()
 			return err
 		}
+	}
+	if refused != nil {
+		return fmt.Errorf("amqp: publish %d messages: %w", n, &outbox.BatchError{Failed: refused})
 	}
 	return nil
 }
