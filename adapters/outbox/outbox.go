@@ -93,7 +93,7 @@ const (
 // 1 GiB of WAL is warned about. A polling relay's lock goes to a standby
 // after 20 s of silence from its session.
 func DefaultConfig() Config {
-	return Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: time.Second, BatchSize: 1000, ConfirmWindow: 256,
+	return Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: time.Second, BatchSize: 256, ConfirmWindow: 256,
 		Retention: 7 * 24 * time.Hour, RetentionInterval: 5 * time.Minute, Reader: ReaderAuto, SlotWarnSize: 1 << 30,
 		LockIdleTimeout: 20 * time.Second}
 }

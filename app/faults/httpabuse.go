@@ -32,7 +32,7 @@ func slowClients(ctx context.Context, r *run) error {
 	r.injected("slowhttptest -H then -B, 500 connections at 100/s for %d s each, beside writers; 10 MB and 100 MB bodies, one chunked; X-Correlation-ID of 64 KB and with markup", secs)
 	tool, err := exec.LookPath("slowhttptest")
 	if err != nil {
-		r.judge(clauseSlow, false, "slowhttptest is not installed here (apt-get install slowhttptest)")
+		r.judge(clauseSlow, false, "slowhttptest is not installed here (bash .ci/services --faults installs it)")
 		return nil
 	}
 	if err := r.start(ctx, 1); err != nil {

@@ -194,7 +194,7 @@ func hostileParameters(ctx context.Context, r *run) error {
 	r.judge("state", after == before, "before %s; after %s", before, after)
 	sqlmap, err := exec.LookPath("sqlmap")
 	if err != nil {
-		r.judge("sqlmap", false, "sqlmap is not installed here (apt-get install sqlmap)")
+		r.judge("sqlmap", false, "sqlmap is not installed here (bash .ci/services --faults installs it)")
 		return nil
 	}
 	for _, target := range []string{"/tarefas?usuario_id=1&antes_de=9&limite=5", "/tarefas/1?usuario_id=1"} {
