@@ -218,3 +218,40 @@ func TestALeaderThatLosesItsSessionMidBatchStopsLeading(t *testing.T) {
 		t.Fatal("10 s after its lock session ended, the relay still waits on the batch it cannot record: it never led again")
 	}
 }
+
+// A logical leader whose batch waits on the broker (an alarm) for longer
+// than postgres.user_timeout keeps its stream. Meanwhile it does not read
+// it, so the server's sends wait on a full TCP window; a user timeout on
+// the server's side of a replication connection would end the stream
+// there, and the relay would lose its slot and decode the backlog again.
+func TestALogicalLeaderWaitingOnTheBrokerKeepsItsStream(t *testing.T) {
+	s := newStack(t)
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	cfg := logical(testConfig)
+	pcfg := postgres.DefaultConfig()
+	pcfg.URL, pcfg.UserTimeout = s.db.URL, 2*time.Second
+	pool, err := postgres.Connect(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	logs := &levelCounts{}
+	dest := stallingDestination{s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), 8 * time.Second, &sync.Once{}}
+	relay, err := outbox.NewRelay(pool, dest, s.top.Routable, cfg, slog.New(countingHandler{testenv.Logger().Handler(), logs}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run(t, "relay", relay)
+	testenv.Eventually(t, 30*time.Second, "the relay to lead", relay.Active)
+	// About 18 MB of stream behind the stalled batch: more than both
+	// ends' socket buffers hold.
+	want := map[string]bool{}
+	s.commitBulk(t, 30_000, 500, want)
+	testenv.Eventually(t, 90*time.Second, "every event on the queue", func() bool { return delivered(got(), want) == len(want) })
+	if n := logs.get(slog.LevelWarn) + logs.get(slog.LevelError); n != 0 {
+		t.Fatalf("the relay logged %d warnings and errors while its batch waited 8 s on the broker, want none (its stream ended?)", n)
+	}
+	if n := len(got()); n != len(want) {
+		t.Fatalf("%d deliveries of %d events", n, len(want))
+	}
+}

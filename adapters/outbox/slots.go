@@ -116,6 +116,13 @@ func CanStream(ctx context.Context, pool *pgxpool.Pool) error {
 func replicationConn(ctx context.Context, pool *pgxpool.Pool) (*pgconn.PgConn, error) {
 	cfg := pool.Config().ConnConfig.Config.Copy()
 	cfg.RuntimeParams["replication"] = "database"
+	// The relay stops reading its stream while a batch waits on the
+	// broker (an alarm, an outage), so the server's sends wait on a full
+	// window; the pool's tcp_user_timeout would end the stream after that
+	// long on the server's side. The walsender's own wal_sender_timeout
+	// ends it when the relay stops answering instead: the relay reports
+	// its position every 10 s however long it waits.
+	delete(cfg.RuntimeParams, "tcp_user_timeout")
 	// A cancelled receive only interrupts the read (the stream wakes
 	// itself that way); it must not cancel the walsender's work.
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
