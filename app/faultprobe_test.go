@@ -87,7 +87,7 @@ func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) fau
 		}
 		seen.Effects = append(seen.Effects, e)
 	}
-	if err := pool.QueryRow(ctx, `SELECT n FROM faultprobe_contador`).Scan(&seen.Counter); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_contador`).Scan(&seen.Counter); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range dead {

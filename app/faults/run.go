@@ -569,7 +569,7 @@ func (r *run) observe(ctx context.Context) (Observed, error) {
 	if err := rows.Err(); err != nil {
 		return seen, err
 	}
-	return seen, r.pool.QueryRow(ctx, `SELECT n FROM faultprobe_contador`).Scan(&seen.Counter)
+	return seen, r.pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_contador`).Scan(&seen.Counter)
 }
 
 // businessConsumers are the inbox consumers whose claims are the
