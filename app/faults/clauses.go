@@ -55,8 +55,9 @@ func recoveredWithin(text string) Clause { return must(clauseRecovery, text) }
 
 // judgement is a verdict a check gave on a clause.
 type judgement struct {
-	broken bool
-	detail []string
+	broken    bool
+	unchecked bool // the run found it could not check the clause here
+	detail    []string
 }
 
 // verdicts gives each of a case's clauses its status: a clause the
@@ -78,6 +79,8 @@ func verdicts(declared []Clause, judged map[string]*judgement) (out []Clause, un
 			c.Status, c.Detail = Broken, "not judged: the run ended before its check"
 		case j.broken:
 			c.Status, c.Detail = Broken, strings.Join(j.detail, "; ")
+		case j.unchecked:
+			c.Status, c.Detail = NotChecked, strings.Join(j.detail, "; ")
 		default:
 			c.Status, c.Detail = Held, strings.Join(j.detail, "; ")
 		}
@@ -111,6 +114,14 @@ func count(clauses []Clause, s Status) int {
 		}
 	}
 	return n
+}
+
+// cannotCheck records that the clause key cannot be checked on this
+// machine, and why (a server setting found at run time): it ends as not
+// checked here, never as a pass, unless a check broke it.
+func (r *run) cannotCheck(key string, format string, args ...any) {
+	r.judge(key, true, format, args...)
+	r.judged[key].unchecked = true
 }
 
 // judge records a check's verdict on the clause key: ok, or broken,

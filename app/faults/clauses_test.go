@@ -56,6 +56,7 @@ func TestConcludeFailsWhatWasNotShown(t *testing.T) {
 		{"a clause broken, then judged ok", valid, []Clause{must("x", "x holds")},
 			func(r *run) { r.judge("x", false, "first"); r.judge("x", true, "summary") }, false, []string{"x holds"}},
 		{"not checked is no failure, and no pass", valid, []Clause{notHere("y", "why")}, func(*run) {}, true, nil},
+		{"found uncheckable at run time", valid, []Clause{must("x", "x holds")}, func(r *run) { r.cannotCheck("x", "a setting is off") }, true, nil},
 		{"the checker's report invalid", Report{Lost: []string{"e1"}, Drained: true}, nil, func(*run) {}, false, []string{checkerClean.Text}},
 		{"lost events break the no-loss clause", Report{Valid: false, Lost: []string{"e1"}, Drained: true},
 			[]Clause{must(clauseNoLoss, "without loss")}, func(*run) {}, false, []string{checkerClean.Text, "without loss"}},

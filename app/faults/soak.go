@@ -122,7 +122,13 @@ func bloatSoak(ctx context.Context, r *run) error {
 	<-sampled
 	r.judgeSizes(readings)
 	var vacuums int64
-	err = r.pool.QueryRow(ctx, `SELECT COALESCE((SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'watermill_outbox'), 0)`).Scan(&vacuums)
+	var on bool
+	err = r.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')::bool,
+		COALESCE((SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'watermill_outbox'), 0)`).Scan(&on, &vacuums)
+	if err == nil && !on {
+		r.cannotCheck("autovacuum", "the server runs with autovacuum = off (a server setting; the sizes above are what the relay's retention keeps)")
+		return nil
+	}
 	r.judge("autovacuum", err == nil && vacuums > 0, "autovacuum completed %d times on the outbox during the soak (%v)", vacuums, err)
 	return nil
 }
