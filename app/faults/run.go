@@ -472,11 +472,10 @@ func (r *run) watchConsumers(ctx context.Context) (stop func()) {
 					Properties: amqp091.Table{"connection_name": checkerApp}})
 			}
 			if conn != nil && !conn.IsClosed() {
-				if ch, err := conn.Channel(); err == nil {
-					if q, err := ch.QueueDeclarePassive(probeQueues.work, true, false, false, false, nil); err == nil {
-						n = q.Consumers
-					}
-					_ = ch.Close()
+				var ok bool
+				if n, ok = consumersOf(conn, probeQueues.work); !ok {
+					_ = conn.Close()
+					conn = nil
 				}
 			}
 			r.backMu.Lock()
@@ -485,6 +484,33 @@ func (r *run) watchConsumers(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// consumersOf reads how many consumers queue has, through conn. A broker
+// still starting may accept the connection and leave its requests
+// unanswered, and amqp091 waits for an answer for as long as the
+// connection lives: after a second, ok is false, and the caller closes
+// conn, which ends the wait, and dials again. Without it, the watch
+// stopped until the next fault closed the connection, and a recovery
+// was charged with the time in between.
+func consumersOf(conn *amqp091.Connection, queue string) (n int, ok bool) {
+	got := make(chan int, 1)
+	go func() {
+		n := 0
+		if ch, err := conn.Channel(); err == nil {
+			if q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err == nil {
+				n = q.Consumers
+			}
+			_ = ch.Close()
+		}
+		got <- n
+	}()
+	select {
+	case n := <-got:
+		return n, true
+	case <-time.After(time.Second):
+		return 0, false
+	}
 }
 
 // consumersBack is the first time at or after healed that the probe's
