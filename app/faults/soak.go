@@ -35,7 +35,7 @@ func (r *run) directTransactor() (*postgres.Transactor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return postgres.NewTransactor(r.pool, outbox.New(top.Routable, watermill.NewSlogLogger(slog.New(slog.DiscardHandler))), nil), nil
+	return postgres.NewTransactor(r.pool, outbox.New(top.Routable, watermill.NewSlogLogger(slog.New(slog.DiscardHandler)))), nil
 }
 
 // sizes is a reading of the tables retention keeps small.
