@@ -133,8 +133,9 @@ type RuntimeConfig struct {
 	// GCPercent is the garbage collector's target (GOGC), applied unless
 	// the GOGC variable is set. Each event allocates its envelope a few
 	// times over; at the default 100 the collector ran often enough to cost
-	// 7 % of the outbox write rate at 16 writers (bench: 0.84 against 0.91
-	// of the raw ceiling at 400), for a few tens of MiB more heap.
+	// a visible share of the outbox write rate, which a higher target buys
+	// back for a little more heap (see BENCHMARKS.md, "Go runtime: the
+	// collector's target").
 	GCPercent int `koanf:"gc_percent"`
 }
 
