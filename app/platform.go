@@ -88,26 +88,8 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 	if err = p.connectBrokers(ctx); err != nil {
 		return nil, err
 	}
-	if p.pool == nil {
-		dest, err := p.broker.Destination("moenda")
-		if err != nil {
-			return nil, err
-		}
-		txr := memory.NewTransactor(committedTo{dest}, p.top.Routable)
-		p.tx, p.inbox = txr, txr
-	} else {
-		if err = p.makeNotifier(ctx); err != nil {
-			return nil, err
-		}
-		p.out = outbox.New(p.top.Routable, watermill.NewSlogLogger(logger)).Limit(cfg.maxEventBytes())
-		for _, r := range p.relays {
-			p.out.Wakes(r)
-		}
-		if p.notifier != nil {
-			p.out.NotifiesThrough(p.notifier)
-		}
-		txr := postgres.NewTransactor(p.pool, p.out)
-		p.tx, p.inbox = txr, txr
+	if err = p.makeTransactor(ctx); err != nil {
+		return nil, err
 	}
 
 	deps := handlers.Deps{Logger: logger, Tx: p.tx}
@@ -178,6 +160,35 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	return p, nil
+}
+
+// makeTransactor makes the units of work the plugins write through: in
+// PostgreSQL with the outbox, whose commits wake the relays (this
+// process's at once, others' through the notifier), or, with the memory
+// broker, in memory, publishing as each commits.
+func (p *Platform) makeTransactor(ctx context.Context) error {
+	if p.pool == nil {
+		dest, err := p.broker.Destination("moenda")
+		if err != nil {
+			return err
+		}
+		txr := memory.NewTransactor(committedTo{dest}, p.top.Routable)
+		p.tx, p.inbox = txr, txr
+		return nil
+	}
+	if err := p.makeNotifier(ctx); err != nil {
+		return err
+	}
+	p.out = outbox.New(p.top.Routable, watermill.NewSlogLogger(p.logger)).Limit(p.cfg.maxEventBytes())
+	for _, r := range p.relays {
+		p.out.Wakes(r)
+	}
+	if p.notifier != nil {
+		p.out.NotifiesThrough(p.notifier)
+	}
+	txr := postgres.NewTransactor(p.pool, p.out)
+	p.tx, p.inbox = txr, txr
+	return nil
 }
 
 // addRoutes runs routes on the router, reading from t.
