@@ -12,10 +12,10 @@ import (
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/app/faults"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // The fault suite's consumer, run by the platform: good events published
@@ -23,19 +23,19 @@ import (
 // counter; poison events go through the retry schedule to the dead-letter
 // queue; the checker finds the run clean.
 func TestFaultProbeUnderThePlatform(t *testing.T) {
-	reg, err := handlers.NewRegistry(append(shipped(), probe.Plugin())...)
+	reg, err := handlers.NewRegistry(append(shipped(), faultprobe.Plugin())...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
 	p := startWith(t, reg, configs.FS, "test", "MOENDA_POSTGRES__URL="+db.URL, "MOENDA_AMQP__URL="+vhost.URL, "MOENDA_HANDLERS__ENABLED=faultprobe")
-	dead := testenv.Consume(t, vhost.URL, "faultprobe.efeitos.dlq")
+	dead := testenv.Consume(t, vhost.URL, faultprobe.Queue+".dlq")
 
 	// No aggregate: a RabbitMQ queue's messages are handled prefetch at a
 	// time, in no promised order (amqp.prefetch).
 	var history []faults.Op
 	for seq := range 20 {
-		kind, body := faults.Good, probe.Payload{Writer: 1, Seq: seq}
+		kind, body := faults.Good, faultprobe.Payload{Writer: 1, Seq: seq}
 		if seq%10 == 9 {
 			kind, body.Poison = faults.Poison, true
 		}
@@ -44,7 +44,7 @@ func TestFaultProbeUnderThePlatform(t *testing.T) {
 		history = append(history, op)
 		code, answer := call(t, "POST", p.base+"/v1/events",
 			fmt.Sprintf(`{"event_id":%q,"event_name":%q,"source":"faults","payload":{"writer":1,"seq":%d,"aggregate":%q,"poison":%t}}`,
-				id, probe.Event, seq, body.Aggregate, body.Poison))
+				id, faultprobe.Event, seq, body.Aggregate, body.Poison))
 		op.Outcome = faults.OK
 		if code != http.StatusAccepted {
 			t.Fatalf("POST /v1/events = %d %v", code, answer)
@@ -76,7 +76,7 @@ func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) fau
 		}
 		seen.Business[id] = true
 	}
-	rows, err = pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_efeitos`)
+	rows, err = pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_effects`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) fau
 		}
 		seen.Effects = append(seen.Effects, e)
 	}
-	if err := pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_contador`).Scan(&seen.Counter); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_counter`).Scan(&seen.Counter); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range dead {

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/postgres"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 func postgresRestart(ctx context.Context, r *run) error {
@@ -77,7 +77,7 @@ func sessionsKilled(ctx context.Context, r *run) error {
 // so that a fault can land between the effect and the commit.
 func holding(ms int) func(writer, seq int, kind Kind) any {
 	return func(writer, seq int, kind Kind) any {
-		return probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison, HoldMillis: ms}
+		return faultprobe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison, HoldMillis: ms}
 	}
 }
 
@@ -141,12 +141,12 @@ func (r *run) directWrite(ctx context.Context, tx *postgres.Transactor, writer, 
 	if err := r.hist.Add(Line{Op: op}); err != nil {
 		return err
 	}
-	payload, _ := json.Marshal(probe.Payload{Writer: writer, Seq: seq})
+	payload, _ := json.Marshal(faultprobe.Payload{Writer: writer, Seq: seq})
 	err := tx.InTx(ctx, func(ctx context.Context, x handlers.Tx) error {
 		if _, err := x.Remember(ctx, handlers.Receipt{Consumer: directWriter, Key: id, Answer: []byte(`{}`)}); err != nil {
 			return err
 		}
-		if err := x.Publish(ctx, event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload}); err != nil {
+		if err := x.Publish(ctx, event.Event{ID: id, Name: faultprobe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload}); err != nil {
 			return err
 		}
 		if _, err := x.Postgres().Exec(ctx, `SELECT pg_sleep(random() * 0.5)`); err != nil {

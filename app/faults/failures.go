@@ -8,8 +8,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/amqp"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 func unroutable(ctx context.Context, r *run) error {
@@ -27,9 +27,11 @@ func unroutable(ctx context.Context, r *run) error {
 	}
 	defer closeCh()
 	err = r.inject(ctx, "binding deleted", time.Duration(hold)*time.Second,
-		func(context.Context) error { return ch.QueueUnbind(probe.Queue, "faultprobe.#", probe.Exchange, nil) },
 		func(context.Context) error {
-			return ch.QueueBind(probe.Queue, "faultprobe.#", probe.Exchange, false, nil)
+			return ch.QueueUnbind(faultprobe.Queue, faultprobe.Name+".#", faultprobe.Exchange, nil)
+		},
+		func(context.Context) error {
+			return ch.QueueBind(faultprobe.Queue, faultprobe.Name+".#", faultprobe.Exchange, false, nil)
 		})
 	if err != nil {
 		return err
@@ -104,7 +106,7 @@ func permanent(ctx context.Context, r *run) error {
 // checkDeadLetters checks each dead letter's headers: the reason, the
 // attempts, the queue and routing key, and the span of its failures.
 func (r *run) checkDeadLetters(seen Observed, attempts string, span time.Duration) {
-	key := event.Event{Name: probe.Event}.RoutingKey()
+	key := event.Event{Name: faultprobe.Event}.RoutingKey()
 	bad := 0
 	var lo, hi time.Duration
 	for i, d := range seen.DeadLetters {
@@ -115,11 +117,11 @@ func (r *run) checkDeadLetters(seen Observed, attempts string, span time.Duratio
 			lo = took
 		}
 		hi = max(hi, took)
-		if d.Reason != event.ReasonRetriesExhausted || d.Attempts != attempts || d.Queue != probe.Queue || d.RoutingKey != key || !d.HeaderEventID ||
+		if d.Reason != event.ReasonRetriesExhausted || d.Attempts != attempts || d.Queue != faultprobe.Queue || d.RoutingKey != key || !d.HeaderEventID ||
 			d.CorrelationID == "" || ferr != nil || lerr != nil || took < span-2*time.Second || took > span+5*time.Second {
 			if bad < 3 {
 				r.judge(clauseDeadLetters, false, "dead letter %s: reason %q, attempts %q, queue %q, routing key %q, event_id header %v, correlation_id %q, failures %s apart; want %s, %s, %s, %s, the header, the request's id, about %s",
-					d.EventID, d.Reason, d.Attempts, d.Queue, d.RoutingKey, d.HeaderEventID, d.CorrelationID, took, event.ReasonRetriesExhausted, attempts, probe.Queue, key, span)
+					d.EventID, d.Reason, d.Attempts, d.Queue, d.RoutingKey, d.HeaderEventID, d.CorrelationID, took, event.ReasonRetriesExhausted, attempts, faultprobe.Queue, key, span)
 			}
 			bad++
 		}
@@ -189,7 +191,7 @@ func (r *run) publishDirect(ctx context.Context, runID string, n, copies int, dr
 		if err := r.hist.Add(Line{Op: op}); err != nil {
 			return err
 		}
-		pub, err := wire(event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults",
+		pub, err := wire(event.Event{ID: id, Name: faultprobe.Event, OccurredAt: time.Now().UTC(), Source: "faults",
 			Payload: []byte(`{"writer":0,"seq":` + strconv.Itoa(seq) + `}`)})
 		if err != nil {
 			return err
@@ -198,7 +200,7 @@ func (r *run) publishDirect(ctx context.Context, runID string, n, copies int, dr
 			dress(seq, &pub)
 		}
 		for range copies {
-			conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, probe.Exchange, probe.Event, true, false, pub)
+			conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, faultprobe.Exchange, faultprobe.Event, true, false, pub)
 			if err != nil {
 				return err
 			}

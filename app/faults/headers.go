@@ -8,7 +8,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // quorumOverlay makes every queue of a case quorum.
@@ -30,7 +30,7 @@ func nonStringHeaders(ctx context.Context, r *run) error {
 		return err
 	}
 	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, TransientEvery: 20, Payload: func(writer, seq int, kind Kind) any {
-		pl := probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison, HoldMillis: 20}
+		pl := faultprobe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison, HoldMillis: 20}
 		// One failure per process: with two nodes and a restart, at
 		// most three of the four attempts fail.
 		if kind == Transient {

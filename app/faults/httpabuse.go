@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // slowConns is how many connections slowhttptest opens, 100 a second.
@@ -162,7 +162,7 @@ func (r *run) correlationAbuse(nd *node) {
 		name := []string{"64 KB", "with markup", "with spaces"}[i]
 		op := Op{Outcome: Invoked, Writer: 30, Seq: i, EventID: EventID(r.dbName, 30, i), Kind: Good, At: time.Now()}
 		_ = r.hist.Add(Line{Op: op})
-		body := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"writer":30,"seq":%d}}`, op.EventID, probe.Event, i)
+		body := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"writer":30,"seq":%d}}`, op.EventID, faultprobe.Event, i)
 		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.addr+"/v1/events", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Correlation-ID", value)

@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // Tokens of the node that T28 runs with auth enabled.
@@ -77,7 +79,7 @@ func unauthorised(ctx context.Context, r *run) error {
 		if err := r.hist.Add(Line{Op: op}); err != nil {
 			return err
 		}
-		body := fmt.Sprintf(`{"event_id":%q,"event_name":"faultprobe.evento.v1","payload":{"writer":28,"seq":%d}}`, op.EventID, i)
+		body := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"writer":28,"seq":%d}}`, op.EventID, faultprobe.Event, i)
 		if a, err := call(nd, http.MethodPost, "/v1/events", "Bearer "+publisherToken, body); err != nil || a.code != http.StatusAccepted {
 			return fmt.Errorf("publish with the publisher token: %d %s %v", a.code, a.body, err)
 		}
@@ -96,7 +98,7 @@ func unauthorised(ctx context.Context, r *run) error {
 	routes := []struct{ method, path, role, body string }{
 		{http.MethodGet, "/v1/admin/outbox/parked", "admin", ""},
 		{http.MethodPost, "/v1/admin/outbox/republish", "admin", ""},
-		{http.MethodPost, "/v1/events", "publisher", `{"event_name":"faultprobe.evento.v1","payload":{"writer":28}}`},
+		{http.MethodPost, "/v1/events", "publisher", `{"event_name":"` + faultprobe.Event + `","payload":{"writer":28}}`},
 	}
 	wrong := map[string]string{"admin": publisherToken, "publisher": adminToken}
 	calls := 0
@@ -163,7 +165,7 @@ func hostileParameters(ctx context.Context, r *run) error {
 			req{http.MethodGet, "/tarefas/" + url.PathEscape(h) + "?usuario_id=1", ""},
 			req{http.MethodPatch, "/tarefas/" + url.PathEscape(h) + "/concluir", `{"usuario_id":1}`},
 			req{http.MethodGet, "/v1/admin/outbox/parked?limit=" + q, ""},
-			req{http.MethodPost, "/v1/events", fmt.Sprintf(`{"event_name":%q,"payload":{}}`, "faultprobe."+h+".v1")},
+			req{http.MethodPost, "/v1/events", fmt.Sprintf(`{"event_name":%q,"payload":{}}`, faultprobe.Name+"."+h+".v1")},
 		)
 	}
 	reqs = append(reqs,

@@ -13,8 +13,8 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // request is a hostile request to the API and the status it must get.
@@ -83,7 +83,7 @@ func (r *run) hostile(ctx context.Context, within, deadWithin time.Duration, req
 	for i, m := range msgs {
 		key := m.key
 		if key == "" {
-			key = probe.Event
+			key = faultprobe.Event
 		}
 		id := m.id
 		if id == "" {
@@ -96,7 +96,7 @@ func (r *run) hostile(ctx context.Context, within, deadWithin time.Duration, req
 				return err
 			}
 		}
-		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, probe.Exchange, key, true, false,
+		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, faultprobe.Exchange, key, true, false,
 			amqp091.Publishing{MessageId: m.id, Body: m.body, ContentType: "application/json", DeliveryMode: amqp091.Persistent})
 		if err != nil {
 			return err
@@ -169,9 +169,9 @@ func malformedJSON(ctx context.Context, r *run) error {
 		reason string
 	}{
 		{"a lone brace", []byte(`{`), event.ReasonDecode},
-		{"a truncated body", envelope(EventID(r.dbName, 9, 0), probe.Event, `{"writer":9}`)[:40], event.ReasonDecode},
+		{"a truncated body", envelope(EventID(r.dbName, 9, 0), faultprobe.Event, `{"writer":9}`)[:40], event.ReasonDecode},
 		{"binary garbage", []byte{0x00, 0x9f, 0xff, 0x01, 0xc3, 0x28}, event.ReasonInvalidEncoding},
-		{"an array", []byte(`[{"event_name":"faultprobe.evento.v1"}]`), event.ReasonDecode},
+		{"an array", []byte(`[{"event_name":"` + faultprobe.Event + `"}]`), event.ReasonDecode},
 		{"10,000-deep nesting", deep(10000), event.ReasonDecode},
 	}
 	r.injected("each of %d malformed bodies (a lone brace, truncated, binary, an array, 10,000-deep nesting) posted to the API and published to the exchange", len(bad))
@@ -186,8 +186,8 @@ func malformedJSON(ctx context.Context, r *run) error {
 
 func invalidEncoding(ctx context.Context, r *run) error {
 	r.injected("a payload string with the bytes FF FE, and one with \\u0000 that the handler stores, posted to the API and published to the exchange")
-	ff := func(id string) []byte { return envelope(id, probe.Event, "{\"writer\":20,\"note\":\"\xff\xfe\"}") }
-	nul := func(id string) []byte { return envelope(id, probe.Event, `{"writer":20,"note":"a\u0000b"}`) }
+	ff := func(id string) []byte { return envelope(id, faultprobe.Event, "{\"writer\":20,\"note\":\"\xff\xfe\"}") }
+	nul := func(id string) []byte { return envelope(id, faultprobe.Event, `{"writer":20,"note":"a\u0000b"}`) }
 	id := func(i int) string { return EventID(r.dbName, 20, i) }
 	return r.hostile(ctx, 100*time.Millisecond, 0,
 		[]request{{"invalid UTF-8", ff(id(0)), http.StatusBadRequest}, {"a NUL character", nul(id(1)), http.StatusBadRequest}},
@@ -198,7 +198,7 @@ func invalidEncoding(ctx context.Context, r *run) error {
 func unknownType(ctx context.Context, r *run) error {
 	r.injected("an event of version 99 and one of an unknown type, posted to the API and published to the exchange")
 	id := func(i int) string { return EventID(r.dbName, 21, i) }
-	v99, unknown := "faultprobe.evento.v99", "faultprobe.desconhecido.v1"
+	v99, unknown := faultprobe.Name+".event.v99", faultprobe.Name+".unknown.v1"
 	err := r.hostile(ctx, 100*time.Millisecond, 0,
 		[]request{{"an unknown type", envelope(id(0), "x.unknown", `{}`), http.StatusBadRequest}},
 		[]raw{{name: "version 99", id: id(1), key: v99, body: envelope(id(1), v99, `{"writer":21}`), reason: event.ReasonUnknownVersion},
@@ -218,21 +218,21 @@ func badEventIDs(ctx context.Context, r *run) error {
 	r.injected("three messages with neither a message id nor an event_id; API requests with a 37-character and a non-UUID event_id")
 	var msgs []raw
 	for i := range 3 {
-		msgs = append(msgs, raw{name: fmt.Sprintf("no id %d", i), body: []byte(fmt.Sprintf(`{"event_name":%q,"occurred_at":"2026-11-30T00:00:00Z","payload":{"writer":22,"seq":%d}}`, probe.Event, i)),
+		msgs = append(msgs, raw{name: fmt.Sprintf("no id %d", i), body: []byte(fmt.Sprintf(`{"event_name":%q,"occurred_at":"2026-11-30T00:00:00Z","payload":{"writer":22,"seq":%d}}`, faultprobe.Event, i)),
 			reason: event.ReasonMissingEventID})
 	}
 	long := strings.Repeat("a", 37)
 	return r.hostile(ctx, 100*time.Millisecond, 0,
-		[]request{{"a 37-character event_id", envelope(long, probe.Event, `{}`), http.StatusBadRequest},
-			{"a non-UUID event_id", envelope("not-a-uuid", probe.Event, `{}`), http.StatusBadRequest}},
+		[]request{{"a 37-character event_id", envelope(long, faultprobe.Event, `{}`), http.StatusBadRequest},
+			{"a non-UUID event_id", envelope("not-a-uuid", faultprobe.Event, `{}`), http.StatusBadRequest}},
 		msgs)
 }
 
 func oversized(ctx context.Context, r *run) error {
 	r.injected("a 10 MB event posted to the API (limit 1 MiB), and one published straight to the exchange")
-	big := envelope(EventID(r.dbName, 24, 0), probe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`)
+	big := envelope(EventID(r.dbName, 24, 0), faultprobe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`)
 	id := EventID(r.dbName, 24, 1)
 	return r.hostile(ctx, time.Second, 0,
 		[]request{{"10 MB", big, http.StatusRequestEntityTooLarge}},
-		[]raw{{name: "10 MB", id: id, body: envelope(id, probe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`), reason: "too_large"}})
+		[]raw{{name: "10 MB", id: id, body: envelope(id, faultprobe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`), reason: "too_large"}})
 }

@@ -22,8 +22,8 @@ import (
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/poll"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // Options set a run of the suite.
@@ -344,7 +344,7 @@ func (r *run) injected(format string, args ...any) {
 func (r *run) write(ctx context.Context, w Workload) {
 	w.RunID = r.dbName + w.RunID // a phase of a run names its writers apart
 	w.Bases = r.bases()
-	w.EventName = probe.Event
+	w.EventName = faultprobe.Event
 	w.History = r.hist
 	if w.Attempts == 0 {
 		w.Attempts = 30
@@ -354,7 +354,7 @@ func (r *run) write(ctx context.Context, w Workload) {
 	}
 	if w.Payload == nil {
 		w.Payload = func(writer, seq int, kind Kind) any {
-			pl := probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison}
+			pl := faultprobe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison}
 			if kind == Transient {
 				pl.FailFirst = 2
 			}
@@ -581,7 +581,7 @@ func (r *run) observe(ctx context.Context) (Observed, error) {
 	if err := rows.Err(); err != nil {
 		return seen, err
 	}
-	rows, err = r.pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_efeitos`)
+	rows, err = r.pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_effects`)
 	if err != nil {
 		return seen, err
 	}
@@ -595,7 +595,7 @@ func (r *run) observe(ctx context.Context) (Observed, error) {
 	if err := rows.Err(); err != nil {
 		return seen, err
 	}
-	return seen, r.pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_contador`).Scan(&seen.Counter)
+	return seen, r.pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_counter`).Scan(&seen.Counter)
 }
 
 // businessConsumers are the inbox consumers whose claims are the

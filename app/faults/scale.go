@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/poll"
-	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // The scale-out measurement runs on the fault cases' harness: serve
@@ -138,11 +138,11 @@ func Scale(ctx context.Context, opts Options) (ScaleResult, error) {
 // scaleOverlay is the configuration of the measured nodes.
 func scaleOverlay(s ScaleSetup) string {
 	return fmt.Sprintf(`log: {level: warn, format: json}
-handlers: {enabled: [faultprobe]}
+handlers: {enabled: [%s]}
 amqp: {prefetch: %d}
 outbox: {reader: %s}
 router: {close_timeout: 10s}
-`, s.Prefetch, s.Reader)
+`, faultprobe.Name, s.Prefetch, s.Reader)
 }
 
 // scaleSetup measures one configuration on a system of its own.
@@ -312,7 +312,7 @@ func (m *measure) writeUntil(ctx context.Context, n int) error {
 func (m *measure) workload(writers int, interval time.Duration) Workload {
 	m.phase++
 	return Workload{RunID: fmt.Sprintf(":phase%d", m.phase), Writers: writers, Interval: interval, Payload: func(writer, seq int, _ Kind) any {
-		return probe.Payload{Writer: writer, Seq: seq, WorkMillis: int(HandlerWork / time.Millisecond)}
+		return faultprobe.Payload{Writer: writer, Seq: seq, WorkMillis: int(HandlerWork / time.Millisecond)}
 	}}
 }
 
@@ -324,9 +324,9 @@ func (m *measure) handledRate(ctx context.Context, from time.Time, target int) (
 	for {
 		var total, n int
 		var span float64
-		err := m.pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT event_id) FROM faultprobe_efeitos), count(*),
+		err := m.pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT event_id) FROM faultprobe_effects), count(*),
 			COALESCE(extract(epoch FROM max(applied_at) - min(applied_at)), 0)::float8
-			FROM faultprobe_efeitos WHERE applied_at >= $1`, from).Scan(&total, &n, &span)
+			FROM faultprobe_effects WHERE applied_at >= $1`, from).Scan(&total, &n, &span)
 		if err != nil {
 			return 0, err
 		}

@@ -15,9 +15,9 @@ import (
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/topology"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // soakOverlay makes retention run every few seconds, so that a soak of
@@ -30,7 +30,7 @@ outbox: {retention: 20s, retention_interval: 10s}
 // publishes the probe's events through the outbox, as a use case would.
 func (r *run) directTransactor() (*postgres.Transactor, error) {
 	cfg := topology.DefaultConfig()
-	cfg.Exchanges = []topology.ExchangeConfig{{Name: probe.Exchange, Events: []string{"faultprobe.#"}}}
+	cfg.Exchanges = []topology.ExchangeConfig{{Name: faultprobe.Exchange, Events: []string{faultprobe.Name + ".#"}}}
 	top, err := topology.Build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -143,9 +143,9 @@ func (r *run) directBatch(ctx context.Context, tx *postgres.Transactor, writer, 
 		if err := r.hist.Add(Line{Op: op}); err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(probe.Payload{Writer: writer, Seq: seq})
+		payload, _ := json.Marshal(faultprobe.Payload{Writer: writer, Seq: seq})
 		ops = append(ops, op)
-		events = append(events, event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload})
+		events = append(events, event.Event{ID: id, Name: faultprobe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload})
 	}
 	if err := tx.InTx(ctx, func(ctx context.Context, x handlers.Tx) error { return x.Publish(ctx, events...) }); err != nil {
 		// A lost answer to the commit leaves no business row to look

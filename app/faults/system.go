@@ -21,8 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/moenda/moenda/adapters/poll"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // system is what one case owns on the local servers: a database and a
@@ -373,4 +373,4 @@ func loopback(raw string) bool {
 }
 
 // probeQueues are the queues of the probe the checker watches.
-var probeQueues = struct{ work, dlq, unrouted string }{probe.Queue, probe.Queue + ".dlq", probe.Exchange + ".unrouted"}
+var probeQueues = struct{ work, dlq, unrouted string }{faultprobe.Queue, faultprobe.Queue + ".dlq", faultprobe.Exchange + ".unrouted"}
