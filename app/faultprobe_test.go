@@ -11,7 +11,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/app/faults"
+	"github.com/moenda/moenda/app/harness"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -33,19 +33,19 @@ func TestFaultProbeUnderThePlatform(t *testing.T) {
 
 	// No aggregate: a RabbitMQ queue's messages are handled prefetch at a
 	// time, in no promised order (amqp.prefetch).
-	var history []faults.Op
+	var history []harness.Op
 	for seq := range 20 {
-		kind, body := faults.Good, faultprobe.Payload{Writer: 1, Seq: seq}
+		kind, body := harness.Good, faultprobe.Payload{Writer: 1, Seq: seq}
 		if seq%10 == 9 {
-			kind, body.Poison = faults.Poison, true
+			kind, body.Poison = harness.Poison, true
 		}
-		id := faults.EventID("probe-test", 1, seq)
-		op := faults.Op{Outcome: faults.Invoked, Writer: 1, Seq: seq, EventID: id, Kind: kind, Aggregate: body.Aggregate, At: time.Now()}
+		id := harness.EventID("probe-test", 1, seq)
+		op := harness.Op{Outcome: harness.Invoked, Writer: 1, Seq: seq, EventID: id, Kind: kind, Aggregate: body.Aggregate, At: time.Now()}
 		history = append(history, op)
 		code, answer := call(t, "POST", p.base+"/v1/events",
 			fmt.Sprintf(`{"event_id":%q,"event_name":%q,"source":"faults","payload":{"writer":1,"seq":%d,"aggregate":%q,"poison":%t}}`,
 				id, faultprobe.Event, seq, body.Aggregate, body.Poison))
-		op.Outcome = faults.OK
+		op.Outcome = harness.OK
 		if code != http.StatusAccepted {
 			t.Fatalf("POST /v1/events = %d %v", code, answer)
 		}
@@ -55,16 +55,16 @@ func TestFaultProbeUnderThePlatform(t *testing.T) {
 
 	seen := observeProbe(t, db.Pool, dead())
 	seen.Drained = true
-	if r := faults.Check(history, seen); !r.Valid || r.Confirmed != 20 {
+	if r := harness.Check(history, seen); !r.Valid || r.Confirmed != 20 {
 		t.Fatalf("%+v", r)
 	}
 }
 
 // observeProbe reads what the probe applied and the dead letters drained.
-func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) faults.Observed {
+func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) harness.Observed {
 	t.Helper()
 	ctx := context.Background()
-	seen := faults.Observed{Business: map[string]bool{}}
+	seen := harness.Observed{Business: map[string]bool{}}
 	rows, err := pool.Query(ctx, `SELECT uuid FROM watermill_outbox`)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) fau
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var e faults.Effect
+		var e harness.Effect
 		if err := rows.Scan(&e.EventID, &e.AppliedAt); err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) fau
 	}
 	for _, d := range dead {
 		h := func(k string) string { v, _ := d.Headers[k].(string); return v }
-		seen.DeadLetters = append(seen.DeadLetters, faults.DeadLetter{EventID: d.MessageId, Reason: h(event.HeaderReason), Attempts: h(event.HeaderAttempts)})
+		seen.DeadLetters = append(seen.DeadLetters, harness.DeadLetter{EventID: d.MessageId, Reason: h(event.HeaderReason), Attempts: h(event.HeaderAttempts)})
 	}
 	return seen
 }

@@ -5,15 +5,17 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // steady starts n nodes and the writers: four of them, a command each
 // 10 ms, every 50th event poison.
 func (r *run) steady(ctx context.Context, n int) error {
-	if err := r.start(ctx, n); err != nil {
+	if err := r.Start(ctx, n); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50})
+	r.write(ctx, harness.Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50})
 	return nil
 }
 
@@ -71,14 +73,14 @@ func connectionStorm(ctx context.Context, r *run) error {
 			if err := r.closeConnections(ctx); err != nil {
 				return err
 			}
-			_, err := r.terminate(ctx)
+			_, err := r.Terminate(ctx)
 			return err
 		}
 		if err := r.inject(ctx, "connection storm", 0, storm, nil); err != nil {
 			return err
 		}
 	}
-	r.after = append(r.after, func([]Op, Observed) { r.judgeReconnects(reconnectBound) })
+	r.after = append(r.after, func([]harness.Op, harness.Observed) { r.judgeReconnects(reconnectBound) })
 	return r.tail(ctx)
 }
 
@@ -112,9 +114,9 @@ func brokerUnreachable(ctx context.Context, r *run) error {
 	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
 		return err
 	}
-	before := r.acknowledged()
+	before := r.Acknowledged()
 	err := r.inject(ctx, "broker unreachable", time.Duration(hold)*time.Second, r.suspendListeners, func(ctx context.Context) error {
-		n := r.acknowledged() - before
+		n := r.Acknowledged() - before
 		r.judge("committing", n > 0, "the API acknowledged %d commands while the broker was unreachable", n)
 		return resumeListeners(ctx)
 	})
@@ -138,7 +140,7 @@ func memoryAlarmCase(ctx context.Context, r *run) error {
 		restore, err = memoryAlarm(ctx)
 		return err
 	}, func(ctx context.Context) error {
-		a, err := call(r.nodes[0], http.MethodGet, "/readyz", "", "")
+		a, err := call(r.Nodes[0], http.MethodGet, "/readyz", "", "")
 		if err != nil {
 			a.body = err.Error()
 		}
@@ -154,6 +156,3 @@ func memoryAlarmCase(ctx context.Context, r *run) error {
 	}
 	return r.tail(ctx)
 }
-
-// acknowledged counts the commands acknowledged so far, from the history.
-func (r *run) acknowledged() int { return r.hist.count(OK) }

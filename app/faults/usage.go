@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // usage is what a node holds: goroutines, open files and resident
@@ -17,8 +19,8 @@ type usage struct {
 }
 
 // readUsage scrapes nd's /metrics.
-func readUsage(nd *node) (usage, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.addr + "/metrics")
+func readUsage(nd *harness.Node) (usage, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.Addr + "/metrics")
 	if err != nil {
 		return usage{}, err
 	}
@@ -46,7 +48,7 @@ func readUsage(nd *node) (usage, error) {
 		}
 	}
 	if seen < 3 {
-		return u, fmt.Errorf("node %s: /metrics lacks go_goroutines, process_open_fds or process_resident_memory_bytes", nd.name)
+		return u, fmt.Errorf("node %s: /metrics lacks go_goroutines, process_open_fds or process_resident_memory_bytes", nd.Name)
 	}
 	return u, sc.Err()
 }
@@ -80,9 +82,9 @@ func leaked(before, after usage) string {
 // baseline records what each running node holds, and the probe queue's
 // consumers, as the first fault strikes.
 func (r *run) baseline() {
-	r.before = map[*node]usage{}
-	for _, nd := range r.nodes {
-		if !nd.running() {
+	r.before = map[*harness.Node]usage{}
+	for _, nd := range r.Nodes {
+		if !nd.Running() {
 			continue
 		}
 		if u, err := readUsage(nd); err == nil {
@@ -108,9 +110,9 @@ func (r *run) judgeResources() {
 		r.judge(clauseResources, false, "no node's use was read when the first fault struck")
 		return
 	}
-	for _, nd := range r.nodes {
+	for _, nd := range r.Nodes {
 		before, ok := r.before[nd]
-		if !ok || !nd.running() || nd.restarted {
+		if !ok || !nd.Running() || nd.Restarted() {
 			continue
 		}
 		after, err := readUsage(nd)
@@ -119,10 +121,10 @@ func (r *run) judgeResources() {
 			continue
 		}
 		if l := leaked(before, after); l != "" {
-			r.judge(clauseResources, false, "node %s: %s", nd.name, l)
+			r.judge(clauseResources, false, "node %s: %s", nd.Name, l)
 			continue
 		}
-		r.judge(clauseResources, true, "node %s: goroutines %d → %d, open files %d → %d, RSS %s → %s", nd.name,
+		r.judge(clauseResources, true, "node %s: goroutines %d → %d, open files %d → %d, RSS %s → %s", nd.Name,
 			before.goroutines, after.goroutines, before.fds, after.fds, mib(before.rss), mib(after.rss))
 	}
 }
@@ -139,8 +141,8 @@ func (r *run) declares(key string) bool {
 
 // metric is the sum of the series of a metric nd serves; -1 when /metrics
 // does not answer.
-func (r *run) metric(nd *node, name string) float64 {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.addr + "/metrics")
+func (r *run) metric(nd *harness.Node, name string) float64 {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.Addr + "/metrics")
 	if err != nil {
 		return -1
 	}
