@@ -30,10 +30,9 @@ func (r *run) crashLoop(ctx context.Context, fault string, times int, pick func(
 func consumerCrash(ctx context.Context, r *run) error {
 	times := r.scale(20, 4)
 	r.injected("two nodes; writers at ~300 events/s, handlers holding their transaction 20 ms; %d× kill -9 of the second node every 3-10 s, started again 1 s later", times)
-	if err := r.Start(ctx, 2); err != nil {
+	if err := r.steady(ctx, 2, holding(20)); err != nil {
 		return err
 	}
-	r.write(ctx, harness.Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, Payload: holding(20)})
 	if err := r.crashLoop(ctx, "kill -9", times, func() *harness.Node { return r.Nodes[1] }); err != nil {
 		return err
 	}
@@ -65,17 +64,11 @@ func twoRelays(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
-		return err
-	}
-	if err := r.inject(ctx, "a third relay", 0, func(ctx context.Context) error { return r.Start(ctx, 1) }, nil); err != nil {
-		return err
-	}
-	if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
+	if err := r.strike(ctx, 1, 8*time.Second, "a third relay", 0, func(ctx context.Context) error { return r.Start(ctx, 1) }, nil); err != nil {
 		return err
 	}
 	first := r.Nodes[0]
-	err := r.inject(ctx, "first node stopped", 0, func(context.Context) error {
+	err := r.strike(ctx, 1, 8*time.Second, "first node stopped", 0, func(context.Context) error {
 		_, err := r.Stop(first, time.Minute)
 		r.gone[first] = true
 		return err
@@ -91,14 +84,11 @@ func shutdownInBackoff(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	if err := r.wait(ctx, r.jitter(10*time.Second)); err != nil {
-		return err
-	}
 	r.after = append(r.after, func([]harness.Op, harness.Observed) {
 		_, closed := r.loggedAt("PRECONDITION_FAILED")
 		r.judge("precondition", !closed, "a node logged PRECONDITION_FAILED: %v", closed)
 	})
-	err := r.inject(ctx, "SIGTERM", 0, func(context.Context) error {
+	err := r.strike(ctx, 1, 10*time.Second, "SIGTERM", 0, func(context.Context) error {
 		for _, nd := range r.Nodes {
 			took, err := r.Stop(nd, time.Minute)
 			if err != nil {

@@ -25,16 +25,13 @@ func postgresRestart(ctx context.Context, r *run) error {
 	r.injected("writers at ~300 events/s, every command retried with its event_id; pg_ctlcluster restart -m fast, then -m immediate")
 	var mu sync.Mutex
 	codes := map[int]int{}
-	if err := r.Start(ctx, 2); err != nil {
+	counting := func(w *harness.Workload) { w.OnStatus = func(code int) { mu.Lock(); codes[code]++; mu.Unlock() } }
+	if err := r.steady(ctx, 2, counting); err != nil {
 		return err
 	}
-	r.write(ctx, harness.Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50,
-		OnStatus: func(code int) { mu.Lock(); codes[code]++; mu.Unlock() }})
 	for _, mode := range modes {
-		if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
-			return err
-		}
-		if err := r.inject(ctx, "postgres restart -m "+mode, 0, func(ctx context.Context) error { return restartPostgres(ctx, mode) }, nil); err != nil {
+		restart := func(ctx context.Context) error { return restartPostgres(ctx, mode) }
+		if err := r.strike(ctx, 1, 8*time.Second, "postgres restart -m "+mode, 0, restart, nil); err != nil {
 			return err
 		}
 	}
@@ -60,26 +57,23 @@ func postgresRestart(ctx context.Context, r *run) error {
 func sessionsKilled(ctx context.Context, r *run) error {
 	times := r.scale(20, 6)
 	r.injected("writers at ~300 events/s, handlers holding their transaction 5 ms; %d× every 3 s: pg_terminate_backend of every session of the database", times)
-	if err := r.Start(ctx, 2); err != nil {
+	if err := r.steady(ctx, 2, holding(5)); err != nil {
 		return err
 	}
-	r.write(ctx, harness.Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, Payload: holding(5)})
-	for range times {
-		if err := r.wait(ctx, r.jitter(3*time.Second)); err != nil {
-			return err
-		}
-		if err := r.inject(ctx, "sessions terminated", 0, func(ctx context.Context) error { _, err := r.Terminate(ctx); return err }, nil); err != nil {
-			return err
-		}
+	terminate := func(ctx context.Context) error { _, err := r.Terminate(ctx); return err }
+	if err := r.strike(ctx, times, 3*time.Second, "sessions terminated", 0, terminate, nil); err != nil {
+		return err
 	}
 	return r.tail(ctx)
 }
 
 // holding makes the probe hold its unit of work open ms after the effect,
 // so that a fault can land between the effect and the commit.
-func holding(ms int) func(writer, seq int, kind harness.Kind) any {
-	return func(writer, seq int, kind harness.Kind) any {
-		return faultprobe.Payload{Writer: writer, Seq: seq, Poison: kind == harness.Poison, HoldMillis: ms}
+func holding(ms int) func(*harness.Workload) {
+	return func(w *harness.Workload) {
+		w.Payload = func(writer, seq int, kind harness.Kind) any {
+			return faultprobe.Payload{Writer: writer, Seq: seq, Poison: kind == harness.Poison, HoldMillis: ms}
+		}
 	}
 }
 

@@ -20,15 +20,12 @@ func unroutable(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 1); err != nil {
 		return err
 	}
-	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
-		return err
-	}
 	ch, closeCh, err := r.channel()
 	if err != nil {
 		return err
 	}
 	defer closeCh()
-	err = r.inject(ctx, "binding deleted", time.Duration(hold)*time.Second,
+	err = r.strike(ctx, 1, 5*time.Second, "binding deleted", time.Duration(hold)*time.Second,
 		func(context.Context) error {
 			return ch.QueueUnbind(faultprobe.Queue, faultprobe.Name+".#", faultprobe.Exchange, nil)
 		},
@@ -43,7 +40,10 @@ func unroutable(ctx context.Context, r *run) error {
 	}
 	// The unrouted events wait in their queue until the checker drains
 	// it: the gauge must show them now.
-	alert := r.metric(r.Nodes[0], "moenda_unrouted_messages")
+	alert := -1.0 // /metrics did not answer
+	if m, err := r.Nodes[0].Metrics(); err == nil {
+		alert = m["moenda_unrouted_messages"]
+	}
 	r.judge("alert", alert > 0, "moenda_unrouted_messages read %g before the checker drained the queue", alert)
 	r.after = append(r.after, func(_ []harness.Op, seen harness.Observed) {
 		r.note("%d events kept in %s while the binding was gone", len(seen.Unrouted), harness.ProbeQueues.Unrouted)
@@ -55,10 +55,9 @@ func unroutable(ctx context.Context, r *run) error {
 
 func transient(ctx context.Context, r *run) error {
 	r.injected("writers at ~300 events/s; 1 event in 100 fails its first 2 deliveries, then succeeds")
-	if err := r.Start(ctx, 1); err != nil {
+	if err := r.steady(ctx, 1, func(w *harness.Workload) { w.PoisonEvery, w.TransientEvery = 0, 100 }); err != nil {
 		return err
 	}
-	r.write(ctx, harness.Workload{Writers: 4, Interval: 10 * time.Millisecond, TransientEvery: 100})
 	if err := r.wait(ctx, time.Duration(r.scale(40, 15))*time.Second); err != nil {
 		return err
 	}
@@ -89,10 +88,9 @@ func transient(ctx context.Context, r *run) error {
 func permanent(ctx context.Context, r *run) error {
 	dur := r.scale(40, 12)
 	r.injected("writers at ~300 events/s for %d s, 1 event in 100 always failing", dur)
-	if err := r.Start(ctx, 1); err != nil {
+	if err := r.steady(ctx, 1, func(w *harness.Workload) { w.PoisonEvery = 100 }); err != nil {
 		return err
 	}
-	r.write(ctx, harness.Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 100})
 	if err := r.wait(ctx, time.Duration(dur)*time.Second); err != nil {
 		return err
 	}

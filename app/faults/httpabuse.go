@@ -124,7 +124,7 @@ func (r *run) oversizedBodies(nd *harness.Node) {
 		size    int64
 		chunked bool
 	}{{"10 MB with Content-Length", 10 << 20, false}, {"100 MB chunked", 100 << 20, true}} {
-		var body io.Reader = io.LimitReader(zeros{}, b.size)
+		body := io.LimitReader(zeros{}, b.size)
 		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.Addr+"/v1/events", body)
 		req.Header.Set("Content-Type", "application/json")
 		if !b.chunked {

@@ -1,12 +1,8 @@
 package faults
 
 import (
-	"bufio"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/moenda/moenda/app/harness"
 )
@@ -18,39 +14,19 @@ type usage struct {
 	rss             int64
 }
 
-// readUsage scrapes nd's /metrics.
+// readUsage reads nd's /metrics.
 func readUsage(nd *harness.Node) (usage, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.Addr + "/metrics")
+	m, err := nd.Metrics()
 	if err != nil {
 		return usage{}, err
 	}
-	defer resp.Body.Close()
-	var u usage
-	seen := 0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			continue
-		}
-		switch f[0] {
-		case "go_goroutines":
-			u.goroutines, seen = int(v), seen+1
-		case "process_open_fds":
-			u.fds, seen = int(v), seen+1
-		case "process_resident_memory_bytes":
-			u.rss, seen = int64(v), seen+1
-		}
+	_, g := m["go_goroutines"]
+	_, f := m["process_open_fds"]
+	_, r := m["process_resident_memory_bytes"]
+	if !g || !f || !r {
+		return usage{}, fmt.Errorf("node %s: /metrics lacks go_goroutines, process_open_fds or process_resident_memory_bytes", nd.Name)
 	}
-	if seen < 3 {
-		return u, fmt.Errorf("node %s: /metrics lacks go_goroutines, process_open_fds or process_resident_memory_bytes", nd.Name)
-	}
-	return u, sc.Err()
+	return usage{goroutines: int(m["go_goroutines"]), fds: int(m["process_open_fds"]), rss: int64(m["process_resident_memory_bytes"])}, nil
 }
 
 // Bounds on what a node may hold at the end of a case, once drained,
@@ -137,28 +113,4 @@ func (r *run) declares(key string) bool {
 		}
 	}
 	return false
-}
-
-// metric is the sum of the series of a metric nd serves; -1 when /metrics
-// does not answer.
-func (r *run) metric(nd *harness.Node, name string) float64 {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.Addr + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line != name && !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
 }
