@@ -58,10 +58,7 @@ func writeNotifying(ctx context.Context, e *env, r *Result) error {
 // writeWhileRelaying is the rate of 16 writers using txr while a relay
 // with reader relays what they write.
 func (e *env) writeWhileRelaying(ctx context.Context, txr *postgres.Transactor, reader string) (float64, error) {
-	if err := e.relayCatchUp(ctx, reader); err != nil {
-		return 0, err
-	}
-	_, stop, err := e.runRelay(ctx, reader)
+	_, stop, err := e.freshRelay(ctx, reader)
 	if err != nil {
 		return 0, err
 	}
