@@ -91,7 +91,7 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 		}
 		errs = append(errs, d.exchange(ex))
 		if x.Envelope != "" && x.Envelope != event.EnvelopeMoenda {
-			t.published[x.Name] = x.Envelope
+			t.published[x.Name] = string(x.Envelope)
 		}
 	}
 	overrides := map[string]FailureConfig{}
@@ -99,7 +99,7 @@ func Build(cfg Config, subs []Subscription) (*Topology, error) {
 	types := map[string]string{}
 	for _, o := range cfg.Subscriptions {
 		overrides[o.Queue] = o.Failure
-		envelopes[o.Queue] = o.Envelope
+		envelopes[o.Queue] = string(o.Envelope)
 		types[o.Queue] = o.QueueType
 	}
 	queues := map[string]bool{}
@@ -212,7 +212,7 @@ func envelopeOf(bound []ExchangeConfig, own string) string {
 	}
 	for _, x := range bound {
 		if x.Envelope != "" {
-			return x.Envelope
+			return string(x.Envelope)
 		}
 	}
 	return event.EnvelopeMoenda

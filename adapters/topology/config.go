@@ -71,10 +71,11 @@ type ExchangeConfig struct {
 	Events  []string      `koanf:"events"`
 	Failure FailureConfig `koanf:"failure"`
 	// Envelope is the format published to the exchange: moenda (the
-	// default) or seed004, the flat JSON of seed 004's Spring services
-	// (event.PublishedEnvelopes). The queues bound on it read that format
-	// unless their subscription says otherwise.
-	Envelope string `koanf:"envelope"`
+	// default) or flat, the flat JSON of seed 004's Spring services
+	// (event.PublishedEnvelopes; seed004 is its former name). The queues
+	// bound on it read that format unless their subscription says
+	// otherwise.
+	Envelope event.Format `koanf:"envelope"`
 	// QueueType is the type of the queues bound on the exchange, unless
 	// their subscription says otherwise, and of its unrouted queue; empty
 	// inherits topology.queue_type.
@@ -99,7 +100,7 @@ func (c Config) Validate() error {
 			}
 		}
 		errs = append(errs, x.Failure.validate(path+".failure", false))
-		if x.Envelope != "" && !slices.Contains(event.PublishedEnvelopes, x.Envelope) {
+		if x.Envelope != "" && !slices.Contains(event.PublishedEnvelopes, string(x.Envelope)) {
 			errs = append(errs, fmt.Errorf("%s.envelope %q must be one of %s", path, x.Envelope, strings.Join(event.PublishedEnvelopes, ", ")))
 		}
 		errs = append(errs, validateQueueType(path+".queue_type", x.QueueType))
@@ -116,7 +117,7 @@ func (c Config) Validate() error {
 		}
 		queues[s.Queue] = true
 		errs = append(errs, s.Failure.validate(path+".failure", false))
-		if s.Envelope != "" && !slices.Contains(event.Envelopes, s.Envelope) {
+		if s.Envelope != "" && !slices.Contains(event.Envelopes, string(s.Envelope)) {
 			errs = append(errs, fmt.Errorf("%s.envelope %q must be one of %s", path, s.Envelope, strings.Join(event.Envelopes, ", ")))
 		}
 		errs = append(errs, validateQueueType(path+".queue_type", s.QueueType))
