@@ -13,6 +13,7 @@ import (
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -266,6 +267,34 @@ func TestExtraConfigFiles(t *testing.T) {
 	_, err = Load(Source{Env: "local", Files: configs.FS, Extra: []string{filepath.Join(dir, "missing.yaml")}}, registry(t))
 	if err == nil || !strings.Contains(err.Error(), "config: --config: open ") || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("a missing --config file: %v", err)
+	}
+}
+
+// The envelope formats' former names, after the seeds, are still
+// accepted, and resolve to the formats' names.
+func TestEnvelopeFormerNames(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "extra.yaml")
+	yaml := "topology:\n  subscriptions:\n    - {queue: estoque.pedidos, envelope: seed001}\n    - {queue: analise.pedidos, envelope: seed004}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(Source{Env: "test", Files: configs.FS, Extra: []string{path}}, registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range cfg.Topology.Subscriptions {
+		got = append(got, string(s.Envelope))
+	}
+	if !slices.Equal(got, []string{event.EnvelopeTipoVersao, event.EnvelopeFlat}) {
+		t.Fatalf("envelopes %v, want [tipo-versao flat]", got)
+	}
+	var b strings.Builder
+	if err := cfg.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "seed00") {
+		t.Errorf("config print shows a former name:\n%s", b.String())
 	}
 }
 

@@ -22,9 +22,8 @@ type Replay struct {
 	group string
 	parts []*partition
 
-	mu       sync.Mutex
-	read     int64
-	finished chan struct{}
+	mu   sync.Mutex
+	read int64
 }
 
 // partition is one partition a replay reads, and how far it has come.
@@ -45,7 +44,7 @@ func Rewind(cfg Config, top *topology.Topology, queue, group string, from time.T
 	if err != nil {
 		return nil, err
 	}
-	r := &Replay{cfg: cfg, group: group, finished: make(chan struct{})}
+	r := &Replay{cfg: cfg, group: group}
 	err = withClient(cfg, "moenda replay", func(client sarama.Client) error {
 		for _, src := range srcs {
 			if src.delay > 0 {
@@ -75,7 +74,6 @@ func Rewind(cfg Config, top *topology.Topology, queue, group string, from time.T
 	if err != nil {
 		return nil, err
 	}
-	r.check()
 	return r, nil
 }
 
@@ -239,27 +237,7 @@ func (r *Replay) advance(p *partition, next int64) {
 	r.read += next - p.next
 	p.next = next
 	r.mu.Unlock()
-	r.check()
 }
-
-// check closes finished once every partition is read to its end.
-func (r *Replay) check() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range r.parts {
-		if p.next < p.end {
-			return
-		}
-	}
-	select {
-	case <-r.finished:
-	default:
-		close(r.finished)
-	}
-}
-
-// Finished is closed once every partition has been read to its end.
-func (r *Replay) Finished() <-chan struct{} { return r.finished }
 
 // Progress returns how many records were read and how many there are.
 func (r *Replay) Progress() (read, total int64) {

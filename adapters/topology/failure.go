@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // FailureConfig says what happens to a message whose handler fails: how
@@ -46,11 +48,12 @@ type DeadLetterConfig struct {
 type SubscriptionConfig struct {
 	Queue   string        `koanf:"queue"`
 	Failure FailureConfig `koanf:"failure"`
-	// Envelope is the format of the queue's messages: moenda's, seed001
-	// (the envelope any AMQP client of seed 001 publishes) or seed004
-	// (event.Envelopes). Unset, it is the format of the exchanges the
-	// queue is bound on, moenda's by default.
-	Envelope string `koanf:"envelope"`
+	// Envelope is the format of the queue's messages: moenda's,
+	// tipo-versao (the envelope any AMQP client of seed 001 publishes) or
+	// flat (event.Envelopes; seed001 and seed004 are their former names).
+	// Unset, it is the format of the exchanges the queue is bound on,
+	// moenda's by default.
+	Envelope event.Format `koanf:"envelope"`
 	// QueueType is the type of the queue and of its retry and dead-letter
 	// queues. Unset, it is that of the exchanges the queue is bound on,
 	// else topology.queue_type.

@@ -299,17 +299,17 @@ func TestQueuesForOutsideConsumers(t *testing.T) {
 func TestEnvelopePerQueue(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Exchanges = []ExchangeConfig{{Name: "pedidos", Events: []string{"pedido.*"}}}
-	cfg.Subscriptions = []SubscriptionConfig{{Queue: "estoque.pedidos", Envelope: "seed001"}}
+	cfg.Subscriptions = []SubscriptionConfig{{Queue: "estoque.pedidos", Envelope: "tipo-versao"}}
 	subs := []Subscription{{Queue: "estoque.pedidos", Patterns: []string{"pedido.criado"}}, {Queue: "analise.pedidos", Patterns: []string{"pedido.#"}}}
 	top, err := Build(cfg, subs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if top.Envelope("estoque.pedidos") != "seed001" || top.Envelope("analise.pedidos") != "moenda" {
+	if top.Envelope("estoque.pedidos") != "tipo-versao" || top.Envelope("analise.pedidos") != "moenda" {
 		t.Fatalf("envelopes %q and %q", top.Envelope("estoque.pedidos"), top.Envelope("analise.pedidos"))
 	}
 	cfg.Subscriptions[0].Envelope = "xml"
-	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `topology.subscriptions[0].envelope "xml" must be one of moenda, seed001, seed004`) {
+	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `topology.subscriptions[0].envelope "xml" must be one of moenda, tipo-versao, flat`) {
 		t.Fatalf("an unknown envelope: %v", err)
 	}
 }
@@ -319,7 +319,7 @@ func TestEnvelopePerQueue(t *testing.T) {
 func TestEnvelopePerExchange(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Exchanges = []ExchangeConfig{
-		{Name: "rental.exchange", Events: []string{"rental.*", "analysis.*"}, Envelope: "seed004"},
+		{Name: "rental.exchange", Events: []string{"rental.*", "analysis.*"}, Envelope: "flat"},
 		{Name: "pedidos", Events: []string{"pedido.*"}},
 	}
 	subs := []Subscription{
@@ -331,17 +331,17 @@ func TestEnvelopePerExchange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for q, want := range map[string]string{"analysis.requested.queue": "seed004", "analytics.metricas": "seed004", "estoque.pedidos": "moenda"} {
+	for q, want := range map[string]string{"analysis.requested.queue": "flat", "analytics.metricas": "flat", "estoque.pedidos": "moenda"} {
 		if got := top.Envelope(q); got != want {
 			t.Errorf("queue %s reads %q, want %q", q, got, want)
 		}
 	}
-	if top.Published("rental.exchange") != "seed004" || top.Published("pedidos") != "moenda" {
+	if top.Published("rental.exchange") != "flat" || top.Published("pedidos") != "moenda" {
 		t.Errorf("published: %q and %q", top.Published("rental.exchange"), top.Published("pedidos"))
 	}
-	cfg.Exchanges[1].Envelope = "seed001"
-	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `topology.exchanges[1].envelope "seed001" must be one of moenda, seed004`) {
-		t.Errorf("seed 001 published: %v", err)
+	cfg.Exchanges[1].Envelope = "tipo-versao"
+	if _, err := Build(cfg, subs); err == nil || !strings.Contains(err.Error(), `topology.exchanges[1].envelope "tipo-versao" must be one of moenda, flat`) {
+		t.Errorf("tipo-versao published: %v", err)
 	}
 }
 

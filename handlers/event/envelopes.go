@@ -18,55 +18,75 @@ import (
 const (
 	// EnvelopeMoenda is moenda's own envelope (Event).
 	EnvelopeMoenda = "moenda"
-	// EnvelopeSeed001 is the envelope of seed 001's publishers, which any
-	// AMQP client can write: {id, tipo, versao, ocorridoEm, origem, dados}.
-	// A queue in this format reads moenda's envelope too, so moenda's own
-	// publishers and the others can share it. moenda reads it only.
-	EnvelopeSeed001 = "seed001"
-	// EnvelopeSeed004 is seed 004's flat JSON, as Spring AMQP's Jackson
-	// converter writes an event record: the event's fields at the top
-	// level with eventId and occurredAt, named by its routing key. moenda
+	// EnvelopeTipoVersao is the envelope that names an event by its tipo
+	// and versao fields, {id, tipo, versao, ocorridoEm, origem, dados}, as
+	// seed 001's publishers write it from any AMQP client. A queue in this
+	// format reads moenda's envelope too, so moenda's own publishers and
+	// the others can share it. moenda reads it only.
+	EnvelopeTipoVersao = "tipo-versao"
+	// EnvelopeFlat is an event's fields at the top level of the body with
+	// eventId and occurredAt, named by its routing key, as Spring AMQP's
+	// Jackson converter writes an event record (seed 004). moenda
 	// publishes it on an exchange set to it and reads it, and moenda's own
 	// envelope, on the queues bound there.
-	EnvelopeSeed004 = "seed004"
+	EnvelopeFlat = "flat"
 )
 
 // Envelopes lists the formats DecodeAs reads.
-var Envelopes = []string{EnvelopeMoenda, EnvelopeSeed001, EnvelopeSeed004}
+var Envelopes = []string{EnvelopeMoenda, EnvelopeTipoVersao, EnvelopeFlat}
 
 // PublishedEnvelopes lists the formats EncodeAs writes.
-var PublishedEnvelopes = []string{EnvelopeMoenda, EnvelopeSeed004}
+var PublishedEnvelopes = []string{EnvelopeMoenda, EnvelopeFlat}
+
+// formerNames are the formats' first names, after the seeds that brought
+// them; configuration still accepts them.
+var formerNames = map[string]string{"seed001": EnvelopeTipoVersao, "seed004": EnvelopeFlat}
+
+// Format is an envelope format as configuration names it: read from text,
+// a former name becomes the format's name, so what is resolved and
+// printed is one name per format.
+type Format string
+
+// UnmarshalText reads a format's name or its former name.
+func (f *Format) UnmarshalText(text []byte) error {
+	name := string(text)
+	if now, ok := formerNames[name]; ok {
+		name = now
+	}
+	*f = Format(name)
+	return nil
+}
 
 // DecodeAs decodes body in format (empty: moenda's) into an Event, with
 // Decode's reasons for what it refuses. meta is the delivery's metadata:
 // a format whose body does not name the event takes the name from it.
 //
-// A seed 001 envelope becomes the event named "<tipo>.v<versao>", with its
-// id as the event id (and so as the inbox key) and its dados as the
-// payload. A seed 004 body is its own payload; its eventId is the event
+// A tipo-versao envelope becomes the event named "<tipo>.v<versao>", with
+// its id as the event id (and so as the inbox key) and its dados as the
+// payload. A flat body is its own payload; its eventId is the event
 // id, and its name is the delivery's event name (the AMQP type moenda
 // sets) or else its routing key with .v1. Fields a format does not know
 // are ignored.
 func DecodeAs(format string, body []byte, meta message.Metadata) (Event, error) {
 	switch format {
-	case EnvelopeSeed001:
-		return decodeSeed001(body)
-	case EnvelopeSeed004:
-		return decodeSeed004(body, meta)
+	case EnvelopeTipoVersao:
+		return decodeTipoVersao(body)
+	case EnvelopeFlat:
+		return decodeFlat(body, meta)
 	default:
 		return Decode(body)
 	}
 }
 
 // EncodeAs writes body, moenda's envelope, in format for an exchange that
-// carries it. A seed 004 body is the payload's fields with eventId and
+// carries it. A flat body is the payload's fields with eventId and
 // occurredAt set from the envelope; correlation, causation and the name
 // travel in the message's properties and headers. A payload that is not a
 // JSON object is kept whole under "payload", so a relay never stalls on
 // it: its consumers refuse it with a reason. A body that is not an
 // envelope is returned as it is.
 func EncodeAs(format string, body []byte) []byte {
-	if format != EnvelopeSeed004 {
+	if format != EnvelopeFlat {
 		return body
 	}
 	var e Event
@@ -86,8 +106,8 @@ func EncodeAs(format string, body []byte) []byte {
 	return out
 }
 
-// seed001 is seed 001's envelope.
-type seed001 struct {
+// tipoVersao is the tipo-versao envelope.
+type tipoVersao struct {
 	EventID    string          `json:"event_id"` // set: moenda's envelope
 	ID         string          `json:"id"`
 	Tipo       string          `json:"tipo"`
@@ -97,13 +117,13 @@ type seed001 struct {
 	Dados      json.RawMessage `json:"dados"`
 }
 
-func decodeSeed001(body []byte) (Event, error) {
+func decodeTipoVersao(body []byte) (Event, error) {
 	if !utf8.Valid(body) {
 		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
 	}
-	var s seed001
+	var s tipoVersao
 	if err := json.Unmarshal(body, &s); err != nil {
-		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode seed 001 envelope: %w", err))
+		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode tipo-versao envelope: %w", err))
 	}
 	if s.EventID != "" && s.ID == "" {
 		return Decode(body)
@@ -116,25 +136,25 @@ func decodeSeed001(body []byte) (Event, error) {
 	}
 	e := Event{ID: s.ID, Name: fmt.Sprintf("%s.v%d", s.Tipo, s.Versao), OccurredAt: s.OcorridoEm, Source: s.Origem, Payload: s.Dados}
 	if err := e.Validate(); err != nil {
-		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid seed 001 envelope: %w", err))
+		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid tipo-versao envelope: %w", err))
 	}
 	return e, nil
 }
 
-// seed004 is the identity of a seed 004 body.
-type seed004 struct {
+// flat is the identity of a flat body.
+type flat struct {
 	EventID    string          `json:"event_id"` // set: moenda's envelope
 	ID         string          `json:"eventId"`
 	OccurredAt json.RawMessage `json:"occurredAt"`
 }
 
-func decodeSeed004(body []byte, meta message.Metadata) (Event, error) {
+func decodeFlat(body []byte, meta message.Metadata) (Event, error) {
 	if !utf8.Valid(body) {
 		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
 	}
-	var s seed004
+	var s flat
 	if err := json.Unmarshal(body, &s); err != nil {
-		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode seed 004 event: %w", err))
+		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode flat event: %w", err))
 	}
 	if s.EventID != "" && s.ID == "" {
 		return Decode(body)
@@ -151,12 +171,12 @@ func decodeSeed004(body []byte, meta message.Metadata) (Event, error) {
 		CorrelationID: meta.Get(MetaCorrelationID), CausationID: meta.Get(MetaCausationID), AggregateID: meta.Get(MetaAggregateID),
 	}
 	if err := e.Validate(); err != nil {
-		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid seed 004 event: %w", err))
+		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid flat event: %w", err))
 	}
 	return e, nil
 }
 
-// nameOf names a seed 004 delivery: by the event name moenda sent with it,
+// nameOf names a flat delivery: by the event name moenda sent with it,
 // else by the key it was first published with (a retry copy is delivered
 // with its queue's name), in version 1.
 func nameOf(meta message.Metadata) string {

@@ -177,10 +177,10 @@ func FuzzParseName(f *testing.F) {
 	})
 }
 
-func TestDecodeSeed001Envelope(t *testing.T) {
+func TestDecodeTipoVersaoEnvelope(t *testing.T) {
 	body := `{"id":"6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b10","tipo":"pedido.criado","versao":1,"ocorridoEm":"2026-11-30T12:00:00Z",
 		"origem":"pedidos","dados":{"pedidoId":981,"itens":[{"produtoId":7,"quantidade":2}]},"extra":"ignored"}`
-	e, err := DecodeAs(EnvelopeSeed001, []byte(body), nil)
+	e, err := DecodeAs(EnvelopeTipoVersao, []byte(body), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,43 +194,43 @@ func TestDecodeSeed001Envelope(t *testing.T) {
 		{`{"id":"x","tipo":"pedido.criado","versao":1,"ocorridoEm":"2026-11-30T12:00:00Z","dados":{}}`, ReasonInvalidEnvelope},
 		{`not json`, ReasonDecode},
 	} {
-		if _, err := DecodeAs(EnvelopeSeed001, []byte(tt.body), nil); ReasonOf(err) != tt.reason {
+		if _, err := DecodeAs(EnvelopeTipoVersao, []byte(tt.body), nil); ReasonOf(err) != tt.reason {
 			t.Errorf("%s: %v, want reason %s", tt.body, err, tt.reason)
 		}
 	}
 	// moenda's own format is the default.
 	if _, err := DecodeAs("", []byte(body), nil); ReasonOf(err) != ReasonMissingEventID {
-		t.Errorf("a seed 001 body read as moenda's: %v", err)
+		t.Errorf("a tipo-versao body read as moenda's: %v", err)
 	}
-	// A seed 001 queue reads moenda's envelope too.
+	// A tipo-versao queue reads moenda's envelope too.
 	own, _ := New("pedido.criado.v1", "pedidos", map[string]int{"pedidoId": 1})
 	raw, _ := own.MarshalJSON()
-	if e, err := DecodeAs(EnvelopeSeed001, raw, nil); err != nil || e.ID != own.ID || e.Name != own.Name {
-		t.Errorf("moenda's envelope on a seed 001 queue: %+v, %v", e, err)
+	if e, err := DecodeAs(EnvelopeTipoVersao, raw, nil); err != nil || e.ID != own.ID || e.Name != own.Name {
+		t.Errorf("moenda's envelope on a tipo-versao queue: %+v, %v", e, err)
 	}
 }
 
-func TestSeed004RoundTrip(t *testing.T) {
+func TestFlatRoundTrip(t *testing.T) {
 	e, err := New("rental.requested.v1", "locacoes", map[string]string{"rentalId": "r-1", "userEmail": "ana@example.com"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.CorrelationID, e.AggregateID = "corr-1", "r-1"
 	raw, _ := e.MarshalJSON()
-	body := EncodeAs(EnvelopeSeed004, raw)
+	body := EncodeAs(EnvelopeFlat, raw)
 	var flat map[string]any
 	if err := json.Unmarshal(body, &flat); err != nil {
 		t.Fatal(err)
 	}
 	if flat["eventId"] != e.ID || flat["rentalId"] != "r-1" || flat["userEmail"] != "ana@example.com" || flat["event_id"] != nil || flat["payload"] != nil {
-		t.Fatalf("seed 004 body %s", body)
+		t.Fatalf("flat body %s", body)
 	}
 	if at, _ := time.Parse(time.RFC3339Nano, flat["occurredAt"].(string)); !at.Equal(e.OccurredAt) {
 		t.Fatalf("occurredAt %v, want %v", flat["occurredAt"], e.OccurredAt)
 	}
 	// moenda's publisher sends the name as the AMQP type; the ids too.
 	meta := message.Metadata{MetaName: e.Name, MetaCorrelationID: "corr-1", MetaAggregateID: "r-1", MetaDeliveryRoutingKey: "rental.requested"}
-	got, err := DecodeAs(EnvelopeSeed004, body, meta)
+	got, err := DecodeAs(EnvelopeFlat, body, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,26 +240,26 @@ func TestSeed004RoundTrip(t *testing.T) {
 	if EncodeAs(EnvelopeMoenda, raw) == nil || !bytes.Equal(EncodeAs(EnvelopeMoenda, raw), raw) {
 		t.Fatal("moenda's format is not the body as it is")
 	}
-	// A seed 004 queue reads moenda's envelope too.
-	if got, err := DecodeAs(EnvelopeSeed004, raw, nil); err != nil || got.ID != e.ID || got.Name != e.Name {
-		t.Fatalf("moenda's envelope on a seed 004 queue: %+v, %v", got, err)
+	// A flat queue reads moenda's envelope too.
+	if got, err := DecodeAs(EnvelopeFlat, raw, nil); err != nil || got.ID != e.ID || got.Name != e.Name {
+		t.Fatalf("moenda's envelope on a flat queue: %+v, %v", got, err)
 	}
 	// A payload that is not an object is kept whole, so nothing stalls.
 	list, _ := New("rental.requested.v1", "locacoes", []int{1})
 	raw, _ = list.MarshalJSON()
-	if err := json.Unmarshal(EncodeAs(EnvelopeSeed004, raw), &flat); err != nil || flat["eventId"] != list.ID || flat["payload"] == nil {
+	if err := json.Unmarshal(EncodeAs(EnvelopeFlat, raw), &flat); err != nil || flat["eventId"] != list.ID || flat["payload"] == nil {
 		t.Fatalf("a list payload: %v %v", flat, err)
 	}
 }
 
 // What a Spring AMQP publisher sends: no AMQP type, the name in the
 // routing key, occurredAt as ISO-8601 or as epoch seconds.
-func TestDecodeSeed004FromOtherPublishers(t *testing.T) {
+func TestDecodeFlatFromOtherPublishers(t *testing.T) {
 	const id = "6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b10"
 	delivered := message.Metadata{MetaDeliveryRoutingKey: "analysis.completed", "__TypeId__": "com.example.AnalysisCompletedEvent"}
 	for _, at := range []string{`"2026-11-30T12:00:00.5Z"`, `1796040000.5`} {
 		body := `{"eventId":"` + id + `","occurredAt":` + at + `,"rentalId":"r-1","resultado":"APPROVED","motivo":null}`
-		e, err := DecodeAs(EnvelopeSeed004, []byte(body), delivered)
+		e, err := DecodeAs(EnvelopeFlat, []byte(body), delivered)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +270,7 @@ func TestDecodeSeed004FromOtherPublishers(t *testing.T) {
 	// A retry copy comes back with its queue's name as the key.
 	retried := message.Metadata{MetaDeliveryRoutingKey: "rental.analysis.completed.queue", HeaderOriginalRoutingKey: "analysis.completed"}
 	body := `{"eventId":"` + id + `","occurredAt":"2026-11-30T12:00:00Z"}`
-	if e, err := DecodeAs(EnvelopeSeed004, []byte(body), retried); err != nil || e.Name != "analysis.completed.v1" {
+	if e, err := DecodeAs(EnvelopeFlat, []byte(body), retried); err != nil || e.Name != "analysis.completed.v1" {
 		t.Errorf("a retry copy: %+v, %v", e, err)
 	}
 	for _, tt := range []struct{ body, reason string }{
@@ -281,7 +281,7 @@ func TestDecodeSeed004FromOtherPublishers(t *testing.T) {
 		{`[1]`, ReasonDecode},
 		{"\xff", ReasonInvalidEncoding},
 	} {
-		if _, err := DecodeAs(EnvelopeSeed004, []byte(tt.body), delivered); ReasonOf(err) != tt.reason {
+		if _, err := DecodeAs(EnvelopeFlat, []byte(tt.body), delivered); ReasonOf(err) != tt.reason {
 			t.Errorf("%s: %v, want reason %s", tt.body, err, tt.reason)
 		}
 	}
@@ -300,7 +300,7 @@ func TestEncodingKeepsMarkupAsItIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, body := range map[string][]byte{"payload": e.Payload, "envelope": msg.Payload, "seed 004 body": EncodeAs(EnvelopeSeed004, msg.Payload)} {
+	for name, body := range map[string][]byte{"payload": e.Payload, "envelope": msg.Payload, "flat body": EncodeAs(EnvelopeFlat, msg.Payload)} {
 		if !bytes.Contains(body, []byte(text)) || len(body) > len(text)+500 {
 			t.Errorf("the %s is %d bytes for %d bytes of markup, or escapes it", name, len(body), len(text))
 		}
@@ -308,5 +308,14 @@ func TestEncodingKeepsMarkupAsItIs(t *testing.T) {
 	back, err := Decode(msg.Payload)
 	if err != nil || !bytes.Equal(back.Payload, e.Payload) {
 		t.Fatalf("decoded %v", err)
+	}
+}
+
+func TestFormatFormerNames(t *testing.T) {
+	for in, want := range map[string]Format{"seed001": EnvelopeTipoVersao, "seed004": EnvelopeFlat, "flat": EnvelopeFlat, "moenda": EnvelopeMoenda, "xml": "xml"} {
+		var f Format
+		if err := f.UnmarshalText([]byte(in)); err != nil || f != want {
+			t.Errorf("%s read as %q (%v), want %q", in, f, err, want)
+		}
 	}
 }
