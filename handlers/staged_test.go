@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/handlers"
-	"github.com/moenda/moenda/handlers/plugintest"
 )
 
 // A unit's writes are seen by every repository of that unit, applied when

@@ -18,11 +18,11 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 

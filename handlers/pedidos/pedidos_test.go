@@ -15,10 +15,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
