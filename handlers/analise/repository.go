@@ -20,6 +20,8 @@ type Repository interface {
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
 
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
+
 func (r postgresRepository) Add(ctx context.Context, reg Registro, at time.Time) error {
 	_, err := r.tx.Exec(ctx, `
 		INSERT INTO analise_eventos (event_id, tipo, versao, pedido_id, ocorrido_em, registrado_em)

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -43,7 +42,7 @@ type PorMunicipio struct {
 
 // ErrInvalida wraps a request with a bad parameter. Its messages are in
 // Portuguese and name parameters as they are on the wire.
-var ErrInvalida = errors.New("requisição inválida")
+var ErrInvalida = handlers.NewError(handlers.ErrInvalid, "requisição inválida")
 
 // fato is what the plugin keeps of one event.
 type fato struct {

@@ -44,6 +44,8 @@ type Repository interface {
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
 
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
+
 func (r postgresRepository) AddProcesso(ctx context.Context, p Processo) error {
 	_, err := r.tx.Exec(ctx, `
 		INSERT INTO car_processos (id, requerente_id, municipio_ibge, status, submetido_em, regularizado_em)

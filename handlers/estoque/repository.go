@@ -30,6 +30,8 @@ type Repository interface {
 // commit, then finds the row.
 type postgresRepository struct{ tx pgx.Tx }
 
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
+
 func (r postgresRepository) Reservar(ctx context.Context, pedidoID int64, itens []Item, at time.Time) error {
 	tag, err := r.tx.Exec(ctx, `
 		INSERT INTO estoque_reservas (pedido_id, liberada, criada_em) VALUES ($1, FALSE, $2)

@@ -18,17 +18,10 @@ type Service struct {
 	now  func() time.Time
 }
 
-// newService returns a Service whose store is chosen per unit of work:
-// PostgreSQL when the unit has a transaction, else one memory store kept
-// for the life of the Service (the memory environment).
+// newService returns a Service whose store is chosen per unit of work,
+// with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, now func() time.Time) *Service {
-	mem := newMemoryStore()
-	return &Service{tx: tx, now: now, repo: func(tx handlers.Tx) Repository {
-		if ptx := tx.Postgres(); ptx != nil {
-			return postgresRepository{tx: ptx}
-		}
-		return mem.repository(tx)
-	}}
+	return &Service{tx: tx, now: now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 }
 
 // clock is the time now as both stores keep it: UTC, to the microsecond.

@@ -26,6 +26,8 @@ type Repository interface {
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
 
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
+
 func (r postgresRepository) Add(ctx context.Context, p Pedido) (int64, error) {
 	itens, err := json.Marshal(p.Itens)
 	if err != nil {

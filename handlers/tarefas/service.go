@@ -30,7 +30,7 @@ type CriarTarefa struct {
 // ErrInvalida wraps a request that names a bad field or parameter. Its
 // messages, like all the plugin's own, are in Portuguese and name fields
 // as they are on the wire.
-var ErrInvalida = errors.New("requisição inválida")
+var ErrInvalida = handlers.NewError(handlers.ErrInvalid, "requisição inválida")
 
 // Validate names every bad field.
 func (c CriarTarefa) Validate() error {
