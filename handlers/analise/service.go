@@ -84,7 +84,7 @@ func (s *Service) Resumo(ctx context.Context) (Resumo, error) {
 	var out Resumo
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		var err error
-		out, err = s.repo(tx).Resumo(ctx)
+		out, err = s.repo(tx).Count(ctx)
 		return err
 	})
 	return out, err

@@ -97,7 +97,7 @@ func (r *memoryRepository) AddMensagem(_ context.Context, m Mensagem) error {
 	return nil
 }
 
-func (r *memoryRepository) Ficha(ctx context.Context, id string) (Ficha, error) {
+func (r *memoryRepository) GetFicha(ctx context.Context, id string) (Ficha, error) {
 	p, err := r.GetProcesso(ctx, id)
 	if err != nil {
 		return Ficha{}, err
@@ -134,7 +134,7 @@ func (r *memoryRepository) Ficha(ctx context.Context, id string) (Ficha, error) 
 	return f, nil
 }
 
-func (r *memoryRepository) Atribuir(_ context.Context, processoID string, _ time.Time, analistas []string) error {
+func (r *memoryRepository) AddAtribuicao(_ context.Context, processoID string, _ time.Time, analistas []string) error {
 	if _, ok := r.atribuicoes.Get(processoID); ok {
 		return nil // it has its analyst; the turn stays
 	}

@@ -194,7 +194,7 @@ func (s *Service) Buscar(ctx context.Context, id string) (Ficha, error) {
 	var f Ficha
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		var err error
-		f, err = s.repo(tx).Ficha(ctx, id)
+		f, err = s.repo(tx).GetFicha(ctx, id)
 		return err
 	})
 	if err != nil {

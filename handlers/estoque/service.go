@@ -39,7 +39,7 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 			return err
 		}
 		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-			return s.repo(tx).Reservar(ctx, p.PedidoID, p.itens(), s.clock())
+			return s.repo(tx).AddReserva(ctx, p.PedidoID, p.itens(), s.clock())
 		})
 	case EventPedidoCancelado:
 		var p pedidoCancelado
@@ -47,7 +47,7 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 			return err
 		}
 		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-			return s.repo(tx).Liberar(ctx, p.PedidoID, s.clock())
+			return s.repo(tx).PutLiberada(ctx, p.PedidoID, s.clock())
 		})
 	default: // the subscription's Handles keep others away
 		return event.Permanent(fmt.Errorf("estoque: does not handle %s (event %s)", e.Name, e.ID))
@@ -77,7 +77,7 @@ func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) 
 	var r Reserva
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		var err error
-		r, err = s.repo(tx).Reserva(ctx, pedidoID)
+		r, err = s.repo(tx).GetReserva(ctx, pedidoID)
 		return err
 	})
 	if err != nil {
@@ -95,7 +95,7 @@ func (s *Service) Produto(ctx context.Context, produtoID int64) (Produto, error)
 	var n int64
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		var err error
-		n, err = s.repo(tx).Reservado(ctx, produtoID)
+		n, err = s.repo(tx).SumReservado(ctx, produtoID)
 		return err
 	})
 	if err != nil {

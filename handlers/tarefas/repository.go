@@ -18,15 +18,15 @@ import (
 type Repository interface {
 	// Add stores a new task and sets its ID.
 	Add(ctx context.Context, t *Tarefa) error
-	// GetDoUsuario loads the task if it belongs to the user, with its count
+	// Get loads the user's task (another user's is not found), with its count
 	// of pending subtasks, locked until the unit of work ends.
-	GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
-	// FindDoUsuario is GetDoUsuario for reading: it locks nothing.
-	FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
-	// ListDoUsuario returns up to limit of the user's tasks, newest (highest
+	Get(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
+	// Find is Get for reading: it locks nothing.
+	Find(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
+	// List returns up to limit of the user's tasks, newest (highest
 	// id) first; when antesDe is not 0, only those with an id below it.
 	// Their SubtarefasPendentes are not loaded.
-	ListDoUsuario(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error)
+	List(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error)
 	// Save writes a loaded task back.
 	Save(ctx context.Context, t *Tarefa) error
 }
@@ -51,11 +51,11 @@ const loadTarefa = `
 		       (SELECT count(*) FROM tarefas s WHERE s.tarefa_pai_id = t.id AND NOT s.concluida)
 		FROM tarefas t WHERE id = $1 AND usuario_id = $2`
 
-func (r postgresRepository) GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+func (r postgresRepository) Get(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
 	return r.load(ctx, loadTarefa+" FOR UPDATE", id, usuarioID)
 }
 
-func (r postgresRepository) FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+func (r postgresRepository) Find(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
 	return r.load(ctx, loadTarefa, id, usuarioID)
 }
 
@@ -72,7 +72,7 @@ func (r postgresRepository) load(ctx context.Context, query string, id, usuarioI
 	return t, nil
 }
 
-func (r postgresRepository) ListDoUsuario(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
+func (r postgresRepository) List(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
 	if antesDe == 0 {
 		antesDe = math.MaxInt64
 	}
@@ -127,7 +127,7 @@ func (r memoryRepository) Add(_ context.Context, t *Tarefa) error {
 	return nil
 }
 
-func (r memoryRepository) GetDoUsuario(_ context.Context, id, usuarioID int64) (*Tarefa, error) {
+func (r memoryRepository) Get(_ context.Context, id, usuarioID int64) (*Tarefa, error) {
 	t, ok := r.unit.Get(id)
 	if !ok || t.UsuarioID != usuarioID {
 		return nil, ErrNaoEncontrada
@@ -140,13 +140,13 @@ func (r memoryRepository) GetDoUsuario(_ context.Context, id, usuarioID int64) (
 	return &t, nil
 }
 
-// FindDoUsuario is GetDoUsuario: the memory transactor runs one unit of
+// Find is Get: the memory transactor runs one unit of
 // work at a time, so nothing needs locking.
-func (r memoryRepository) FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
-	return r.GetDoUsuario(ctx, id, usuarioID)
+func (r memoryRepository) Find(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+	return r.Get(ctx, id, usuarioID)
 }
 
-func (r memoryRepository) ListDoUsuario(_ context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
+func (r memoryRepository) List(_ context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
 	var out []Tarefa
 	for _, t := range r.unit.All() {
 		if t.UsuarioID == usuarioID && (antesDe == 0 || t.ID < antesDe) {

@@ -59,7 +59,7 @@ func (s *Service) Criar(ctx context.Context, cmd CriarTarefa) (Tarefa, error) {
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		repo := s.repo(tx)
 		if cmd.TarefaPaiID != nil {
-			if _, err := repo.GetDoUsuario(ctx, *cmd.TarefaPaiID, cmd.UsuarioID); errors.Is(err, ErrNaoEncontrada) {
+			if _, err := repo.Get(ctx, *cmd.TarefaPaiID, cmd.UsuarioID); errors.Is(err, ErrNaoEncontrada) {
 				return fmt.Errorf("%w: tarefa_pai_id %d não é uma tarefa do usuario_id %d", ErrInvalida, *cmd.TarefaPaiID, cmd.UsuarioID)
 			} else if err != nil {
 				return err
@@ -76,7 +76,7 @@ func (s *Service) Concluir(ctx context.Context, id, usuarioID int64) (Tarefa, er
 	var out Tarefa
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		repo := s.repo(tx)
-		t, err := repo.GetDoUsuario(ctx, id, usuarioID)
+		t, err := repo.Get(ctx, id, usuarioID)
 		if err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func (s *Service) Buscar(ctx context.Context, id, usuarioID int64) (Tarefa, erro
 	}
 	var out Tarefa
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		t, err := s.repo(tx).FindDoUsuario(ctx, id, usuarioID)
+		t, err := s.repo(tx).Find(ctx, id, usuarioID)
 		if err != nil {
 			return err
 		}
@@ -171,7 +171,7 @@ func (s *Service) Listar(ctx context.Context, q ListarTarefas) (PaginaDeTarefas,
 	var ts []Tarefa
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		var err error
-		ts, err = s.repo(tx).ListDoUsuario(ctx, q.UsuarioID, q.AntesDe, limite+1) // one more tells whether a next page exists
+		ts, err = s.repo(tx).List(ctx, q.UsuarioID, q.AntesDe, limite+1) // one more tells whether a next page exists
 		return err
 	})
 	if err != nil {

@@ -134,7 +134,7 @@ func TestConclusionAndEventCommitTogether(t *testing.T) {
 				t.Fatalf("%d events left", n)
 			}
 			err = svc.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-				got, err := svc.repo(tx).GetDoUsuario(ctx, task.ID, 1)
+				got, err := svc.repo(tx).Get(ctx, task.ID, 1)
 				if err == nil && got.Concluida {
 					t.Error("the task was concluded without its event")
 				}
