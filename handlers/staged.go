@@ -3,21 +3,7 @@ package handlers
 import (
 	"maps"
 	"sync"
-
-	"github.com/jackc/pgx/v5"
 )
-
-// Repositories gives each unit of work its repository: postgres over the
-// unit's PostgreSQL transaction, or memory in an environment without
-// PostgreSQL (the memory one), where Tx.Postgres is nil.
-func Repositories[R any](postgres func(pgx.Tx) R, memory func(Tx) R) func(Tx) R {
-	return func(tx Tx) R {
-		if ptx := tx.Postgres(); ptx != nil {
-			return postgres(ptx)
-		}
-		return memory(tx)
-	}
-}
 
 // Staged keeps a plugin's rows in the process, for the memory environment:
 // writes are staged in the unit of work and applied when it commits, so a

@@ -89,3 +89,18 @@ func TestRepositoriesInMemory(t *testing.T) {
 		return nil
 	})
 }
+
+// Result gives what the unit read once it committed, and nothing when it
+// failed.
+func TestResult(t *testing.T) {
+	ctx := context.Background()
+	got, err := handlers.Result(ctx, plugintest.Memory(), func(context.Context, handlers.Tx) (int, error) { return 7, nil })
+	if got != 7 || err != nil {
+		t.Errorf("Result = %d, %v; want 7", got, err)
+	}
+	failed := errors.New("failed")
+	got, err = handlers.Result(ctx, plugintest.Memory(), func(context.Context, handlers.Tx) (int, error) { return 7, failed })
+	if got != 0 || !errors.Is(err, failed) {
+		t.Errorf("Result = %d, %v; want 0 and the failure", got, err)
+	}
+}

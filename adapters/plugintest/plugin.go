@@ -3,6 +3,7 @@ package plugintest
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -40,26 +41,38 @@ func Build(t testing.TB, s Store, build func(handlers.Deps) (handlers.Plugin, er
 	return &Plugin{Plugin: p, Store: s, t: t, router: r}
 }
 
+// Serve answers req.
+func (p *Plugin) Serve(req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	p.router.ServeHTTP(rec, req)
+	return rec
+}
+
+// Expect answers req, which must answer code, decoding the answer into out
+// when it is not nil.
+func (p *Plugin) Expect(code int, req *http.Request, out any) {
+	p.t.Helper()
+	rec := p.Serve(req)
+	if rec.Code != code {
+		p.t.Fatalf("%s %s = %d %s, want %d", req.Method, req.URL, rec.Code, rec.Body, code)
+	}
+	if out != nil {
+		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+			p.t.Fatalf("%s %s: %v in %s", req.Method, req.URL, err, rec.Body)
+		}
+	}
+}
+
 // Do answers one request; an empty body sends none.
 func (p *Plugin) Do(method, path, body string) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	p.router.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
-	return rec
+	return p.Serve(httptest.NewRequest(method, path, strings.NewReader(body)))
 }
 
 // Must answers one request that must answer code, decoding the answer
 // into out when it is not nil.
 func (p *Plugin) Must(code int, method, path, body string, out any) {
 	p.t.Helper()
-	rec := p.Do(method, path, body)
-	if rec.Code != code {
-		p.t.Fatalf("%s %s %s = %d %s, want %d", method, path, body, rec.Code, rec.Body, code)
-	}
-	if out != nil {
-		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
-			p.t.Fatalf("%s %s: %v in %s", method, path, err, rec.Body)
-		}
-	}
+	p.Expect(code, httptest.NewRequest(method, path, strings.NewReader(body)), out)
 }
 
 // Deliver hands e to a subscription's handler as the router does: inside

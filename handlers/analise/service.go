@@ -81,11 +81,7 @@ func permanent(e event.Event, err error) error {
 
 // Resumo counts what was recorded.
 func (s *Service) Resumo(ctx context.Context) (Resumo, error) {
-	var out Resumo
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		out, err = s.repo(tx).Count(ctx)
-		return err
+	return handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Resumo, error) {
+		return s.repo(tx).Count(ctx)
 	})
-	return out, err
 }

@@ -191,11 +191,8 @@ func (s *Service) Enviar(ctx context.Context, processoID string, cmd EnviarMensa
 
 // Buscar returns the processo with every effect of the consumers.
 func (s *Service) Buscar(ctx context.Context, id string) (Ficha, error) {
-	var f Ficha
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		f, err = s.repo(tx).GetFicha(ctx, id)
-		return err
+	f, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Ficha, error) {
+		return s.repo(tx).GetFicha(ctx, id)
 	})
 	if err != nil {
 		return Ficha{}, err

@@ -74,11 +74,8 @@ func permanent(e event.Event, err error) error {
 // Reserva returns the pedido's reservation; ErrNaoEncontrada when the
 // stock has heard of no such pedido.
 func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) {
-	var r Reserva
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		r, err = s.repo(tx).GetReserva(ctx, pedidoID)
-		return err
+	r, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Reserva, error) {
+		return s.repo(tx).GetReserva(ctx, pedidoID)
 	})
 	if err != nil {
 		return Reserva{}, err
@@ -92,11 +89,8 @@ func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) 
 // Produto returns how much of the product is reserved and not released;
 // a product no reservation names has 0.
 func (s *Service) Produto(ctx context.Context, produtoID int64) (Produto, error) {
-	var n int64
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		n, err = s.repo(tx).SumReservado(ctx, produtoID)
-		return err
+	n, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (int64, error) {
+		return s.repo(tx).SumReservado(ctx, produtoID)
 	})
 	if err != nil {
 		return Produto{}, err

@@ -156,11 +156,7 @@ func (s *Service) transition(ctx context.Context, id int64, status string, chang
 
 // Buscar returns the pedido.
 func (s *Service) Buscar(ctx context.Context, id int64) (Pedido, error) {
-	var p Pedido
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		p, err = s.repo(tx).Find(ctx, id)
-		return err
+	return handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Pedido, error) {
+		return s.repo(tx).Find(ctx, id)
 	})
-	return p, err
 }

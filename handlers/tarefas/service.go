@@ -168,11 +168,8 @@ func (s *Service) Listar(ctx context.Context, q ListarTarefas) (PaginaDeTarefas,
 	if limite == 0 {
 		limite = DefaultLimite
 	}
-	var ts []Tarefa
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		ts, err = s.repo(tx).List(ctx, q.UsuarioID, q.AntesDe, limite+1) // one more tells whether a next page exists
-		return err
+	ts, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) ([]Tarefa, error) {
+		return s.repo(tx).List(ctx, q.UsuarioID, q.AntesDe, limite+1) // one more tells whether a next page exists
 	})
 	if err != nil {
 		return PaginaDeTarefas{}, err
