@@ -34,11 +34,6 @@ type Transactor interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 }
 
-// ErrUnavailable wraps a failure to reach a service the unit of work needs
-// (the database restarting, a connection cut): retrying later may succeed.
-// HTTP routes answer it with 503 and Retry-After.
-var ErrUnavailable = errors.New("service unavailable")
-
 // Tx is one open unit of work.
 type Tx interface {
 	// Publish records events in the outbox of this transaction. Correlation

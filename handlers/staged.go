@@ -30,11 +30,12 @@ func (s *Staged[K, V]) Unit(tx Tx) *Unit[K, V] {
 	if s.open == tx {
 		return s.unit
 	}
-	u := &Unit[K, V]{s: s, staged: map[K]V{}}
+	u := &Unit[K, V]{s: s, staged: map[K]V{}, deleted: map[K]bool{}}
 	s.open, s.unit = tx, u
 	tx.OnCommit(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		maps.DeleteFunc(s.committed, func(k K, _ V) bool { return u.deleted[k] })
 		maps.Copy(s.committed, u.staged)
 		if s.unit == u {
 			s.open, s.unit = nil, nil
@@ -45,14 +46,19 @@ func (s *Staged[K, V]) Unit(tx Tx) *Unit[K, V] {
 
 // Unit is one unit of work's writes to a Staged store.
 type Unit[K comparable, V any] struct {
-	s      *Staged[K, V]
-	staged map[K]V
+	s       *Staged[K, V]
+	staged  map[K]V
+	deleted map[K]bool // committed keys the unit deleted
 }
 
 // Get reads k from the unit's writes, then from what is committed.
 func (u *Unit[K, V]) Get(k K) (V, bool) {
 	if v, ok := u.staged[k]; ok {
 		return v, true
+	}
+	if u.deleted[k] {
+		var zero V
+		return zero, false
 	}
 	u.s.mu.Lock()
 	defer u.s.mu.Unlock()
@@ -63,12 +69,19 @@ func (u *Unit[K, V]) Get(k K) (V, bool) {
 // Put stages v under k.
 func (u *Unit[K, V]) Put(k K, v V) { u.staged[k] = v }
 
+// Delete stages the removal of k.
+func (u *Unit[K, V]) Delete(k K) {
+	delete(u.staged, k)
+	u.deleted[k] = true
+}
+
 // All is every row the unit sees: what is committed, with its own writes
 // over it.
 func (u *Unit[K, V]) All() map[K]V {
 	u.s.mu.Lock()
 	all := maps.Clone(u.s.committed)
 	u.s.mu.Unlock()
+	maps.DeleteFunc(all, func(k K, _ V) bool { return u.deleted[k] })
 	maps.Copy(all, u.staged)
 	return all
 }

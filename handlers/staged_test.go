@@ -5,8 +5,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/handlers"
-	"github.com/moenda/moenda/handlers/plugintest"
 )
 
 // A unit's writes are seen by every repository of that unit, applied when
@@ -41,4 +43,64 @@ func TestStaged(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A delete is staged like a write: seen by the unit at once, by others
+// once it commits.
+func TestStagedDelete(t *testing.T) {
+	ctx := context.Background()
+	s := handlers.NewStaged[int, string]()
+	txr := plugintest.Memory()
+	put := func(tx handlers.Tx) { s.Unit(tx).Put(1, "a"); s.Unit(tx).Put(2, "b") }
+	if err := txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error { put(tx); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		u := s.Unit(tx)
+		u.Delete(1)
+		if _, ok := u.Get(1); ok {
+			t.Error("the unit still sees what it deleted")
+		}
+		if all := u.All(); len(all) != 1 || all[2] != "b" {
+			t.Errorf("All after a delete: %v", all)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		if all := s.Unit(tx).All(); len(all) != 1 || all[2] != "b" {
+			t.Errorf("after the delete committed: %v", all)
+		}
+		return nil
+	})
+}
+
+// The memory transactor's units have no PostgreSQL transaction, so they
+// get the memory repository.
+func TestRepositoriesInMemory(t *testing.T) {
+	repo := handlers.Repositories(
+		func(pgx.Tx) string { return "postgres" },
+		func(handlers.Tx) string { return "memory" })
+	_ = plugintest.Memory().InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
+		if got := repo(tx); got != "memory" {
+			t.Errorf("repository = %s, want memory", got)
+		}
+		return nil
+	})
+}
+
+// Result gives what the unit read once it committed, and nothing when it
+// failed.
+func TestResult(t *testing.T) {
+	ctx := context.Background()
+	got, err := handlers.Result(ctx, plugintest.Memory(), func(context.Context, handlers.Tx) (int, error) { return 7, nil })
+	if got != 7 || err != nil {
+		t.Errorf("Result = %d, %v; want 7", got, err)
+	}
+	failed := errors.New("failed")
+	got, err = handlers.Result(ctx, plugintest.Memory(), func(context.Context, handlers.Tx) (int, error) { return 7, failed })
+	if got != 0 || !errors.Is(err, failed) {
+		t.Errorf("Result = %d, %v; want 0 and the failure", got, err)
+	}
 }

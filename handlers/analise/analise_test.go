@@ -1,7 +1,6 @@
 package analise
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -15,12 +14,12 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/pedidos"
-	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -34,37 +33,23 @@ func stores(t *testing.T) map[string]func() store {
 }
 
 type fixture struct {
-	t      *testing.T
-	store  store
-	plugin handlers.Plugin
-	router chi.Router
+	*plugintest.Plugin
+	t *testing.T
 }
 
 func newFixture(t *testing.T, s store) *fixture {
 	t.Helper()
-	p, err := buildWithClock(handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx}, func() time.Time {
-		return time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC)
+	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
+		return buildWithClock(deps, func() time.Time { return time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC) })
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	p.Routes(r)
-	return &fixture{t: t, store: s, plugin: p, router: r}
+	return &fixture{Plugin: p, t: t}
 }
 
-// deliver hands e to the subscription's handler as the router does:
-// inside a unit of work the handler joins.
-func (f *fixture) deliver(e event.Event) error {
-	return f.store.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-		return f.plugin.Handlers[SubPedidos](ctx, e)
-	})
-}
+func (f *fixture) deliver(e event.Event) error { return f.Deliver(SubPedidos, e) }
 
 func (f *fixture) resumo() (string, Resumo) {
 	f.t.Helper()
-	rec := httptest.NewRecorder()
-	f.router.ServeHTTP(rec, httptest.NewRequest("GET", "/analise/pedidos", nil))
+	rec := f.Do("GET", "/analise/pedidos", "")
 	if rec.Code != http.StatusOK {
 		f.t.Fatalf("GET /analise/pedidos = %d %s", rec.Code, rec.Body)
 	}

@@ -1,7 +1,6 @@
 package analise
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -24,9 +23,5 @@ func (a api) routes(r chi.Router) {
 // 3, ...}, "por_versao": {"pedido.criado.v1": 3, ...}}.
 func (a api) resumo(w http.ResponseWriter, r *http.Request) {
 	out, err := a.svc.Resumo(r.Context())
-	if err != nil {
-		httpjson.ServerError(w, r, a.logger, fmt.Errorf("analise: %w", err))
-		return
-	}
-	httpjson.Write(w, http.StatusOK, out)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, out, err)
 }

@@ -30,7 +30,7 @@ func (r memoryRepository) Add(_ context.Context, reg Registro, _ time.Time) erro
 	return nil
 }
 
-func (r memoryRepository) Resumo(_ context.Context) (Resumo, error) {
+func (r memoryRepository) Count(_ context.Context) (Resumo, error) {
 	out := Resumo{PorTipo: map[string]int64{}, PorVersao: map[string]int64{}}
 	pedidos := map[string]map[int64]bool{}
 	for _, reg := range r.All() {

@@ -12,13 +12,15 @@ import (
 type Repository interface {
 	// Add records r, received at at, unless its event id is recorded.
 	Add(ctx context.Context, r Registro, at time.Time) error
-	// Resumo counts the distinct pedidos of each event type and the
+	// Count counts the distinct pedidos of each event type and the
 	// events of each versioned name.
-	Resumo(ctx context.Context) (Resumo, error)
+	Count(ctx context.Context) (Resumo, error)
 }
 
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
+
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
 
 func (r postgresRepository) Add(ctx context.Context, reg Registro, at time.Time) error {
 	_, err := r.tx.Exec(ctx, `
@@ -31,7 +33,7 @@ func (r postgresRepository) Add(ctx context.Context, reg Registro, at time.Time)
 	return nil
 }
 
-func (r postgresRepository) Resumo(ctx context.Context) (Resumo, error) {
+func (r postgresRepository) Count(ctx context.Context) (Resumo, error) {
 	out := Resumo{PorTipo: map[string]int64{}, PorVersao: map[string]int64{}}
 	rows, err := r.tx.Query(ctx, `
 		SELECT tipo, COUNT(DISTINCT pedido_id) FROM analise_eventos

@@ -39,17 +39,10 @@ type Service struct {
 	now  func() time.Time
 }
 
-// newService returns a Service whose store is chosen per unit of work:
-// PostgreSQL when the unit has a transaction, else one memory store kept
-// for the life of the Service (the memory environment).
+// newService returns a Service whose store is chosen per unit of work,
+// with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, now func() time.Time) *Service {
-	mem := newMemoryStore()
-	return &Service{tx: tx, now: now, repo: func(tx handlers.Tx) Repository {
-		if ptx := tx.Postgres(); ptx != nil {
-			return postgresRepository{tx: ptx}
-		}
-		return mem.repository(tx)
-	}}
+	return &Service{tx: tx, now: now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 }
 
 // dados is the part of every pedido event's payload the analytics read.
@@ -88,11 +81,7 @@ func permanent(e event.Event, err error) error {
 
 // Resumo counts what was recorded.
 func (s *Service) Resumo(ctx context.Context) (Resumo, error) {
-	var out Resumo
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		out, err = s.repo(tx).Resumo(ctx)
-		return err
+	return handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Resumo, error) {
+		return s.repo(tx).Count(ctx)
 	})
-	return out, err
 }

@@ -12,41 +12,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
-	"github.com/moenda/moenda/adapters/memory"
-	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/migrations"
 )
 
-// discard is a publisher for a transactor whose units publish nothing.
-type discard struct{}
-
-func (discard) Publish(string, ...*message.Message) error { return nil }
-func (discard) Close() error                              { return nil }
-
-var routeAll = func(string) error { return nil }
-
 // transactors returns a transactor over every store the plugin runs on,
 // so the same behaviour is checked against each.
 func transactors(t *testing.T) map[string]func() handlers.Transactor {
-	return map[string]func() handlers.Transactor{
-		"memory": func() handlers.Transactor { return memory.NewTransactor(discard{}, routeAll) },
-		"postgres": func() handlers.Transactor {
-			db := testenv.Postgres(t)
-			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), migrations.Set{Name: "analytics", Files: Migrations()}); err != nil {
-				t.Fatal(err)
-			}
-			return postgres.NewTransactor(db.Pool, outbox.New(routeAll, watermill.NewSlogLogger(testenv.Logger())))
-		},
+	out := map[string]func() handlers.Transactor{}
+	for name, store := range plugintest.Stores(t, nil, migrations.Set{Name: "analytics", Files: Migrations()}) {
+		out[name] = func() handlers.Transactor { return store().Tx }
 	}
+	return out
 }
 
 // fixture is the plugin built as the platform builds it, over one store.

@@ -1,7 +1,6 @@
 package analytics
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -30,15 +29,11 @@ func (a api) routes(r chi.Router) {
 func (a api) contagens(w http.ResponseWriter, r *http.Request) {
 	dia, err := diaParam(r)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	c, err := a.svc.contagens(r.Context(), dia)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, c)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, c, err)
 }
 
 // diaParam reads the optional dia of the query string. A parameter other
@@ -74,14 +69,4 @@ func quote(s string) string {
 		return strconv.Quote(s[:64]) + "..."
 	}
 	return strconv.Quote(s)
-}
-
-// fail answers an error: the client's mistakes with 400, the rest with
-// httpjson.ServerError (503 while the database is away).
-func (a api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, ErrInvalida) {
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	httpjson.ServerError(w, r, a.logger, fmt.Errorf("analytics: %w", err))
 }

@@ -39,13 +39,7 @@ func Plugin() handlers.Definition {
 }
 
 func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
-	mem := newMemoryStore()
-	svc := &service{tx: deps.Tx, repo: func(tx handlers.Tx) repository {
-		if ptx := tx.Postgres(); ptx != nil {
-			return postgresRepository{tx: ptx}
-		}
-		return mem.repository(tx) // the memory environment
-	}}
+	svc := &service{tx: deps.Tx, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{subscription: svc.handle},
 		Batches:  map[string]handlers.BatchHandlerFunc{subscription: svc.handleBatch},

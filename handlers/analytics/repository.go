@@ -3,8 +3,6 @@ package analytics
 import (
 	"context"
 	"fmt"
-	"maps"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +24,8 @@ type repository interface {
 
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
+
+func newPostgresRepository(tx pgx.Tx) repository { return postgresRepository{tx: tx} }
 
 func (r postgresRepository) Add(ctx context.Context, facts ...fato) error {
 	ids, eventos, em, municipios := make([]string, len(facts)), make([]string, len(facts)), make([]time.Time, len(facts)), make([]*string, len(facts))
@@ -108,109 +108,48 @@ func dayBounds(t time.Time) (time.Time, time.Time) {
 	return start, start.AddDate(0, 0, 1)
 }
 
-// memoryStore keeps facts in the process. Writes are staged in the unit of
-// work and applied when it commits, so a rolled-back unit leaves nothing.
-// Times are rounded to the microsecond, as PostgreSQL stores them, so both
-// stores draw the same line at Rewind's from.
+// memoryStore keeps facts in the process, by event id, staged per unit of
+// work (handlers.Staged). Times are rounded to the microsecond, as
+// PostgreSQL stores them, so both stores draw the same line at Rewind's
+// from.
 type memoryStore struct {
-	mu   sync.Mutex
-	rows map[string]fato
-	// open is the unit of work being staged, and staged its writes: every
-	// repository asked for in one unit (a Rewind and a handler joined in
-	// it) must see the others' writes. The memory transactor runs one
-	// unit at a time, so a unit other than open means open has ended,
-	// committed or rolled back.
-	open   handlers.Tx
-	staged *memoryRepository
+	rows *handlers.Staged[string, fato]
 }
 
-func newMemoryStore() *memoryStore { return &memoryStore{rows: map[string]fato{}} }
+func newMemoryStore() *memoryStore { return &memoryStore{rows: handlers.NewStaged[string, fato]()} }
 
-// memoryRepository stages one unit of work: the facts it added and, when
-// it rewound, the earliest from it rewound to.
-type memoryRepository struct {
-	s       *memoryStore
-	added   map[string]fato
-	rewound bool
-	from    time.Time
-}
+// memoryRepository is one unit of work's view of the store.
+type memoryRepository struct{ *handlers.Unit[string, fato] }
 
-func (s *memoryStore) repository(tx handlers.Tx) repository {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.open == tx {
-		return s.staged
-	}
-	r := &memoryRepository{s: s, added: map[string]fato{}}
-	s.open, s.staged = tx, r
-	tx.OnCommit(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if r.rewound {
-			maps.DeleteFunc(s.rows, func(_ string, f fato) bool { return r.gone(f) })
-		}
-		maps.Copy(s.rows, r.added)
-		if s.staged == r {
-			s.open, s.staged = nil, nil
-		}
-	})
-	return r
-}
+func (s *memoryStore) repository(tx handlers.Tx) repository { return memoryRepository{s.rows.Unit(tx)} }
 
-// gone tells whether this unit of work deleted a committed fact.
-func (r *memoryRepository) gone(f fato) bool {
-	return r.rewound && !f.OcorridoEm.Before(r.from)
-}
-
-// visible lists the facts this unit of work sees: the committed ones it
-// did not delete, and its own.
-func (r *memoryRepository) visible() []fato {
-	r.s.mu.Lock()
-	out := make([]fato, 0, len(r.s.rows)+len(r.added))
-	for id, f := range r.s.rows {
-		if _, mine := r.added[id]; !mine && !r.gone(f) {
-			out = append(out, f)
-		}
-	}
-	r.s.mu.Unlock()
-	for _, f := range r.added {
-		out = append(out, f)
-	}
-	return out
-}
-
-func (r *memoryRepository) Add(_ context.Context, facts ...fato) error {
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
+func (r memoryRepository) Add(_ context.Context, facts ...fato) error {
 	for _, f := range facts {
-		if _, ok := r.added[f.EventID]; ok {
-			continue
-		}
-		if old, ok := r.s.rows[f.EventID]; ok && !r.gone(old) {
+		if _, ok := r.Get(f.EventID); ok {
 			continue
 		}
 		f.OcorridoEm = f.OcorridoEm.Round(time.Microsecond)
-		r.added[f.EventID] = f
+		r.Put(f.EventID, f)
 	}
 	return nil
 }
 
-func (r *memoryRepository) DeleteFrom(_ context.Context, from time.Time) error {
+func (r memoryRepository) DeleteFrom(_ context.Context, from time.Time) error {
 	from = from.Round(time.Microsecond)
-	if !r.rewound || from.Before(r.from) {
-		r.from = from
+	for id, f := range r.All() {
+		if !f.OcorridoEm.Before(from) {
+			r.Delete(id)
+		}
 	}
-	r.rewound = true
-	maps.DeleteFunc(r.added, func(_ string, f fato) bool { return !f.OcorridoEm.Before(from) })
 	return nil
 }
 
-func (r *memoryRepository) Count(_ context.Context, dia *time.Time) (Contagens, error) {
+func (r memoryRepository) Count(_ context.Context, dia *time.Time) (Contagens, error) {
 	type diaKey struct{ dia, evento string }
 	type municipioKey struct{ dia, evento, municipio string }
 	porDia := map[diaKey]int64{}
 	porMunicipio := map[municipioKey]int64{}
-	for _, f := range r.visible() {
+	for _, f := range r.All() {
 		if dia != nil {
 			start, end := dayBounds(*dia)
 			if f.OcorridoEm.Before(start) || !f.OcorridoEm.Before(end) {

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -43,7 +42,7 @@ type PorMunicipio struct {
 
 // ErrInvalida wraps a request with a bad parameter. Its messages are in
 // Portuguese and name parameters as they are on the wire.
-var ErrInvalida = errors.New("requisição inválida")
+var ErrInvalida = handlers.NewError(handlers.ErrInvalid, "requisição inválida")
 
 // fato is what the plugin keeps of one event.
 type fato struct {
@@ -90,11 +89,8 @@ func (s *service) rewind(ctx context.Context, from time.Time) error {
 
 // contagens counts the facts, of the UTC day dia only when it is not nil.
 func (s *service) contagens(ctx context.Context, dia *time.Time) (Contagens, error) {
-	var c Contagens
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		c, err = s.repo(tx).Count(ctx, dia)
-		return err
+	c, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Contagens, error) {
+		return s.repo(tx).Count(ctx, dia)
 	})
 	if err != nil {
 		return Contagens{}, err

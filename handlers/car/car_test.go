@@ -7,22 +7,19 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -45,88 +42,31 @@ func stores(t *testing.T) map[string]func(routable func(string) error) store {
 // fixture is the plugin built as the platform builds it, over one store,
 // with a clock that moves one second at each reading.
 type fixture struct {
+	*plugintest.Plugin
 	t         *testing.T
-	store     store
-	plugin    handlers.Plugin
-	router    chi.Router
-	delivered int // events of store.Committed already delivered by pump
+	delivered int // events of Committed already delivered by pump
 }
 
 func newFixture(t *testing.T, s store) *fixture {
 	t.Helper()
-	var mu sync.Mutex
-	clock := time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC)
-	now := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		clock = clock.Add(time.Second)
-		return clock
-	}
-	p, err := buildWithClock(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	p.Routes(r)
-	return &fixture{t: t, store: s, plugin: p, router: r}
-}
-
-// do answers one request.
-func (f *fixture) do(method, path, body string) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	f.router.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
-	return rec
-}
-
-// must answers one request that must answer code, decoding the answer
-// into out when it is not nil.
-func (f *fixture) must(code int, method, path, body string, out any) {
-	f.t.Helper()
-	rec := f.do(method, path, body)
-	if rec.Code != code {
-		f.t.Fatalf("%s %s %s = %d %s, want %d", method, path, body, rec.Code, rec.Body, code)
-	}
-	if out != nil {
-		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
-			f.t.Fatalf("%s %s: %v in %s", method, path, err, rec.Body)
-		}
-	}
+	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
+		return buildWithClock(defaultConfig(), deps, plugintest.Clock())
+	})
+	return &fixture{Plugin: p, t: t}
 }
 
 func (f *fixture) submeter(municipio string) Processo {
 	f.t.Helper()
 	var p Processo
-	f.must(http.StatusCreated, "POST", "/processos", fmt.Sprintf(`{"requerente_id":"req-1","municipio_ibge":%q}`, municipio), &p)
+	f.Must(http.StatusCreated, "POST", "/processos", fmt.Sprintf(`{"requerente_id":"req-1","municipio_ibge":%q}`, municipio), &p)
 	return p
 }
 
 func (f *fixture) ficha(id string) Ficha {
 	f.t.Helper()
 	var out Ficha
-	f.must(http.StatusOK, "GET", "/processos/"+id, "", &out)
+	f.Must(http.StatusOK, "GET", "/processos/"+id, "", &out)
 	return out
-}
-
-// events decodes every committed event.
-func (f *fixture) events() []event.Event {
-	f.t.Helper()
-	var out []event.Event
-	for _, b := range f.store.Committed() {
-		e, err := event.Decode(b)
-		if err != nil {
-			f.t.Fatalf("a committed event does not decode: %v", err)
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// deliver hands e to a subscription's handler as the router does: inside
-// a unit of work the handler joins.
-func (f *fixture) deliver(sub string, e event.Event) error {
-	return f.store.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-		return f.plugin.Handlers[sub](ctx, e)
-	})
 }
 
 // routes lists the subscriptions a published event reaches and whose
@@ -145,11 +85,11 @@ func routes(e event.Event) []string {
 // subscriptions it reaches, in order, until none is left.
 func (f *fixture) pump() {
 	f.t.Helper()
-	for es := f.events(); f.delivered < len(es); es = f.events() {
+	for es := f.Events(); f.delivered < len(es); es = f.Events() {
 		e := es[f.delivered]
 		f.delivered++
 		for _, sub := range routes(e) {
-			if err := f.deliver(sub, e); err != nil {
+			if err := f.Deliver(sub, e); err != nil {
 				f.t.Fatalf("deliver %s to %s: %v", e.Name, sub, err)
 			}
 		}
@@ -282,7 +222,7 @@ func TestRoutes(t *testing.T) {
 				{"POST", "/processos/" + p.ID + "/regularizar", "", http.StatusOK, `"status":"regular"`},
 			}
 			for _, tt := range tests {
-				rec := f.do(tt.method, tt.path, tt.body)
+				rec := f.Do(tt.method, tt.path, tt.body)
 				if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
 					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, cut(tt.body, 80), rec.Code, rec.Body, tt.code, tt.want)
 				}
@@ -321,11 +261,11 @@ func TestWritesRaiseTheirEvents(t *testing.T) {
 			f := newFixture(t, newStore(routeAll))
 			p := f.submeter("2111300")
 			var d Documento
-			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
+			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
 			var m Mensagem
-			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá, requerente"}`, &m)
-			f.must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
-			f.must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá, requerente"}`, &m)
+			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
 
 			ref := map[string]any{"processo_id": p.ID, "requerente_id": "req-1", "municipio_ibge": "2111300"}
 			with := func(extra map[string]any) map[string]any {
@@ -347,7 +287,7 @@ func TestWritesRaiseTheirEvents(t *testing.T) {
 				{"canal.web.mensagem.v1", "canal.web.mensagem", with(map[string]any{"mensagem_id": m.ID, "texto": "Olá, requerente"})},
 				{"processo.regular.v1", "processo.regular", ref}, // once, though regularized twice
 			}
-			es := f.events()
+			es := f.Events()
 			if len(es) != len(want) {
 				t.Fatalf("events %v, want %d", names(es), len(want))
 			}
@@ -382,7 +322,7 @@ func TestWriteAndEventCommitTogether(t *testing.T) {
 				{"/documentos", `{"nome":"planta.pdf"}`},
 				{"/mensagens", `{"texto":"Olá"}`},
 			} {
-				if rec := f.do("POST", "/processos/"+p.ID+req.path, req.body); rec.Code != http.StatusInternalServerError {
+				if rec := f.Do("POST", "/processos/"+p.ID+req.path, req.body); rec.Code != http.StatusInternalServerError {
 					t.Errorf("POST %s without its event = %d %s, want 500", req.path, rec.Code, rec.Body)
 				}
 			}
@@ -390,7 +330,7 @@ func TestWriteAndEventCommitTogether(t *testing.T) {
 			if got.Status != StatusSubmetido || got.RegularizadoEm != nil || len(got.Documentos) != 0 || len(got.Mensagens) != 0 {
 				t.Fatalf("writes without their events were kept: %+v", got)
 			}
-			if es := f.events(); len(es) != 1 || es[0].Name != EventProcessoSubmetido {
+			if es := f.Events(); len(es) != 1 || es[0].Name != EventProcessoSubmetido {
 				t.Fatalf("events %v, want processo.submetido only", names(es))
 			}
 		})
@@ -404,10 +344,10 @@ func TestConsumersEffects(t *testing.T) {
 			f := newFixture(t, newStore(routeAll))
 			p := f.submeter("2111300")
 			var d Documento
-			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
+			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
 			var m Mensagem
-			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, &m)
-			f.must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, &m)
+			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
 
 			before := f.ficha(p.ID)
 			if before.Analista != nil || len(before.Notificacoes) != 0 || before.Documentos[0].OCR != nil || before.SICAR != nil || before.Mensagens[0].EntregueEm != nil {
@@ -437,7 +377,7 @@ func TestConsumersEffects(t *testing.T) {
 			if len(got.Mensagens) != 1 || got.Mensagens[0].ID != m.ID || got.Mensagens[0].EntregueEm == nil || got.Mensagens[0].EntregueEm.Before(m.EnviadaEm) {
 				t.Errorf("mensagens = %+v, want one delivered after it was sent", got.Mensagens)
 			}
-			rec := f.do("GET", "/processos/"+p.ID, "")
+			rec := f.Do("GET", "/processos/"+p.ID, "")
 			for _, part := range []string{`"analista":"ana"`, `"ocr":{"status":"pendente"}`, `"sicar":{"status":"solicitada","municipio_ibge":"2111300","solicitada_em":"2026-01-15T10:30:`, `"entregue_em":"2026-01-15T10:30:`} {
 				if !strings.Contains(rec.Body.String(), part) {
 					t.Errorf("GET = %s, want %s", rec.Body, part)
@@ -457,11 +397,11 @@ func TestRoundRobin(t *testing.T) {
 			for range 4 {
 				ps = append(ps, f.submeter("2111300"))
 			}
-			es := f.events()
+			es := f.Events()
 
 			failed := errors.New("the inbox claim failed")
-			err := f.store.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-				if err := f.plugin.Handlers[SubAnalista](ctx, es[0]); err != nil {
+			err := f.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+				if err := f.Handlers[SubAnalista](ctx, es[0]); err != nil {
 					return err
 				}
 				return failed
@@ -474,20 +414,20 @@ func TestRoundRobin(t *testing.T) {
 			}
 
 			for i, e := range es[:3] {
-				if err := f.deliver(SubAnalista, e); err != nil {
+				if err := f.Deliver(SubAnalista, e); err != nil {
 					t.Fatal(err)
 				}
 				if i == 0 { // the same event again, and another event about the same processo
 					again := e
 					again.ID = uuid.NewString()
 					for _, x := range []event.Event{e, again} {
-						if err := f.deliver(SubAnalista, x); err != nil {
+						if err := f.Deliver(SubAnalista, x); err != nil {
 							t.Fatal(err)
 						}
 					}
 				}
 			}
-			if err := f.deliver(SubAnalista, es[3]); err != nil {
+			if err := f.Deliver(SubAnalista, es[3]); err != nil {
 				t.Fatal(err)
 			}
 			var got []string
@@ -511,9 +451,9 @@ func TestSameEventTwiceHasOneEffect(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, newStore(routeAll))
 			p := f.submeter("2111300")
-			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, nil)
-			f.must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, nil)
-			f.must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, nil)
+			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, nil)
+			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
 			f.pump()
 			once := f.ficha(p.ID)
 			if len(once.Notificacoes) != 2 {
@@ -526,14 +466,14 @@ func TestSameEventTwiceHasOneEffect(t *testing.T) {
 			}
 			// The OCR job, the SICAR request and the delivery are per
 			// documento, processo and mensagem, not per event.
-			for _, e := range f.events() {
+			for _, e := range f.Events() {
 				again := e
 				again.ID = uuid.NewString()
 				for _, sub := range routes(e) {
 					if sub == SubNotificacao {
 						continue // one notification per event, by design
 					}
-					if err := f.deliver(sub, again); err != nil {
+					if err := f.Deliver(sub, again); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -571,7 +511,7 @@ func TestBadPayloadIsPermanent(t *testing.T) {
 			f := newFixture(t, newStore(routeAll))
 			for _, tt := range tests {
 				e := event.Event{ID: uuid.NewString(), Name: tt.event, OccurredAt: time.Now(), Payload: json.RawMessage(tt.payload)}
-				if err := f.deliver(tt.sub, e); !event.IsPermanent(err) {
+				if err := f.Deliver(tt.sub, e); !event.IsPermanent(err) {
 					t.Errorf("%s: %s = %v, want a permanent error", tt.name, tt.sub, err)
 				}
 			}

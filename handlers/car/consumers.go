@@ -37,7 +37,7 @@ func (s *Service) atribuirAnalista(ctx context.Context, e event.Event) error {
 		return err
 	}
 	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).Atribuir(ctx, canonical(p.ProcessoID), s.clock(), s.analistas)
+		return s.repo(tx).AddAtribuicao(ctx, canonical(p.ProcessoID), s.clock(), s.analistas)
 	})
 }
 

@@ -1,7 +1,6 @@
 package car
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -32,11 +31,7 @@ func (a api) submeter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := a.svc.Submeter(r.Context(), cmd)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusCreated, p)
+	httpjson.Respond(w, r, a.logger, http.StatusCreated, p, err)
 }
 
 // buscar answers GET /processos/{id} with 200 and the processo with the
@@ -44,15 +39,11 @@ func (a api) submeter(w http.ResponseWriter, r *http.Request) {
 func (a api) buscar(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	f, err := a.svc.Buscar(r.Context(), id)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, f)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, f, err)
 }
 
 // regularizar answers POST /processos/{id}/regularizar with 200 and the
@@ -60,15 +51,11 @@ func (a api) buscar(w http.ResponseWriter, r *http.Request) {
 func (a api) regularizar(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	p, err := a.svc.Regularizar(r.Context(), id)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, p)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, p, err)
 }
 
 // anexar answers POST /processos/{id}/documentos with 201 and the
@@ -76,7 +63,7 @@ func (a api) regularizar(w http.ResponseWriter, r *http.Request) {
 func (a api) anexar(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	var cmd AnexarDocumento
@@ -84,11 +71,7 @@ func (a api) anexar(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := a.svc.Anexar(r.Context(), id, cmd)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusCreated, d)
+	httpjson.Respond(w, r, a.logger, http.StatusCreated, d, err)
 }
 
 // enviar answers POST /processos/{id}/mensagens with 201 and the
@@ -96,7 +79,7 @@ func (a api) anexar(w http.ResponseWriter, r *http.Request) {
 func (a api) enviar(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	var cmd EnviarMensagem
@@ -104,11 +87,7 @@ func (a api) enviar(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := a.svc.Enviar(r.Context(), id, cmd)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusCreated, m)
+	httpjson.Respond(w, r, a.logger, http.StatusCreated, m, err)
 }
 
 // pathID reads the processo id in the path, in its canonical form.
@@ -118,17 +97,4 @@ func pathID(r *http.Request) (string, error) {
 		return "", fmt.Errorf("%w: id no caminho deve ser um UUID, como 550e8400-e29b-41d4-a716-446655440000", ErrInvalida)
 	}
 	return id.String(), nil
-}
-
-// fail answers a use case's error: the client's mistakes by their kind,
-// the rest with httpjson.ServerError (503 while the database is away).
-func (a api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, ErrInvalida):
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, ErrNaoEncontrado):
-		httpjson.Error(w, http.StatusNotFound, err.Error())
-	default:
-		httpjson.ServerError(w, r, a.logger, fmt.Errorf("car: %w", err))
-	}
 }

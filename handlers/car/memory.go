@@ -3,106 +3,61 @@ package car
 import (
 	"cmp"
 	"context"
-	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/moenda/moenda/handlers"
 )
 
-// memoryStore keeps the CAR process in the process. Writes are staged in
-// the unit of work and applied when it commits, so a rolled-back unit
-// leaves nothing, not even a round-robin turn.
+// memoryStore keeps the CAR process in the process, one table per
+// handlers.Staged, each keyed by its natural key: writes are staged in the
+// unit of work and applied when it commits, so a rolled-back unit leaves
+// nothing, not even a round-robin turn.
 type memoryStore struct {
-	mu        sync.Mutex
-	committed memoryRows
-	// open is the unit of work being staged, and staged its writes: every
-	// repository asked for in one unit (a handler's InTx joining its
-	// delivery's) must see the others' writes. The memory transactor runs
-	// one unit at a time, so a unit other than open means open has ended,
-	// committed or rolled back.
-	open   handlers.Tx
-	staged *memoryRepository
+	processos    *handlers.Staged[string, Processo]
+	documentos   *handlers.Staged[string, Documento]
+	mensagens    *handlers.Staged[string, Mensagem]
+	atribuicoes  *handlers.Staged[string, string]      // analyst by processo id
+	notificacoes *handlers.Staged[string, Notificacao] // by event id
+	ocr          *handlers.Staged[string, string]      // OCR status by documento id
+	sicar        *handlers.Staged[string, SICAR]       // by processo id
+	entregas     *handlers.Staged[string, time.Time]   // delivery time by mensagem id
 }
 
-// memoryRows is one set of rows, each table keyed by its natural key.
-type memoryRows struct {
-	processos    map[string]Processo
-	documentos   map[string]Documento
-	mensagens    map[string]Mensagem
-	atribuicoes  map[string]string      // analyst by processo id
-	notificacoes map[string]Notificacao // by event id
-	ocr          map[string]string      // OCR status by documento id
-	sicar        map[string]SICAR       // by processo id
-	entregas     map[string]time.Time   // delivery time by mensagem id
-	vez          int64                  // the round robin's turns taken
-}
-
-func newMemoryRows() memoryRows {
-	return memoryRows{
-		processos: map[string]Processo{}, documentos: map[string]Documento{}, mensagens: map[string]Mensagem{},
-		atribuicoes: map[string]string{}, notificacoes: map[string]Notificacao{}, ocr: map[string]string{},
-		sicar: map[string]SICAR{}, entregas: map[string]time.Time{},
+func newMemoryStore() *memoryStore {
+	return &memoryStore{
+		processos: handlers.NewStaged[string, Processo](), documentos: handlers.NewStaged[string, Documento](),
+		mensagens: handlers.NewStaged[string, Mensagem](), atribuicoes: handlers.NewStaged[string, string](),
+		notificacoes: handlers.NewStaged[string, Notificacao](), ocr: handlers.NewStaged[string, string](),
+		sicar: handlers.NewStaged[string, SICAR](), entregas: handlers.NewStaged[string, time.Time](),
 	}
 }
 
-func newMemoryStore() *memoryStore { return &memoryStore{committed: newMemoryRows()} }
-
-// memoryRepository stages one unit of work.
+// memoryRepository is one unit of work's view of the store.
 type memoryRepository struct {
-	s      *memoryStore
-	staged memoryRows // vez counts the turns this unit took
+	processos    *handlers.Unit[string, Processo]
+	documentos   *handlers.Unit[string, Documento]
+	mensagens    *handlers.Unit[string, Mensagem]
+	atribuicoes  *handlers.Unit[string, string]
+	notificacoes *handlers.Unit[string, Notificacao]
+	ocr          *handlers.Unit[string, string]
+	sicar        *handlers.Unit[string, SICAR]
+	entregas     *handlers.Unit[string, time.Time]
 }
 
 func (s *memoryStore) repository(tx handlers.Tx) Repository {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.open == tx {
-		return s.staged
+	return &memoryRepository{
+		processos: s.processos.Unit(tx), documentos: s.documentos.Unit(tx), mensagens: s.mensagens.Unit(tx),
+		atribuicoes: s.atribuicoes.Unit(tx), notificacoes: s.notificacoes.Unit(tx), ocr: s.ocr.Unit(tx),
+		sicar: s.sicar.Unit(tx), entregas: s.entregas.Unit(tx),
 	}
-	r := &memoryRepository{s: s, staged: newMemoryRows()}
-	s.open, s.staged = tx, r
-	tx.OnCommit(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		c, st := &s.committed, &r.staged
-		maps.Copy(c.processos, st.processos)
-		maps.Copy(c.documentos, st.documentos)
-		maps.Copy(c.mensagens, st.mensagens)
-		maps.Copy(c.atribuicoes, st.atribuicoes)
-		maps.Copy(c.notificacoes, st.notificacoes)
-		maps.Copy(c.ocr, st.ocr)
-		maps.Copy(c.sicar, st.sicar)
-		maps.Copy(c.entregas, st.entregas)
-		c.vez += st.vez
-		if s.staged == r {
-			s.open, s.staged = nil, nil
-		}
-	})
-	return r
 }
 
-// get reads key from the unit's writes, then from what is committed.
-func get[V any](r *memoryRepository, table func(*memoryRows) map[string]V, key string) (V, bool) {
-	if v, ok := table(&r.staged)[key]; ok {
-		return v, true
-	}
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
-	v, ok := table(&r.s.committed)[key]
-	return v, ok
-}
-
-// all lists the rows the unit sees that keep accepts, in no order.
-func all[V any](r *memoryRepository, table func(*memoryRows) map[string]V, keep func(V) bool) []V {
-	r.s.mu.Lock()
-	seen := maps.Clone(table(&r.s.committed))
-	r.s.mu.Unlock()
-	maps.Copy(seen, table(&r.staged))
+// filter lists the rows the unit sees that keep accepts, in no order.
+func filter[V any](u *handlers.Unit[string, V], keep func(V) bool) []V {
 	var out []V
-	for _, v := range seen {
+	for _, v := range u.All() {
 		if keep(v) {
 			out = append(out, v)
 		}
@@ -111,14 +66,14 @@ func all[V any](r *memoryRepository, table func(*memoryRows) map[string]V, keep 
 }
 
 func (r *memoryRepository) AddProcesso(_ context.Context, p Processo) error {
-	r.staged.processos[p.ID] = p
+	r.processos.Put(p.ID, p)
 	return nil
 }
 
 // GetProcesso locks nothing: the memory transactor runs one unit of work
 // at a time.
 func (r *memoryRepository) GetProcesso(_ context.Context, id string) (Processo, error) {
-	p, ok := get(r, func(m *memoryRows) map[string]Processo { return m.processos }, id)
+	p, ok := r.processos.Get(id)
 	if !ok {
 		return Processo{}, ErrNaoEncontrado
 	}
@@ -126,98 +81,92 @@ func (r *memoryRepository) GetProcesso(_ context.Context, id string) (Processo, 
 }
 
 func (r *memoryRepository) SaveProcesso(_ context.Context, p Processo) error {
-	r.staged.processos[p.ID] = p
+	r.processos.Put(p.ID, p)
 	return nil
 }
 
 func (r *memoryRepository) AddDocumento(_ context.Context, d Documento) error {
 	d.OCR = nil
-	r.staged.documentos[d.ID] = d
+	r.documentos.Put(d.ID, d)
 	return nil
 }
 
 func (r *memoryRepository) AddMensagem(_ context.Context, m Mensagem) error {
 	m.EntregueEm = nil
-	r.staged.mensagens[m.ID] = m
+	r.mensagens.Put(m.ID, m)
 	return nil
 }
 
-func (r *memoryRepository) Ficha(ctx context.Context, id string) (Ficha, error) {
+func (r *memoryRepository) GetFicha(ctx context.Context, id string) (Ficha, error) {
 	p, err := r.GetProcesso(ctx, id)
 	if err != nil {
 		return Ficha{}, err
 	}
 	f := Ficha{Processo: p}
-	if a, ok := get(r, func(m *memoryRows) map[string]string { return m.atribuicoes }, id); ok {
+	if a, ok := r.atribuicoes.Get(id); ok {
 		f.Analista = &a
 	}
-	if s, ok := get(r, func(m *memoryRows) map[string]SICAR { return m.sicar }, id); ok {
+	if s, ok := r.sicar.Get(id); ok {
 		f.SICAR = &s
 	}
-	f.Notificacoes = all(r, func(m *memoryRows) map[string]Notificacao { return m.notificacoes },
-		func(n Notificacao) bool { return n.ProcessoID == id })
+	f.Notificacoes = filter(r.notificacoes, func(n Notificacao) bool { return n.ProcessoID == id })
 	slices.SortFunc(f.Notificacoes, func(a, b Notificacao) int {
 		return cmp.Or(a.CriadaEm.Compare(b.CriadaEm), strings.Compare(a.EventID, b.EventID))
 	})
-	f.Documentos = all(r, func(m *memoryRows) map[string]Documento { return m.documentos },
-		func(d Documento) bool { return d.ProcessoID == id })
+	f.Documentos = filter(r.documentos, func(d Documento) bool { return d.ProcessoID == id })
 	slices.SortFunc(f.Documentos, func(a, b Documento) int {
 		return cmp.Or(a.AnexadoEm.Compare(b.AnexadoEm), strings.Compare(a.ID, b.ID))
 	})
 	for i, d := range f.Documentos {
-		if st, ok := get(r, func(m *memoryRows) map[string]string { return m.ocr }, d.ID); ok {
+		if st, ok := r.ocr.Get(d.ID); ok {
 			f.Documentos[i].OCR = &OCR{Status: st}
 		}
 	}
-	f.Mensagens = all(r, func(m *memoryRows) map[string]Mensagem { return m.mensagens },
-		func(m Mensagem) bool { return m.ProcessoID == id })
+	f.Mensagens = filter(r.mensagens, func(m Mensagem) bool { return m.ProcessoID == id })
 	slices.SortFunc(f.Mensagens, func(a, b Mensagem) int {
 		return cmp.Or(a.EnviadaEm.Compare(b.EnviadaEm), strings.Compare(a.ID, b.ID))
 	})
 	for i, m := range f.Mensagens {
-		if at, ok := get(r, func(m *memoryRows) map[string]time.Time { return m.entregas }, m.ID); ok {
+		if at, ok := r.entregas.Get(m.ID); ok {
 			f.Mensagens[i].EntregueEm = &at
 		}
 	}
 	return f, nil
 }
 
-func (r *memoryRepository) Atribuir(_ context.Context, processoID string, _ time.Time, analistas []string) error {
-	if _, ok := get(r, func(m *memoryRows) map[string]string { return m.atribuicoes }, processoID); ok {
+func (r *memoryRepository) AddAtribuicao(_ context.Context, processoID string, _ time.Time, analistas []string) error {
+	if _, ok := r.atribuicoes.Get(processoID); ok {
 		return nil // it has its analyst; the turn stays
 	}
-	r.s.mu.Lock()
-	vez := r.s.committed.vez + r.staged.vez
-	r.s.mu.Unlock()
-	r.staged.atribuicoes[processoID] = analistas[vez%int64(len(analistas))]
-	r.staged.vez++
+	vez := len(r.atribuicoes.All()) // each assignment took one turn
+	r.atribuicoes.Put(processoID, analistas[vez%len(analistas)])
 	return nil
 }
 
 func (r *memoryRepository) AddNotificacao(_ context.Context, n Notificacao) error {
-	if _, ok := get(r, func(m *memoryRows) map[string]Notificacao { return m.notificacoes }, n.EventID); !ok {
-		r.staged.notificacoes[n.EventID] = n
+	if _, ok := r.notificacoes.Get(n.EventID); !ok {
+		r.notificacoes.Put(n.EventID, n)
 	}
 	return nil
 }
 
 func (r *memoryRepository) AddOCR(_ context.Context, documentoID, _ string, _ time.Time) error {
-	if _, ok := get(r, func(m *memoryRows) map[string]string { return m.ocr }, documentoID); !ok {
-		r.staged.ocr[documentoID] = OCRPendente
+	if _, ok := r.ocr.Get(documentoID); !ok {
+		r.ocr.Put(documentoID, OCRPendente)
 	}
 	return nil
 }
 
 func (r *memoryRepository) AddSICAR(_ context.Context, processoID string, s SICAR) error {
-	if _, ok := get(r, func(m *memoryRows) map[string]SICAR { return m.sicar }, processoID); !ok {
-		r.staged.sicar[processoID] = s
+	if _, ok := r.sicar.Get(processoID); !ok {
+		r.sicar.Put(processoID, s)
 	}
 	return nil
 }
 
 func (r *memoryRepository) AddEntrega(_ context.Context, mensagemID, _ string, at time.Time) error {
-	if _, ok := get(r, func(m *memoryRows) map[string]time.Time { return m.entregas }, mensagemID); !ok {
-		r.staged.entregas[mensagemID] = at
+	if _, ok := r.entregas.Get(mensagemID); !ok {
+		r.entregas.Put(mensagemID, at)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -39,9 +40,9 @@ const (
 var (
 	// ErrInvalida wraps a request that names a bad field or parameter. Its
 	// messages are in Portuguese and name fields as they are on the wire.
-	ErrInvalida = errors.New("requisição inválida")
+	ErrInvalida = handlers.NewError(handlers.ErrInvalid, "requisição inválida")
 	// ErrNaoEncontrado: no processo with that id.
-	ErrNaoEncontrado = errors.New("processo não encontrado")
+	ErrNaoEncontrado = handlers.NewError(handlers.ErrNotFound, "processo não encontrado")
 )
 
 // Processo is a CAR registration process.

@@ -23,14 +23,14 @@ type Repository interface {
 	AddDocumento(ctx context.Context, d Documento) error
 	// AddMensagem stores a new mensagem of an existing processo.
 	AddMensagem(ctx context.Context, m Mensagem) error
-	// Ficha reads a processo with the consumers' effects; ErrNaoEncontrado
+	// GetFicha reads a processo with the consumers' effects; ErrNaoEncontrado
 	// when there is none.
-	Ficha(ctx context.Context, id string) (Ficha, error)
+	GetFicha(ctx context.Context, id string) (Ficha, error)
 
-	// Atribuir gives the processo the analyst whose turn it is, unless it
+	// AddAtribuicao gives the processo the analyst whose turn it is, unless it
 	// has one: turn n goes to analistas[n % len(analistas)], and a turn is
 	// taken only by an assignment that commits.
-	Atribuir(ctx context.Context, processoID string, at time.Time, analistas []string) error
+	AddAtribuicao(ctx context.Context, processoID string, at time.Time, analistas []string) error
 	// AddNotificacao stores n unless its event's is stored.
 	AddNotificacao(ctx context.Context, n Notificacao) error
 	// AddOCR stores a pending OCR job for the documento unless it has one.
@@ -44,6 +44,8 @@ type Repository interface {
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
 
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
+
 func (r postgresRepository) AddProcesso(ctx context.Context, p Processo) error {
 	_, err := r.tx.Exec(ctx, `
 		INSERT INTO car_processos (id, requerente_id, municipio_ibge, status, submetido_em, regularizado_em)
@@ -55,10 +57,10 @@ func (r postgresRepository) AddProcesso(ctx context.Context, p Processo) error {
 }
 
 func (r postgresRepository) GetProcesso(ctx context.Context, id string) (Processo, error) {
-	return r.processo(ctx, id, " FOR UPDATE")
+	return r.loadProcesso(ctx, id, " FOR UPDATE")
 }
 
-func (r postgresRepository) processo(ctx context.Context, id, lock string) (Processo, error) {
+func (r postgresRepository) loadProcesso(ctx context.Context, id, lock string) (Processo, error) {
 	var p Processo
 	err := r.tx.QueryRow(ctx, `
 		SELECT id::text, requerente_id, municipio_ibge, status, submetido_em, regularizado_em
@@ -104,8 +106,8 @@ func (r postgresRepository) AddMensagem(ctx context.Context, m Mensagem) error {
 	return nil
 }
 
-func (r postgresRepository) Ficha(ctx context.Context, id string) (Ficha, error) {
-	p, err := r.processo(ctx, id, "")
+func (r postgresRepository) GetFicha(ctx context.Context, id string) (Ficha, error) {
+	p, err := r.loadProcesso(ctx, id, "")
 	if err != nil {
 		return Ficha{}, err
 	}
@@ -186,12 +188,12 @@ func (r postgresRepository) Ficha(ctx context.Context, id string) (Ficha, error)
 	return f, nil
 }
 
-// Atribuir locks the turn counter first: a second delivery for the same
+// AddAtribuicao locks the turn counter first: a second delivery for the same
 // processo then waits, and sees the first's assignment once it commits,
 // so no turn is taken twice or skipped. The lock is held to the end of the
 // delivery's unit of work, which serializes assignments: they are one
 // short statement each, and one queue's consumer.
-func (r postgresRepository) Atribuir(ctx context.Context, processoID string, at time.Time, analistas []string) error {
+func (r postgresRepository) AddAtribuicao(ctx context.Context, processoID string, at time.Time, analistas []string) error {
 	var vez int64
 	if err := r.tx.QueryRow(ctx, `SELECT proxima_vez FROM car_rodizio FOR UPDATE`).Scan(&vez); err != nil {
 		return fmt.Errorf("car: lock the round robin: %w", err)

@@ -31,17 +31,10 @@ type Service struct {
 	analistas []string
 }
 
-// newService returns a Service whose store is chosen per unit of work:
-// PostgreSQL when the unit has a transaction, else one memory store kept
-// for the life of the Service (the memory environment).
+// newService returns a Service whose store is chosen per unit of work,
+// with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, analistas []string, now func() time.Time) *Service {
-	mem := newMemoryStore()
-	return &Service{tx: tx, now: now, analistas: analistas, repo: func(tx handlers.Tx) Repository {
-		if ptx := tx.Postgres(); ptx != nil {
-			return postgresRepository{tx: ptx}
-		}
-		return mem.repository(tx)
-	}}
+	return &Service{tx: tx, now: now, analistas: analistas, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 }
 
 // clock is the time now as both stores keep it: UTC, to the microsecond.
@@ -198,11 +191,8 @@ func (s *Service) Enviar(ctx context.Context, processoID string, cmd EnviarMensa
 
 // Buscar returns the processo with every effect of the consumers.
 func (s *Service) Buscar(ctx context.Context, id string) (Ficha, error) {
-	var f Ficha
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		f, err = s.repo(tx).Ficha(ctx, id)
-		return err
+	f, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Ficha, error) {
+		return s.repo(tx).GetFicha(ctx, id)
 	})
 	if err != nil {
 		return Ficha{}, err

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 

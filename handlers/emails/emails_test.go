@@ -10,10 +10,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/moenda/moenda/adapters/notify"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/notify"
 )
 
 const rentalID = "7c9e6679-7425-40de-944b-e07fc1f90ae7"

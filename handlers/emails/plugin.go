@@ -25,9 +25,9 @@ import (
 	"log/slog"
 	"net/mail"
 
-	"github.com/moenda/moenda/adapters/notify"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/notify"
 )
 
 // The events it handles, and the exchange they are published to.

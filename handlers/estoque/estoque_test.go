@@ -1,7 +1,6 @@
 package estoque
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -10,18 +9,17 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/pedidos"
-	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -35,42 +33,21 @@ func stores(t *testing.T) map[string]func() store {
 }
 
 type fixture struct {
-	t      *testing.T
-	store  store
-	plugin handlers.Plugin
-	router chi.Router
+	*plugintest.Plugin
+	t *testing.T
 }
 
 // newFixture builds the plugin over s with a clock that moves one second
 // at each reading.
 func newFixture(t *testing.T, s store) *fixture {
 	t.Helper()
-	var mu sync.Mutex
-	clock := time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC)
-	now := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		clock = clock.Add(time.Second)
-		return clock
-	}
-	p, err := buildWithClock(handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	p.Routes(r)
-	return &fixture{t: t, store: s, plugin: p, router: r}
-}
-
-func (f *fixture) do(method, path string) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	f.router.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
-	return rec
+	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) { return buildWithClock(deps, plugintest.Clock()) })
+	return &fixture{Plugin: p, t: t}
 }
 
 func (f *fixture) get(path string, out any) {
 	f.t.Helper()
-	rec := f.do("GET", path)
+	rec := f.Do("GET", path, "")
 	if rec.Code != http.StatusOK {
 		f.t.Fatalf("GET %s = %d %s", path, rec.Code, rec.Body)
 	}
@@ -79,13 +56,7 @@ func (f *fixture) get(path string, out any) {
 	}
 }
 
-// deliver hands e to the subscription's handler as the router does:
-// inside a unit of work the handler joins.
-func (f *fixture) deliver(e event.Event) error {
-	return f.store.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-		return f.plugin.Handlers[SubPedidos](ctx, e)
-	})
-}
+func (f *fixture) deliver(e event.Event) error { return f.Deliver(SubPedidos, e) }
 
 func (f *fixture) reservado(produto int64) int64 {
 	f.t.Helper()
@@ -286,7 +257,7 @@ func TestPayloads(t *testing.T) {
 					if !event.IsPermanent(err) || !strings.Contains(err.Error(), tt.permanent) || !strings.Contains(err.Error(), tt.e.ID) {
 						t.Fatalf("err = %v, want permanent with %q", err, tt.permanent)
 					}
-					if rec := f.do("GET", "/estoque/reservas/981"); rec.Code != http.StatusNotFound {
+					if rec := f.Do("GET", "/estoque/reservas/981", ""); rec.Code != http.StatusNotFound {
 						t.Fatalf("after a permanent failure: %d %s", rec.Code, rec.Body)
 					}
 				})
@@ -320,7 +291,7 @@ func TestRoutes(t *testing.T) {
 				{"/estoque/produtos/-7", http.StatusBadRequest, `{"error":"requisição inválida: id no caminho deve ser um número inteiro positivo, como 981"}`},
 			}
 			for _, tt := range tests {
-				rec := f.do("GET", tt.path)
+				rec := f.Do("GET", tt.path, "")
 				if rec.Code != tt.code || strings.TrimSpace(rec.Body.String()) != tt.want {
 					t.Errorf("GET %s = %d %s, want %d %s", tt.path, rec.Code, rec.Body, tt.code, tt.want)
 				}

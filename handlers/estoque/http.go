@@ -1,7 +1,6 @@
 package estoque
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -27,15 +26,11 @@ func (a api) routes(r chi.Router) {
 func (a api) reserva(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "pedido_id")
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	res, err := a.svc.Reserva(r.Context(), id)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, res)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, res, err)
 }
 
 // produto answers GET /estoque/produtos/{id} with 200 and the quantity
@@ -43,15 +38,11 @@ func (a api) reserva(w http.ResponseWriter, r *http.Request) {
 func (a api) produto(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "id")
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	p, err := a.svc.Produto(r.Context(), id)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, p)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, p, err)
 }
 
 // pathID reads a positive integer id in the path.
@@ -61,17 +52,4 @@ func pathID(r *http.Request, param string) (int64, error) {
 		return 0, fmt.Errorf("%w: %s no caminho deve ser um número inteiro positivo, como 981", ErrInvalida, param)
 	}
 	return id, nil
-}
-
-// fail answers a query's error: the client's mistakes by their kind, the
-// rest with httpjson.ServerError (503 while the database is away).
-func (a api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, ErrInvalida):
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, ErrNaoEncontrada):
-		httpjson.Error(w, http.StatusNotFound, err.Error())
-	default:
-		httpjson.ServerError(w, r, a.logger, fmt.Errorf("estoque: %w", err))
-	}
 }

@@ -22,7 +22,7 @@ type memoryRepository struct{ *handlers.Unit[int64, Reserva] }
 
 func (s *memoryStore) repository(tx handlers.Tx) Repository { return memoryRepository{s.rows.Unit(tx)} }
 
-func (r memoryRepository) Reservar(_ context.Context, pedidoID int64, itens []Item, at time.Time) error {
+func (r memoryRepository) AddReserva(_ context.Context, pedidoID int64, itens []Item, at time.Time) error {
 	if _, ok := r.Get(pedidoID); ok {
 		return nil // reserved already, or cancelled first
 	}
@@ -30,7 +30,7 @@ func (r memoryRepository) Reservar(_ context.Context, pedidoID int64, itens []It
 	return nil
 }
 
-func (r memoryRepository) Liberar(_ context.Context, pedidoID int64, at time.Time) error {
+func (r memoryRepository) PutLiberada(_ context.Context, pedidoID int64, at time.Time) error {
 	res, ok := r.Get(pedidoID)
 	if !ok {
 		res = Reserva{PedidoID: pedidoID, CriadaEm: at}
@@ -43,7 +43,7 @@ func (r memoryRepository) Liberar(_ context.Context, pedidoID int64, at time.Tim
 	return nil
 }
 
-func (r memoryRepository) Reserva(_ context.Context, pedidoID int64) (Reserva, error) {
+func (r memoryRepository) GetReserva(_ context.Context, pedidoID int64) (Reserva, error) {
 	res, ok := r.Get(pedidoID)
 	if !ok {
 		return Reserva{}, ErrNaoEncontrada
@@ -52,7 +52,7 @@ func (r memoryRepository) Reserva(_ context.Context, pedidoID int64) (Reserva, e
 	return res, nil
 }
 
-func (r memoryRepository) Reservado(_ context.Context, produtoID int64) (int64, error) {
+func (r memoryRepository) SumReservado(_ context.Context, produtoID int64) (int64, error) {
 	var n int64
 	for _, res := range r.All() {
 		if res.Liberada {

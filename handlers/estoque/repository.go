@@ -11,17 +11,20 @@ import (
 
 // Repository stores reservations inside one unit of work.
 type Repository interface {
-	// Reservar reserves itens for the pedido unless the stock already
-	// knows the pedido (reserved, or cancelled first): never twice.
-	Reservar(ctx context.Context, pedidoID int64, itens []Item, at time.Time) error
-	// Liberar releases the pedido's reservation unless it was released. A
-	// pedido the stock does not know yet is recorded released, with no
+	// AddReserva stores a reservation of itens for the pedido unless the
+	// stock already knows the pedido (reserved, or cancelled first): never
+	// twice.
+	AddReserva(ctx context.Context, pedidoID int64, itens []Item, at time.Time) error
+	// PutLiberada marks the pedido's reservation released unless it was.
+	// A pedido the stock does not know yet is stored released, with no
 	// items, so its creation arriving later reserves nothing.
-	Liberar(ctx context.Context, pedidoID int64, at time.Time) error
-	// Reserva reads the pedido's reservation; ErrNaoEncontrada when none.
-	Reserva(ctx context.Context, pedidoID int64) (Reserva, error)
-	// Reservado sums the product's quantity in reservations not released.
-	Reservado(ctx context.Context, produtoID int64) (int64, error)
+	PutLiberada(ctx context.Context, pedidoID int64, at time.Time) error
+	// GetReserva reads the pedido's reservation; ErrNaoEncontrada when
+	// none.
+	GetReserva(ctx context.Context, pedidoID int64) (Reserva, error)
+	// SumReservado sums the product's quantity in reservations not
+	// released.
+	SumReservado(ctx context.Context, produtoID int64) (int64, error)
 }
 
 // postgresRepository works inside the unit of work's pgx transaction.
@@ -30,7 +33,9 @@ type Repository interface {
 // commit, then finds the row.
 type postgresRepository struct{ tx pgx.Tx }
 
-func (r postgresRepository) Reservar(ctx context.Context, pedidoID int64, itens []Item, at time.Time) error {
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
+
+func (r postgresRepository) AddReserva(ctx context.Context, pedidoID int64, itens []Item, at time.Time) error {
 	tag, err := r.tx.Exec(ctx, `
 		INSERT INTO estoque_reservas (pedido_id, liberada, criada_em) VALUES ($1, FALSE, $2)
 		ON CONFLICT (pedido_id) DO NOTHING`, pedidoID, at)
@@ -51,7 +56,7 @@ func (r postgresRepository) Reservar(ctx context.Context, pedidoID int64, itens 
 	return nil
 }
 
-func (r postgresRepository) Liberar(ctx context.Context, pedidoID int64, at time.Time) error {
+func (r postgresRepository) PutLiberada(ctx context.Context, pedidoID int64, at time.Time) error {
 	_, err := r.tx.Exec(ctx, `
 		INSERT INTO estoque_reservas (pedido_id, liberada, criada_em, liberada_em) VALUES ($1, TRUE, $2, $2)
 		ON CONFLICT (pedido_id) DO UPDATE SET liberada = TRUE, liberada_em = EXCLUDED.liberada_em
@@ -62,7 +67,7 @@ func (r postgresRepository) Liberar(ctx context.Context, pedidoID int64, at time
 	return nil
 }
 
-func (r postgresRepository) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) {
+func (r postgresRepository) GetReserva(ctx context.Context, pedidoID int64) (Reserva, error) {
 	res := Reserva{PedidoID: pedidoID}
 	err := r.tx.QueryRow(ctx, `
 		SELECT liberada, criada_em, liberada_em FROM estoque_reservas WHERE pedido_id = $1`, pedidoID).
@@ -89,7 +94,7 @@ func (r postgresRepository) Reserva(ctx context.Context, pedidoID int64) (Reserv
 	return res, nil
 }
 
-func (r postgresRepository) Reservado(ctx context.Context, produtoID int64) (int64, error) {
+func (r postgresRepository) SumReservado(ctx context.Context, produtoID int64) (int64, error) {
 	var n int64
 	err := r.tx.QueryRow(ctx, `
 		SELECT COALESCE(SUM(i.quantidade), 0) FROM estoque_reserva_itens i

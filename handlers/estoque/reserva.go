@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/moenda/moenda/handlers"
 )
 
 var (
 	// ErrInvalida wraps a request that names a bad parameter. Its messages
 	// are in Portuguese and name fields as they are on the wire.
-	ErrInvalida = errors.New("requisição inválida")
+	ErrInvalida = handlers.NewError(handlers.ErrInvalid, "requisição inválida")
 	// ErrNaoEncontrada: no reservation for that pedido.
-	ErrNaoEncontrada = errors.New("reserva não encontrada")
+	ErrNaoEncontrada = handlers.NewError(handlers.ErrNotFound, "reserva não encontrada")
 )
 
 // MaxQuantidade bounds an item's quantity in a payload, so sums stay far

@@ -18,17 +18,10 @@ type Service struct {
 	now  func() time.Time
 }
 
-// newService returns a Service whose store is chosen per unit of work:
-// PostgreSQL when the unit has a transaction, else one memory store kept
-// for the life of the Service (the memory environment).
+// newService returns a Service whose store is chosen per unit of work,
+// with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, now func() time.Time) *Service {
-	mem := newMemoryStore()
-	return &Service{tx: tx, now: now, repo: func(tx handlers.Tx) Repository {
-		if ptx := tx.Postgres(); ptx != nil {
-			return postgresRepository{tx: ptx}
-		}
-		return mem.repository(tx)
-	}}
+	return &Service{tx: tx, now: now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 }
 
 // clock is the time now as both stores keep it: UTC, to the microsecond.
@@ -46,7 +39,7 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 			return err
 		}
 		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-			return s.repo(tx).Reservar(ctx, p.PedidoID, p.itens(), s.clock())
+			return s.repo(tx).AddReserva(ctx, p.PedidoID, p.itens(), s.clock())
 		})
 	case EventPedidoCancelado:
 		var p pedidoCancelado
@@ -54,7 +47,7 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 			return err
 		}
 		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-			return s.repo(tx).Liberar(ctx, p.PedidoID, s.clock())
+			return s.repo(tx).PutLiberada(ctx, p.PedidoID, s.clock())
 		})
 	default: // the subscription's Handles keep others away
 		return event.Permanent(fmt.Errorf("estoque: does not handle %s (event %s)", e.Name, e.ID))
@@ -81,11 +74,8 @@ func permanent(e event.Event, err error) error {
 // Reserva returns the pedido's reservation; ErrNaoEncontrada when the
 // stock has heard of no such pedido.
 func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) {
-	var r Reserva
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		r, err = s.repo(tx).Reserva(ctx, pedidoID)
-		return err
+	r, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Reserva, error) {
+		return s.repo(tx).GetReserva(ctx, pedidoID)
 	})
 	if err != nil {
 		return Reserva{}, err
@@ -99,11 +89,8 @@ func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) 
 // Produto returns how much of the product is reserved and not released;
 // a product no reservation names has 0.
 func (s *Service) Produto(ctx context.Context, produtoID int64) (Produto, error) {
-	var n int64
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		n, err = s.repo(tx).Reservado(ctx, produtoID)
-		return err
+	n, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (int64, error) {
+		return s.repo(tx).SumReservado(ctx, produtoID)
 	})
 	if err != nil {
 		return Produto{}, err

@@ -63,6 +63,32 @@ func ServerError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, er
 	Error(w, http.StatusInternalServerError, "internal error; see the server log")
 }
 
+// Fail answers a use case's error by its kind, with the error's own
+// message: handlers.ErrInvalid 400, handlers.ErrNotFound 404,
+// handlers.ErrConflict 409; anything else as ServerError does.
+func Fail(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
+	switch {
+	case errors.Is(err, handlers.ErrInvalid):
+		Error(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, handlers.ErrNotFound):
+		Error(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, handlers.ErrConflict):
+		Error(w, http.StatusConflict, err.Error())
+	default:
+		ServerError(w, r, logger, err)
+	}
+}
+
+// Respond answers what a use case returned: err as Fail does, or v with
+// status when err is nil.
+func Respond(w http.ResponseWriter, r *http.Request, logger *slog.Logger, status int, v any, err error) {
+	if err != nil {
+		Fail(w, r, logger, err)
+		return
+	}
+	Write(w, status, v)
+}
+
 // Decode reads a command strictly into v: unknown fields (a misspelt key)
 // and trailing data are errors, and so is text that is not UTF-8 or holds
 // a NUL (see checkText). On failure it has already answered 400, or 413

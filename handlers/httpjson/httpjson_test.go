@@ -178,3 +178,31 @@ func TestServerError(t *testing.T) {
 		})
 	}
 }
+
+// A use case's error is answered by its kind, in the plugin's own words,
+// however it was wrapped; an error of no kind is the server's.
+func TestFail(t *testing.T) {
+	invalida := handlers.NewError(handlers.ErrInvalid, "requisição inválida")
+	tests := []struct {
+		err  error
+		code int
+		msg  string
+	}{
+		{fmt.Errorf("%w: titulo é obrigatório", invalida), http.StatusBadRequest, "requisição inválida: titulo é obrigatório"},
+		{errors.Join(fmt.Errorf("%w: a", invalida), fmt.Errorf("%w: b", invalida)), http.StatusBadRequest, "requisição inválida: a\nrequisição inválida: b"},
+		{handlers.NewError(handlers.ErrNotFound, "pedido não encontrado"), http.StatusNotFound, "pedido não encontrado"},
+		{fmt.Errorf("%w: o pedido 1 foi cancelado", handlers.NewError(handlers.ErrConflict, "conflito")), http.StatusConflict, "conflito: o pedido 1 foi cancelado"},
+		{fmt.Errorf("commit: %w", handlers.ErrUnavailable), http.StatusServiceUnavailable, "a service this request needs is unavailable; retry in 1 s"},
+		{errors.New("insert: syntax error"), http.StatusInternalServerError, "internal error; see the server log"},
+	}
+	for _, tt := range tests {
+		rec := httptest.NewRecorder()
+		Fail(rec, httptest.NewRequest("GET", "/x", nil), slog.New(slog.DiscardHandler), tt.err)
+		var out struct {
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != tt.code || out.Error != tt.msg {
+			t.Errorf("Fail(%q) = %d %s, want %d %q", tt.err, rec.Code, rec.Body, tt.code, tt.msg)
+		}
+	}
+}

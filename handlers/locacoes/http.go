@@ -3,7 +3,6 @@ package locacoes
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -40,7 +39,7 @@ func (a api) registrar(w http.ResponseWriter, r *http.Request) {
 	}
 	u, t, err := a.svc.registrar(r.Context(), req)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	httpjson.Write(w, http.StatusCreated, struct {
@@ -56,21 +55,17 @@ func (a api) entrar(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := a.svc.entrar(r.Context(), req)
-	if err != nil {
-		a.fail(w, r, err)
+	if errors.Is(err, ErrCredenciais) {
+		unauthorized(w, "", err.Error())
 		return
 	}
-	httpjson.Write(w, http.StatusOK, t)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, t, err)
 }
 
 // carros answers GET /carros with the catalog.
 func (a api) carros(w http.ResponseWriter, r *http.Request) {
 	cs, err := a.svc.carros(r.Context())
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, cs)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, cs, err)
 }
 
 // solicitar answers POST /rentals with 202 and the rental, PENDENTE: the
@@ -82,7 +77,7 @@ func (a api) solicitar(w http.ResponseWriter, r *http.Request) {
 	}
 	l, err := a.svc.solicitar(r.Context(), claimsOf(r.Context()), req)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	w.Header().Set("Location", "/rentals/"+l.ID)
@@ -102,26 +97,5 @@ func (a api) devolver(w http.ResponseWriter, r *http.Request) {
 // answer runs a use case on the caller's rental named in the path.
 func (a api) answer(w http.ResponseWriter, r *http.Request, use func(context.Context, Claims, string) (Locacao, error)) {
 	l, err := use(r.Context(), claimsOf(r.Context()), chi.URLParam(r, "id"))
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, l)
-}
-
-// fail answers a use case's error: the client's mistakes by their kind,
-// the rest with httpjson.ServerError.
-func (a api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, ErrInvalida):
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, ErrCredenciais):
-		unauthorized(w, "", err.Error())
-	case errors.Is(err, ErrNaoEncontrado):
-		httpjson.Error(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, ErrConflito):
-		httpjson.Error(w, http.StatusConflict, err.Error())
-	default:
-		httpjson.ServerError(w, r, a.logger, fmt.Errorf("locacoes: %w", err))
-	}
+	httpjson.Respond(w, r, a.logger, http.StatusOK, l, err)
 }

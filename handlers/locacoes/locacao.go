@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/moenda/moenda/handlers"
 )
 
 // Seed 004's wire contract: the exchange, and the events by name. The
@@ -55,11 +57,11 @@ const (
 var (
 	// ErrInvalida wraps a request that names a bad field. Its messages
 	// are in Portuguese and name fields as they are on the wire.
-	ErrInvalida = errors.New("requisição inválida")
+	ErrInvalida = handlers.NewError(handlers.ErrInvalid, "requisição inválida")
 	// ErrNaoEncontrado: no such rental (or not the caller's), or car.
-	ErrNaoEncontrado = errors.New("não encontrado")
+	ErrNaoEncontrado = handlers.NewError(handlers.ErrNotFound, "não encontrado")
 	// ErrConflito wraps a request the current state forbids.
-	ErrConflito = errors.New("conflito")
+	ErrConflito = handlers.NewError(handlers.ErrConflict, "conflito")
 	// ErrCredenciais: the e-mail and password match no user.
 	ErrCredenciais = errors.New("e-mail ou senha inválidos")
 )

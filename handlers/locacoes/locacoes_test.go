@@ -10,25 +10,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
 const secret = "a-test-secret-of-at-least-32-bytes!!"
 
 type fixture struct {
-	t      *testing.T
-	store  plugintest.Store
-	plugin handlers.Plugin
-	router chi.Router
-	mu     sync.Mutex
-	clock  time.Time
+	*plugintest.Plugin
+	t     *testing.T
+	mu    sync.Mutex
+	clock time.Time
 }
 
 // newFixture builds the plugin on a fresh PostgreSQL database, with a
@@ -36,15 +32,10 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clock: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
-	f.store = plugintest.Stores(t, nil, migrations.Set{Name: "locacoes", Files: Migrations()})["postgres"]()
+	s := plugintest.Stores(t, nil, migrations.Set{Name: "locacoes", Files: Migrations()})["postgres"]()
 	cfg := defaults
 	cfg.JWTSecret, cfg.CustoSenha = secret, 4
-	p, err := buildWithClock(cfg, handlers.Deps{Logger: testenv.Logger(), Tx: f.store.Tx}, f.now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.plugin, f.router = p, chi.NewRouter()
-	p.Routes(f.router)
+	f.Plugin = plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) { return buildWithClock(cfg, deps, f.now) })
 	return f
 }
 
@@ -60,27 +51,22 @@ func (f *fixture) advance(d time.Duration) {
 	f.clock = f.clock.Add(d)
 }
 
-func (f *fixture) do(method, path, token, body string) *httptest.ResponseRecorder {
+// request is a request with the user's token, when there is one.
+func request(method, path, token, body string) *http.Request {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	rec := httptest.NewRecorder()
-	f.router.ServeHTTP(rec, req)
-	return rec
+	return req
+}
+
+func (f *fixture) do(method, path, token, body string) *httptest.ResponseRecorder {
+	return f.Serve(request(method, path, token, body))
 }
 
 func (f *fixture) must(code int, method, path, token, body string, out any) {
 	f.t.Helper()
-	rec := f.do(method, path, token, body)
-	if rec.Code != code {
-		f.t.Fatalf("%s %s %s = %d %s, want %d", method, path, body, rec.Code, rec.Body, code)
-	}
-	if out != nil {
-		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
-			f.t.Fatal(err)
-		}
-	}
+	f.Expect(code, request(method, path, token, body), out)
 }
 
 // register registers a user with cpf and returns their token.
@@ -117,17 +103,13 @@ func (f *fixture) analysed(rental, resultado string, motivo *string) error {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return f.plugin.Handlers[SubAnalises](context.Background(), e)
+	return f.Handlers[SubAnalises](context.Background(), e)
 }
 
 // events returns the committed events named name.
 func (f *fixture) events(name string) []event.Event {
 	var out []event.Event
-	for _, b := range f.store.Committed() {
-		e, err := event.Decode(b)
-		if err != nil {
-			f.t.Fatal(err)
-		}
+	for _, e := range f.Events() {
 		if e.Name == name {
 			out = append(out, e)
 		}
@@ -277,7 +259,7 @@ func TestRentalSaga(t *testing.T) {
 
 	for _, bad := range []string{`{"rentalId":"` + l.ID + `","resultado":"MAYBE"}`, `{"rentalId":"nope","resultado":"APPROVED"}`, `{"rentalId":"6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b10","resultado":"APPROVED"}`} {
 		e := event.Event{ID: "6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b11", Name: EventAnalysisCompleted, OccurredAt: f.now(), Payload: json.RawMessage(bad)}
-		if err := f.plugin.Handlers[SubAnalises](context.Background(), e); !event.IsPermanent(err) {
+		if err := f.Handlers[SubAnalises](context.Background(), e); !event.IsPermanent(err) {
 			t.Errorf("%s: %v, want a permanent error", bad, err)
 		}
 	}

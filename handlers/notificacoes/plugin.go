@@ -10,9 +10,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/moenda/moenda/adapters/notify"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/notify"
 )
 
 // Notificador sends a human-readable message to a channel.

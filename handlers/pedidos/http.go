@@ -2,7 +2,6 @@ package pedidos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -32,11 +31,7 @@ func (a api) criar(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, err := a.svc.Criar(r.Context(), cmd)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusCreated, p)
+	httpjson.Respond(w, r, a.logger, http.StatusCreated, p, err)
 }
 
 // buscar answers GET /pedidos/{id} with 200 and the pedido, or 404.
@@ -61,15 +56,11 @@ func (a api) cancelar(w http.ResponseWriter, r *http.Request) {
 func (a api) answer(w http.ResponseWriter, r *http.Request, use func(ctx context.Context, id int64) (Pedido, error)) {
 	id, err := pathID(r)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	p, err := use(r.Context(), id)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, p)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, p, err)
 }
 
 // pathID reads the pedido id in the path.
@@ -79,19 +70,4 @@ func pathID(r *http.Request) (int64, error) {
 		return 0, fmt.Errorf("%w: id no caminho deve ser um número inteiro positivo, como 981", ErrInvalida)
 	}
 	return id, nil
-}
-
-// fail answers a use case's error: the client's mistakes by their kind,
-// the rest with httpjson.ServerError (503 while the database is away).
-func (a api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, ErrInvalida):
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, ErrNaoEncontrado):
-		httpjson.Error(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, ErrConflito):
-		httpjson.Error(w, http.StatusConflict, err.Error())
-	default:
-		httpjson.ServerError(w, r, a.logger, fmt.Errorf("pedidos: %w", err))
-	}
 }

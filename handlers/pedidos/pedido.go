@@ -1,10 +1,10 @@
 package pedidos
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -44,12 +44,12 @@ const (
 var (
 	// ErrInvalida wraps a request that names a bad field or parameter. Its
 	// messages are in Portuguese and name fields as they are on the wire.
-	ErrInvalida = errors.New("requisição inválida")
+	ErrInvalida = handlers.NewError(handlers.ErrInvalid, "requisição inválida")
 	// ErrNaoEncontrado: no pedido with that id.
-	ErrNaoEncontrado = errors.New("pedido não encontrado")
+	ErrNaoEncontrado = handlers.NewError(handlers.ErrNotFound, "pedido não encontrado")
 	// ErrConflito wraps a transition the pedido's status forbids (paying a
 	// cancelled pedido, cancelling a paid one).
-	ErrConflito = errors.New("conflito")
+	ErrConflito = handlers.NewError(handlers.ErrConflict, "conflito")
 )
 
 // Item is one line of a pedido.

@@ -5,20 +5,16 @@ import (
 	"encoding/json"
 	"io/fs"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/plugintest"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -31,69 +27,25 @@ func stores(t *testing.T) map[string]func() store {
 }
 
 type fixture struct {
-	t      *testing.T
-	store  store
-	router chi.Router
+	*plugintest.Plugin
+	t *testing.T
 }
 
 // newFixture builds the plugin over s with cfg and a clock that moves one
 // second at each reading.
 func newFixture(t *testing.T, s store, cfg Config) *fixture {
 	t.Helper()
-	var mu sync.Mutex
-	clock := time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC)
-	now := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		clock = clock.Add(time.Second)
-		return clock
-	}
-	p, err := buildWithClock(cfg, handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	p.Routes(r)
-	return &fixture{t: t, store: s, router: r}
-}
-
-func (f *fixture) do(method, path, body string) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	f.router.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
-	return rec
-}
-
-func (f *fixture) must(code int, method, path, body string, out any) {
-	f.t.Helper()
-	rec := f.do(method, path, body)
-	if rec.Code != code {
-		f.t.Fatalf("%s %s %s = %d %s, want %d", method, path, body, rec.Code, rec.Body, code)
-	}
-	if out != nil {
-		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
-			f.t.Fatalf("%s %s: %v in %s", method, path, err, rec.Body)
-		}
-	}
+	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
+		return buildWithClock(cfg, deps, plugintest.Clock())
+	})
+	return &fixture{Plugin: p, t: t}
 }
 
 func (f *fixture) criar(body string) Pedido {
 	f.t.Helper()
 	var p Pedido
-	f.must(http.StatusCreated, "POST", "/pedidos", body, &p)
+	f.Must(http.StatusCreated, "POST", "/pedidos", body, &p)
 	return p
-}
-
-func (f *fixture) events() []event.Event {
-	f.t.Helper()
-	var out []event.Event
-	for _, b := range f.store.Committed() {
-		e, err := event.Decode(b)
-		if err != nil {
-			f.t.Fatalf("a committed event does not decode: %v", err)
-		}
-		out = append(out, e)
-	}
-	return out
 }
 
 func TestSpec(t *testing.T) {
@@ -191,13 +143,13 @@ func TestRoutes(t *testing.T) {
 				{"POST", id(cancelado.ID) + "/pagar", "", http.StatusConflict, `foi cancelado e não pode ser pago`},
 			}
 			for _, tt := range tests {
-				rec := f.do(tt.method, tt.path, tt.body)
+				rec := f.Do(tt.method, tt.path, tt.body)
 				if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
 					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, tt.body, rec.Code, rec.Body, tt.code, tt.want)
 				}
 			}
 			var got Pedido
-			f.must(http.StatusOK, "GET", id(p.ID), "", &got)
+			f.Must(http.StatusOK, "GET", id(p.ID), "", &got)
 			if got.Status != StatusCriado {
 				t.Fatalf("the first pedido changed: %+v", got)
 			}
@@ -234,12 +186,12 @@ func TestWritesRaiseTheirEvents(t *testing.T) {
 			f := newFixture(t, newStore(), defaultConfig())
 			a := f.criar(seedPedido)
 			b := f.criar(`{"itens":[{"produto_id":7,"quantidade":2},{"produto_id":9,"quantidade":1}],"total_centavos":5}`)
-			f.must(http.StatusOK, "POST", "/pedidos/"+itoa(a.ID)+"/pagar", "", nil)
-			f.must(http.StatusOK, "POST", "/pedidos/"+itoa(a.ID)+"/pagar", "", nil)
-			f.must(http.StatusOK, "POST", "/pedidos/"+itoa(b.ID)+"/cancelar", "", nil)
-			f.must(http.StatusOK, "POST", "/pedidos/"+itoa(b.ID)+"/cancelar", "", nil)
-			f.must(http.StatusConflict, "POST", "/pedidos/"+itoa(b.ID)+"/pagar", "", nil)
-			f.must(http.StatusBadRequest, "POST", "/pedidos", `{"itens":[],"total_centavos":1}`, nil)
+			f.Must(http.StatusOK, "POST", "/pedidos/"+itoa(a.ID)+"/pagar", "", nil)
+			f.Must(http.StatusOK, "POST", "/pedidos/"+itoa(a.ID)+"/pagar", "", nil)
+			f.Must(http.StatusOK, "POST", "/pedidos/"+itoa(b.ID)+"/cancelar", "", nil)
+			f.Must(http.StatusOK, "POST", "/pedidos/"+itoa(b.ID)+"/cancelar", "", nil)
+			f.Must(http.StatusConflict, "POST", "/pedidos/"+itoa(b.ID)+"/pagar", "", nil)
+			f.Must(http.StatusBadRequest, "POST", "/pedidos", `{"itens":[],"total_centavos":1}`, nil)
 
 			A, B := itoa(a.ID), itoa(b.ID)
 			want := []raised{
@@ -250,7 +202,7 @@ func TestWritesRaiseTheirEvents(t *testing.T) {
 				{"pedido.pago.v1", A, `{"pedidoId":` + A + `}`},
 				{"pedido.cancelado.v1", B, `{"pedidoId":` + B + `,"itens":[{"produtoId":7,"quantidade":2},{"produtoId":9,"quantidade":1}]}`},
 			}
-			es := f.events()
+			es := f.Events()
 			if got := raisedOf(es); !reflect.DeepEqual(got, want) {
 				t.Fatalf("raised\n%v\nwant\n%v", got, want)
 			}
@@ -276,7 +228,7 @@ func TestVersoesCriado(t *testing.T) {
 				f := newFixture(t, newStore(), Config{VersoesCriado: versoes})
 				f.criar(seedPedido)
 				var got []string
-				for _, e := range f.events() {
+				for _, e := range f.Events() {
 					got = append(got, e.Name)
 				}
 				var want []string

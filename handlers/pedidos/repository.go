@@ -26,6 +26,8 @@ type Repository interface {
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
 
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
+
 func (r postgresRepository) Add(ctx context.Context, p Pedido) (int64, error) {
 	itens, err := json.Marshal(p.Itens)
 	if err != nil {
@@ -42,14 +44,14 @@ func (r postgresRepository) Add(ctx context.Context, p Pedido) (int64, error) {
 }
 
 func (r postgresRepository) Get(ctx context.Context, id int64) (Pedido, error) {
-	return r.pedido(ctx, id, " FOR UPDATE")
+	return r.load(ctx, id, " FOR UPDATE")
 }
 
 func (r postgresRepository) Find(ctx context.Context, id int64) (Pedido, error) {
-	return r.pedido(ctx, id, "")
+	return r.load(ctx, id, "")
 }
 
-func (r postgresRepository) pedido(ctx context.Context, id int64, lock string) (Pedido, error) {
+func (r postgresRepository) load(ctx context.Context, id int64, lock string) (Pedido, error) {
 	var p Pedido
 	var itens []byte
 	err := r.tx.QueryRow(ctx, `

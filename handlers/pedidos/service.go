@@ -19,17 +19,10 @@ type Service struct {
 	versoes []int
 }
 
-// newService returns a Service whose store is chosen per unit of work:
-// PostgreSQL when the unit has a transaction, else one memory store kept
-// for the life of the Service (the memory environment).
+// newService returns a Service whose store is chosen per unit of work,
+// with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, versoes []int, now func() time.Time) *Service {
-	mem := newMemoryStore()
-	return &Service{tx: tx, now: now, versoes: versoes, repo: func(tx handlers.Tx) Repository {
-		if ptx := tx.Postgres(); ptx != nil {
-			return postgresRepository{tx: ptx}
-		}
-		return mem.repository(tx)
-	}}
+	return &Service{tx: tx, now: now, versoes: versoes, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 }
 
 // clock is the time now as both stores keep it: UTC, to the microsecond.
@@ -163,11 +156,7 @@ func (s *Service) transition(ctx context.Context, id int64, status string, chang
 
 // Buscar returns the pedido.
 func (s *Service) Buscar(ctx context.Context, id int64) (Pedido, error) {
-	var p Pedido
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		p, err = s.repo(tx).Find(ctx, id)
-		return err
+	return handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Pedido, error) {
+		return s.repo(tx).Find(ctx, id)
 	})
-	return p, err
 }

@@ -1,7 +1,6 @@
 package tarefas
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -35,16 +34,12 @@ func (a api) routes(r chi.Router) {
 func (a api) listar(w http.ResponseWriter, r *http.Request) {
 	p, err := query(r, "usuario_id", "limite", "antes_de")
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	limite := int(min(p["limite"], MaxLimite+1)) // over MaxLimite is refused all the same, and cannot wrap
 	page, err := a.svc.Listar(r.Context(), ListarTarefas{UsuarioID: p["usuario_id"], Limite: limite, AntesDe: p["antes_de"]})
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, page)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, page, err)
 }
 
 // criar answers POST /tarefas with 201 and the task.
@@ -54,11 +49,7 @@ func (a api) criar(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := a.svc.Criar(r.Context(), cmd)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusCreated, t)
+	httpjson.Respond(w, r, a.logger, http.StatusCreated, t, err)
 }
 
 // buscar answers GET /tarefas/{id}?usuario_id=N with 200 and the task, or
@@ -66,20 +57,16 @@ func (a api) criar(w http.ResponseWriter, r *http.Request) {
 func (a api) buscar(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	p, err := query(r, "usuario_id")
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	t, err := a.svc.Buscar(r.Context(), id, p["usuario_id"])
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, t)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, t, err)
 }
 
 // concluir answers PATCH /tarefas/{id}/concluir: 404 when the task does
@@ -88,7 +75,7 @@ func (a api) buscar(w http.ResponseWriter, r *http.Request) {
 func (a api) concluir(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
-		a.fail(w, r, err)
+		httpjson.Fail(w, r, a.logger, err)
 		return
 	}
 	var body struct {
@@ -98,15 +85,11 @@ func (a api) concluir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if body.UsuarioID <= 0 {
-		a.fail(w, r, fmt.Errorf("%w: usuario_id deve ser um inteiro positivo", ErrInvalida))
+		httpjson.Fail(w, r, a.logger, fmt.Errorf("%w: usuario_id deve ser um inteiro positivo", ErrInvalida))
 		return
 	}
 	t, err := a.svc.Concluir(r.Context(), id, body.UsuarioID)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, t)
+	httpjson.Respond(w, r, a.logger, http.StatusOK, t, err)
 }
 
 // pathID reads the task id in the path.
@@ -154,19 +137,4 @@ func quote(s string) string {
 		return strconv.Quote(s[:64]) + "..."
 	}
 	return strconv.Quote(s)
-}
-
-// fail answers a use case's error: the client's mistakes by their kind,
-// the rest with httpjson.ServerError (503 while the database is away).
-func (a api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, ErrInvalida):
-		httpjson.Error(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, ErrNaoEncontrada):
-		httpjson.Error(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, ErrSubtarefasPendentes):
-		httpjson.Error(w, http.StatusConflict, err.Error())
-	default:
-		httpjson.ServerError(w, r, a.logger, fmt.Errorf("tarefas: %w", err))
-	}
 }

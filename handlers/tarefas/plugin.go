@@ -31,12 +31,6 @@ func Plugin() handlers.Definition {
 }
 
 func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
-	mem := newMemoryStore()
-	svc := &Service{tx: deps.Tx, now: time.Now, repo: func(tx handlers.Tx) Repository {
-		if ptx := tx.Postgres(); ptx != nil {
-			return postgresRepository{tx: ptx}
-		}
-		return mem.repository(tx) // the memory environment
-	}}
+	svc := &Service{tx: deps.Tx, now: time.Now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 	return handlers.Plugin{Routes: api{svc: svc, logger: deps.Logger}.routes}, nil
 }

@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -20,21 +18,23 @@ import (
 type Repository interface {
 	// Add stores a new task and sets its ID.
 	Add(ctx context.Context, t *Tarefa) error
-	// GetDoUsuario loads the task if it belongs to the user, with its count
+	// Get loads the user's task (another user's is not found), with its count
 	// of pending subtasks, locked until the unit of work ends.
-	GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
-	// FindDoUsuario is GetDoUsuario for reading: it locks nothing.
-	FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
-	// ListDoUsuario returns up to limit of the user's tasks, newest (highest
+	Get(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
+	// Find is Get for reading: it locks nothing.
+	Find(ctx context.Context, id, usuarioID int64) (*Tarefa, error)
+	// List returns up to limit of the user's tasks, newest (highest
 	// id) first; when antesDe is not 0, only those with an id below it.
 	// Their SubtarefasPendentes are not loaded.
-	ListDoUsuario(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error)
+	List(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error)
 	// Save writes a loaded task back.
 	Save(ctx context.Context, t *Tarefa) error
 }
 
 // postgresRepository works inside the unit of work's pgx transaction.
 type postgresRepository struct{ tx pgx.Tx }
+
+func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
 
 func (r postgresRepository) Add(ctx context.Context, t *Tarefa) error {
 	err := r.tx.QueryRow(ctx,
@@ -51,11 +51,11 @@ const loadTarefa = `
 		       (SELECT count(*) FROM tarefas s WHERE s.tarefa_pai_id = t.id AND NOT s.concluida)
 		FROM tarefas t WHERE id = $1 AND usuario_id = $2`
 
-func (r postgresRepository) GetDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+func (r postgresRepository) Get(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
 	return r.load(ctx, loadTarefa+" FOR UPDATE", id, usuarioID)
 }
 
-func (r postgresRepository) FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+func (r postgresRepository) Find(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
 	return r.load(ctx, loadTarefa, id, usuarioID)
 }
 
@@ -72,7 +72,7 @@ func (r postgresRepository) load(ctx context.Context, query string, id, usuarioI
 	return t, nil
 }
 
-func (r postgresRepository) ListDoUsuario(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
+func (r postgresRepository) List(ctx context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
 	if antesDe == 0 {
 		antesDe = math.MaxInt64
 	}
@@ -101,58 +101,38 @@ func (r postgresRepository) Save(ctx context.Context, t *Tarefa) error {
 	return nil
 }
 
-// memoryStore keeps tasks in the process. Writes are staged in the unit of
-// work and applied when it commits, so a rolled-back unit leaves nothing.
+// memoryStore keeps tasks in the process, staged per unit of work
+// (handlers.Staged). A rolled-back unit leaves nothing but a used id, as a
+// PostgreSQL sequence does.
 type memoryStore struct {
-	mu     sync.Mutex
-	nextID atomic.Int64
-	rows   map[int64]Tarefa
+	rows   *handlers.Staged[int64, Tarefa]
+	lastID atomic.Int64
 }
 
-func newMemoryStore() *memoryStore { return &memoryStore{rows: map[int64]Tarefa{}} }
+func newMemoryStore() *memoryStore { return &memoryStore{rows: handlers.NewStaged[int64, Tarefa]()} }
 
+// memoryRepository is one unit of work's view of the store.
 type memoryRepository struct {
-	s      *memoryStore
-	tx     handlers.Tx
-	staged map[int64]Tarefa
+	unit *handlers.Unit[int64, Tarefa]
+	s    *memoryStore
 }
 
 func (s *memoryStore) repository(tx handlers.Tx) Repository {
-	r := &memoryRepository{s: s, tx: tx, staged: map[int64]Tarefa{}}
-	tx.OnCommit(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		maps.Copy(s.rows, r.staged)
-	})
-	return r
+	return memoryRepository{unit: s.rows.Unit(tx), s: s}
 }
 
-func (r *memoryRepository) row(id int64) (Tarefa, bool) {
-	if t, ok := r.staged[id]; ok {
-		return t, true
-	}
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
-	t, ok := r.s.rows[id]
-	return t, ok
-}
-
-func (r *memoryRepository) Add(_ context.Context, t *Tarefa) error {
-	t.ID = r.s.nextID.Add(1)
-	r.staged[t.ID] = *t
+func (r memoryRepository) Add(_ context.Context, t *Tarefa) error {
+	t.ID = r.s.lastID.Add(1)
+	r.unit.Put(t.ID, *t)
 	return nil
 }
 
-func (r *memoryRepository) GetDoUsuario(_ context.Context, id, usuarioID int64) (*Tarefa, error) {
-	t, ok := r.row(id)
+func (r memoryRepository) Get(_ context.Context, id, usuarioID int64) (*Tarefa, error) {
+	t, ok := r.unit.Get(id)
 	if !ok || t.UsuarioID != usuarioID {
 		return nil, ErrNaoEncontrada
 	}
-	r.s.mu.Lock()
-	all := maps.Clone(r.s.rows)
-	r.s.mu.Unlock()
-	maps.Copy(all, r.staged)
-	for _, s := range all {
+	for _, s := range r.unit.All() {
 		if s.TarefaPaiID != nil && *s.TarefaPaiID == id && !s.Concluida {
 			t.SubtarefasPendentes++
 		}
@@ -160,22 +140,15 @@ func (r *memoryRepository) GetDoUsuario(_ context.Context, id, usuarioID int64) 
 	return &t, nil
 }
 
-// FindDoUsuario is GetDoUsuario: the memory transactor runs one unit of
+// Find is Get: the memory transactor runs one unit of
 // work at a time, so nothing needs locking.
-func (r *memoryRepository) FindDoUsuario(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
-	return r.GetDoUsuario(ctx, id, usuarioID)
+func (r memoryRepository) Find(ctx context.Context, id, usuarioID int64) (*Tarefa, error) {
+	return r.Get(ctx, id, usuarioID)
 }
 
-func (r *memoryRepository) ListDoUsuario(_ context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
+func (r memoryRepository) List(_ context.Context, usuarioID, antesDe int64, limit int) ([]Tarefa, error) {
 	var out []Tarefa
-	r.s.mu.Lock()
-	for _, t := range r.s.rows {
-		if _, staged := r.staged[t.ID]; !staged && t.UsuarioID == usuarioID && (antesDe == 0 || t.ID < antesDe) {
-			out = append(out, t)
-		}
-	}
-	r.s.mu.Unlock()
-	for _, t := range r.staged {
+	for _, t := range r.unit.All() {
 		if t.UsuarioID == usuarioID && (antesDe == 0 || t.ID < antesDe) {
 			out = append(out, t)
 		}
@@ -184,9 +157,9 @@ func (r *memoryRepository) ListDoUsuario(_ context.Context, usuarioID, antesDe i
 	return out[:min(limit, len(out))], nil
 }
 
-func (r *memoryRepository) Save(_ context.Context, t *Tarefa) error {
+func (r memoryRepository) Save(_ context.Context, t *Tarefa) error {
 	row := *t
 	row.eventos, row.SubtarefasPendentes = nil, 0
-	r.staged[t.ID] = row
+	r.unit.Put(t.ID, row)
 	return nil
 }

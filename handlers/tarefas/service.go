@@ -30,7 +30,7 @@ type CriarTarefa struct {
 // ErrInvalida wraps a request that names a bad field or parameter. Its
 // messages, like all the plugin's own, are in Portuguese and name fields
 // as they are on the wire.
-var ErrInvalida = errors.New("requisição inválida")
+var ErrInvalida = handlers.NewError(handlers.ErrInvalid, "requisição inválida")
 
 // Validate names every bad field.
 func (c CriarTarefa) Validate() error {
@@ -59,7 +59,7 @@ func (s *Service) Criar(ctx context.Context, cmd CriarTarefa) (Tarefa, error) {
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		repo := s.repo(tx)
 		if cmd.TarefaPaiID != nil {
-			if _, err := repo.GetDoUsuario(ctx, *cmd.TarefaPaiID, cmd.UsuarioID); errors.Is(err, ErrNaoEncontrada) {
+			if _, err := repo.Get(ctx, *cmd.TarefaPaiID, cmd.UsuarioID); errors.Is(err, ErrNaoEncontrada) {
 				return fmt.Errorf("%w: tarefa_pai_id %d não é uma tarefa do usuario_id %d", ErrInvalida, *cmd.TarefaPaiID, cmd.UsuarioID)
 			} else if err != nil {
 				return err
@@ -76,7 +76,7 @@ func (s *Service) Concluir(ctx context.Context, id, usuarioID int64) (Tarefa, er
 	var out Tarefa
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		repo := s.repo(tx)
-		t, err := repo.GetDoUsuario(ctx, id, usuarioID)
+		t, err := repo.Get(ctx, id, usuarioID)
 		if err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func (s *Service) Buscar(ctx context.Context, id, usuarioID int64) (Tarefa, erro
 	}
 	var out Tarefa
 	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		t, err := s.repo(tx).FindDoUsuario(ctx, id, usuarioID)
+		t, err := s.repo(tx).Find(ctx, id, usuarioID)
 		if err != nil {
 			return err
 		}
@@ -168,11 +168,8 @@ func (s *Service) Listar(ctx context.Context, q ListarTarefas) (PaginaDeTarefas,
 	if limite == 0 {
 		limite = DefaultLimite
 	}
-	var ts []Tarefa
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		var err error
-		ts, err = s.repo(tx).ListDoUsuario(ctx, q.UsuarioID, q.AntesDe, limite+1) // one more tells whether a next page exists
-		return err
+	ts, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) ([]Tarefa, error) {
+		return s.repo(tx).List(ctx, q.UsuarioID, q.AntesDe, limite+1) // one more tells whether a next page exists
 	})
 	if err != nil {
 		return PaginaDeTarefas{}, err

@@ -1,11 +1,11 @@
 package tarefas
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -17,9 +17,9 @@ const Source = "tarefas"
 
 var (
 	// ErrNaoEncontrada: no such task for that user.
-	ErrNaoEncontrada = errors.New("tarefa não encontrada")
+	ErrNaoEncontrada = handlers.NewError(handlers.ErrNotFound, "tarefa não encontrada")
 	// ErrSubtarefasPendentes: the task has subtasks not yet concluded.
-	ErrSubtarefasPendentes = errors.New("tarefa tem subtarefas pendentes")
+	ErrSubtarefasPendentes = handlers.NewError(handlers.ErrConflict, "tarefa tem subtarefas pendentes")
 )
 
 // Tarefa is a user's task. It decides alone whether it may be concluded,

@@ -12,13 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
 
-	"github.com/moenda/moenda/adapters/memory"
-	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/migrations"
@@ -63,46 +59,21 @@ func TestConcluir(t *testing.T) {
 	}
 }
 
-// published collects what the transactor's outbox lets out.
-type published struct{ msgs []*message.Message }
-
-func (p *published) Publish(_ string, msgs ...*message.Message) error {
-	p.msgs = append(p.msgs, msgs...)
-	return nil
-}
-func (p *published) Close() error { return nil }
-
 var routeAll = func(string) error { return nil }
 
 // services returns the service over every store it runs on, so the same
-// behaviour is checked against each.
+// behaviour is checked against each, and a count of the events its units
+// committed.
 func services(t *testing.T) map[string]func(routable func(string) error) (*Service, func() int) {
-	return map[string]func(func(string) error) (*Service, func() int){
-		"memory": func(routable func(string) error) (*Service, func() int) {
-			pub := &published{}
-			svc := &Service{tx: memory.NewTransactor(pub, routable), repo: newMemoryStore().repository, now: time.Now}
-			return svc, func() int { return len(pub.msgs) }
-		},
-		"postgres": func(routable func(string) error) (*Service, func() int) {
-			db := testenv.Postgres(t)
-			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), migrations.Set{Name: "tarefas", Files: Migrations()}); err != nil {
-				t.Fatal(err)
-			}
-			out := outbox.New(routable, watermill.NewSlogLogger(testenv.Logger()))
-			svc := &Service{
-				tx:   postgres.NewTransactor(db.Pool, out),
-				repo: func(tx handlers.Tx) Repository { return postgresRepository{tx: tx.Postgres()} },
-				now:  time.Now,
-			}
-			return svc, func() int {
-				var n int
-				if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM watermill_outbox").Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
-		},
+	out := map[string]func(func(string) error) (*Service, func() int){}
+	for _, name := range []string{"memory", "postgres"} {
+		out[name] = func(routable func(string) error) (*Service, func() int) {
+			s := plugintest.Stores(t, routable, migrations.Set{Name: "tarefas", Files: Migrations()})[name]()
+			svc := &Service{tx: s.Tx, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository), now: time.Now}
+			return svc, func() int { return len(s.Committed()) }
+		}
 	}
+	return out
 }
 
 func TestServiceOnEveryStore(t *testing.T) {
@@ -163,7 +134,7 @@ func TestConclusionAndEventCommitTogether(t *testing.T) {
 				t.Fatalf("%d events left", n)
 			}
 			err = svc.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-				got, err := svc.repo(tx).GetDoUsuario(ctx, task.ID, 1)
+				got, err := svc.repo(tx).Get(ctx, task.ID, 1)
 				if err == nil && got.Concluida {
 					t.Error("the task was concluded without its event")
 				}

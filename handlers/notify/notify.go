@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -43,7 +42,7 @@ type WebhookConfig struct {
 func (c WebhookConfig) Validate(path string) error {
 	var errs []error
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("%s.url %q must be an http(s) URL", path, redact.Path(c.URL)))
+		errs = append(errs, fmt.Errorf("%s.url %q must be an http(s) URL", path, hidePath(c.URL)))
 	}
 	if c.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("%s.timeout must be positive, got %s", path, c.Timeout))
@@ -104,5 +103,20 @@ func hideURL(err error) error {
 	if !errors.As(err, &ue) {
 		return err
 	}
-	return &url.Error{Op: ue.Op, URL: redact.Path(ue.URL), Err: ue.Err}
+	return &url.Error{Op: ue.Op, URL: hidePath(ue.URL), Err: ue.Err}
+}
+
+// hidePath shows a webhook URL's scheme and host only: a webhook's secret
+// is its path (and any user info), and a URL that does not parse cannot be
+// told apart from its secret, so none of it is shown.
+func hidePath(raw string) string {
+	const hidden = "xxxxx"
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || u.Host == "" && raw != "":
+		return hidden
+	case u.User == nil && u.Path == "" && u.RawQuery == "" && u.Fragment == "":
+		return raw
+	}
+	return u.Scheme + "://" + u.Host + "/" + hidden
 }
