@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/configs"
 )
 
 // run runs the command line as a user would and returns its exit code,
@@ -121,18 +123,24 @@ func TestTopologyPrintNeedsNoService(t *testing.T) {
 func TestMigrateUpTwiceIsANoOp(t *testing.T) {
 	environ := []string{"MOENDA_POSTGRES__URL=" + testenv.EmptyPostgres(t).URL}
 	// The platform's migrations, and those of the plugins the test
-	// environment enables (tarefas).
-	platform, err := filepath.Glob("../migrations/*.sql")
+	// environment runs.
+	files, err := filepath.Glob("../migrations/*.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugins, err := filepath.Glob("../handlers/*/migrations/*.sql")
+	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: environ}, registry(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := append(platform, plugins...)
+	for _, set := range cfg.migrations() {
+		plugin, err := fs.Glob(set.Files, "*.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, plugin...)
+	}
 	if code, stdout, stderr := run(t, environ, "--env", "test", "migrate", "up"); code != 0 || !strings.Contains(stdout, fmt.Sprintf("%d applied", len(files))) {
-		t.Fatalf("first migrate up: exit %d\n%s%s", code, stdout, stderr)
+		t.Fatalf("first migrate up: exit %d, want %d applied\n%s%s", code, len(files), stdout, stderr)
 	}
 	if code, stdout, stderr := run(t, environ, "--env", "test", "migrate", "up"); code != 0 || !strings.Contains(stdout, "0 applied") {
 		t.Fatalf("second migrate up: exit %d\n%s%s", code, stdout, stderr)

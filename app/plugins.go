@@ -15,10 +15,10 @@ import (
 	"github.com/moenda/moenda/handlers/tarefas"
 )
 
-// Plugins is the registry of every plugin this binary carries. Which of
-// them run is chosen per environment by handlers.enabled. The fault
-// suite's probe is carried for `moenda faults`, whose serve processes
-// enable it alone; no environment does.
+// Plugins is the registry of every plugin this binary carries. All of
+// them run unless handlers.enabled chooses, but the fault suite's probe:
+// it is opt-in, carried for `moenda faults`, whose serve processes enable
+// it alone.
 func Plugins() (*handlers.Registry, error) {
 	return handlers.NewRegistry(append(shipped(), probe.Plugin())...)
 }
