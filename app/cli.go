@@ -20,14 +20,19 @@ import (
 
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/migrations"
 )
 
 // Main runs the command line and returns the exit code: 0 on success, 1 on
 // failure, 2 on a usage error (an unknown command, a bad flag, a missing
-// argument). Errors go to stderr, one problem a line.
-func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	c := &cli{environ: environ, stdout: stdout, stderr: stderr}
+// argument). Errors go to stderr, one problem a line. A team's own binary
+// calls it from its main.go with its plugins (WithPlugins).
+func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer, opts ...MainOption) int {
+	c := &cli{environ: environ, stdout: stdout, stderr: stderr, plugins: Shipped()}
+	for _, o := range opts {
+		o(c)
+	}
 	root := c.commands()
 	if args == nil {
 		args = []string{} // cobra reads os.Args for nil
@@ -50,6 +55,17 @@ func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer)
 	return 2
 }
 
+// MainOption chooses what a binary that runs Main carries.
+type MainOption func(*cli)
+
+// WithPlugins makes the binary carry defs instead of the shipped plugins:
+// a team's main.go lists its own, with Shipped()... to keep moenda's beside
+// them. Whatever the list, the fault suite's probe is carried too, off
+// unless `moenda faults` asks for it.
+func WithPlugins(defs ...handlers.Definition) MainOption {
+	return func(c *cli) { c.plugins = defs }
+}
+
 // failure marks an error a command met while it ran (exit 1); any other
 // error is cobra's or the command line's (a usage error, exit 2).
 type failure struct{ err error }
@@ -65,6 +81,7 @@ type runFunc func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) 
 type cli struct {
 	environ        []string
 	stdout, stderr io.Writer
+	plugins        []handlers.Definition
 	env            string
 	configDir      string
 	extra          []string
@@ -160,7 +177,7 @@ func (c *cli) load() (*Resolved, error) {
 	if c.configDir != "" {
 		files = os.DirFS(c.configDir)
 	}
-	reg, err := Plugins()
+	reg, err := newRegistry(c.plugins)
 	if err != nil {
 		return nil, err
 	}

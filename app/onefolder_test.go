@@ -17,7 +17,7 @@ import (
 // subscription) runs on RabbitMQ and in memory with the shipped configs/
 // and migrations/ as they are: registering it and enabling it is all.
 func TestAPluginIsOneFolder(t *testing.T) {
-	reg, err := handlers.NewRegistry(append(shipped(), lembretes.Plugin())...)
+	reg, err := handlers.NewRegistry(append(Shipped(), lembretes.Plugin())...)
 	if err != nil {
 		t.Fatal(err)
 	}
