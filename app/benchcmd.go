@@ -58,7 +58,7 @@ func (t *tool) keep(id any) string {
 	if t.dir != "" {
 		return t.dir
 	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("moenda-%s-%v", strings.ReplaceAll(t.name, "bench ", ""), id))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("moenda-%s-%v", strings.ReplaceAll(t.name, " ", "-"), id))
 }
 
 // writeFile creates path and writes it with write.

@@ -116,7 +116,6 @@ the line.`,
 			DisableDefaultCmd: true, // completion below takes the shells moenda documents
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 	global := root.PersistentFlags()
 	env := lookup(c.environ, "MOENDA_ENV")
 	if env == "" {
