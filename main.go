@@ -1,4 +1,6 @@
-// Command moenda runs the moenda event platform; see app.Main.
+// Command moenda runs the moenda event platform with the plugins it
+// ships; see app.Main. A team's own binary makes the same call with its
+// plugins (README, "Your own plugins").
 package main
 
 import (
@@ -16,7 +18,7 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal ends the process at once
 	}()
-	code := app.Main(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	code := app.Main(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr, app.WithPlugins(app.Shipped()...))
 	stop()
 	os.Exit(code)
 }

@@ -2,27 +2,63 @@ package app
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/moenda/moenda/app/bench"
 )
 
-// serveBinary is the moenda binary a command runs serve processes of: the
-// --serve-bin flag's, else this one.
-func serveBinary(command, flagValue string) (string, error) {
-	if flagValue != "" {
-		return flagValue, nil
+// tool holds the flags the commands that run serve processes share
+// (bench, bench scale, faults), and the checks they make before they run.
+type tool struct {
+	name     string // the command, for its errors
+	markdown string
+	jsonFile string
+	dir      string
+	serveBin string
+}
+
+// flags adds --markdown and --serve-bin, and, with files, --json FILE and
+// --dir DIR.
+func (t *tool) flags(cmd *cobra.Command, markdown string, files bool) {
+	f := cmd.Flags()
+	f.StringVar(&t.markdown, "markdown", "", markdown)
+	f.StringVar(&t.serveBin, "serve-bin", "", "the moenda `BINARY` whose serve processes run (default: this one)")
+	if files {
+		f.StringVar(&t.jsonFile, "json", "", "write the results as JSON to `FILE`")
+		f.StringVar(&t.dir, "dir", "", "keep the serve processes' logs and files in `DIR` (default: a new directory under the system's temporary one)")
+	}
+}
+
+// binary checks that cfg runs on PostgreSQL and RabbitMQ (what the tool
+// measures or injects faults into; why says so) and returns the moenda
+// binary to run serve processes of: --serve-bin's, else this one.
+func (t *tool) binary(cfg *Resolved, why string) (string, error) {
+	if cfg.Broker.Kind != BrokerAMQP {
+		return "", fmt.Errorf("%s: %s; run it in an environment with broker.kind amqp (local, compose)", t.name, why)
+	}
+	if t.serveBin != "" {
+		return t.serveBin, nil
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return "", fmt.Errorf("%s: find the moenda binary (set --serve-bin): %w", command, err)
+		return "", fmt.Errorf("%s: find the moenda binary (set --serve-bin): %w", t.name, err)
 	}
 	return exe, nil
+}
+
+// keep is --dir, else a new directory named after the tool and id under
+// the system's temporary one.
+func (t *tool) keep(id any) string {
+	if t.dir != "" {
+		return t.dir
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("moenda-%s-%v", strings.ReplaceAll(t.name, " ", "-"), id))
 }
 
 // writeFile creates path and writes it with write.
@@ -38,27 +74,18 @@ func writeFile(path string, write func(io.Writer) error) error {
 	return f.Close()
 }
 
-// benchCommand parses `bench`'s own flags and returns the command.
-func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
-	fl := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fl.SetOutput(io.Discard)
-	quick := fl.Bool("quick", false, "")
-	asJSON := fl.Bool("json", false, "")
-	markdown := fl.String("markdown", "", "")
-	serveBin := fl.String("serve-bin", "", "")
-	if err := fl.Parse(args); err != nil || fl.NArg() > 0 {
-		return nil, false
-	}
-	return func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
-		if cfg.Broker.Kind != BrokerAMQP {
-			return errors.New("bench: measures PostgreSQL and RabbitMQ; run it in an environment with broker.kind amqp (local, compose)")
-		}
-		bin, err := serveBinary("bench", *serveBin)
+// benchCommand is `bench [--quick] [--json] [--markdown FILE]`, with
+// `bench scale` under it.
+func (c *cli) benchCommand() *cobra.Command {
+	t := &tool{name: "bench"}
+	var quick, asJSON bool
+	cmd := c.command("bench", "measure moenda against the raw clients on the servers of the configuration", func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+		bin, err := t.binary(cfg, "measures PostgreSQL and RabbitMQ")
 		if err != nil {
 			return err
 		}
 		res, runErr := bench.Run(ctx, bench.Options{
-			Quick:       *quick,
+			Quick:       quick,
 			ServeBin:    bin,
 			PostgresURL: cfg.Postgres.URL,
 			AMQPURL:     cfg.AMQP.Nodes()[0],
@@ -72,13 +99,13 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 			}
 			return runErr
 		}
-		if *markdown != "" {
+		if t.markdown != "" {
 			// The scale-out section comes from its own command: keep it.
-			old, _ := os.ReadFile(*markdown)
+			old, _ := os.ReadFile(t.markdown)
 			scale := sectionOf(string(old), scaleHeading)
-			cmd := "go run . bench --markdown " + filepath.Base(*markdown)
-			if err := writeFile(*markdown, func(w io.Writer) error {
-				if err := res.WriteMarkdown(w, cmd); err != nil {
+			rerun := "go run . bench --markdown " + filepath.Base(t.markdown)
+			if err := writeFile(t.markdown, func(w io.Writer) error {
+				if err := res.WriteMarkdown(w, rerun); err != nil {
 					return err
 				}
 				if scale != "" {
@@ -90,9 +117,14 @@ func benchCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 				return err
 			}
 		}
-		if *asJSON {
+		if asJSON {
 			return res.WriteJSON(stdout)
 		}
 		return res.WriteTable(stdout)
-	}, true
+	})
+	t.flags(cmd, "write the results to `FILE` (BENCHMARKS.md), keeping its Scale-out section", false)
+	cmd.Flags().BoolVar(&quick, "quick", false, "a shorter run, with fewer rows")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON instead of a table")
+	cmd.AddCommand(c.scaleCommand())
+	return cmd
 }

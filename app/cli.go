@@ -6,7 +6,6 @@ package app
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -17,161 +16,244 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/configs"
+	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/migrations"
 )
 
-const usage = `usage: moenda [--env ENV] [--config-dir DIR] [--config FILE]... COMMAND
+// Main runs the command line and returns the exit code: 0 on success, 1 on
+// failure, 2 on a usage error (an unknown command, a bad flag, a missing
+// argument). Errors go to stderr, one problem a line. A team's own binary
+// calls it from its main.go with its plugins (WithPlugins).
+func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer, opts ...MainOption) int {
+	c := &cli{environ: environ, stdout: stdout, stderr: stderr, plugins: Shipped()}
+	for _, o := range opts {
+		o(c)
+	}
+	root := c.commands()
+	if args == nil {
+		args = []string{} // cobra reads os.Args for nil
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
+	}
+	for _, line := range strings.Split(strings.TrimRight(err.Error(), "\n"), "\n") {
+		fmt.Fprintf(stderr, "moenda: %s\n", line)
+	}
+	var f failure
+	if errors.As(err, &f) {
+		return 1
+	}
+	fmt.Fprintf(stderr, "moenda: see %q\n", cmd.CommandPath()+" --help")
+	return 2
+}
 
-Commands:
-  serve [--role all|api|worker|relay]
-                   run the HTTP API, the consumers and the outbox relay
-                   (all, the default), or one of them: api serves the
-                   HTTP API, worker runs the plugins' handlers, relay
-                   moves the outbox to the broker
-  migrate up       apply pending database migrations
-  topology print   print the exchanges, queues and bindings serve declares
-  config print     print the resolved configuration
-  health           exit 0 when the local serve answers /readyz with 200
-                   (for container healthchecks)
-  outbox parked    list the outbox rows the relays set aside: rows that
-                   name no event, or whose routing key no exchange carries
-  outbox republish publish the parked rows this configuration now routes;
-                   list the others, which stay parked
-  outbox slots [--drop NAME]
-                   list the logical relays' replication slots, with the
-                   WAL each keeps; --drop drops a retired one
-  replay PLUGIN --from earliest|TIME
-                   rebuild what a replayable plugin derived from events,
-                   reading them again from Kafka (TIME in RFC 3339)
-  bench [--quick] [--json] [--markdown FILE]
-                   measure moenda against the raw clients on the servers
-                   of the configuration; --markdown writes BENCHMARKS.md
-  bench scale [--markdown FILE] [--json FILE] [--dir DIR]
-                   measure api, relay and 1 then 3 worker processes, and
-                   their exits on SIGTERM under load; --markdown rewrites
-                   BENCHMARKS.md's Scale-out section
-  faults [--quick] [--only T03,T11] [--seed N] [--markdown FILE] [--json FILE] [--dir DIR]
-                   inject faults into the local PostgreSQL and RabbitMQ
-                   (it restarts and kills them) and check that nothing
-                   is lost or applied twice; --markdown writes
-                   RELIABILITY.md
+// MainOption chooses what a binary that runs Main carries.
+type MainOption func(*cli)
+
+// WithPlugins makes the binary carry defs instead of the shipped plugins:
+// a team's main.go lists its own, with Shipped()... to keep moenda's beside
+// them. Whatever the list, the fault suite's probe is carried too, off
+// unless `moenda faults` asks for it.
+func WithPlugins(defs ...handlers.Definition) MainOption {
+	return func(c *cli) { c.plugins = defs }
+}
+
+// failure marks an error a command met while it ran (exit 1); any other
+// error is cobra's or the command line's (a usage error, exit 2).
+type failure struct{ err error }
+
+func (f failure) Error() string { return f.err.Error() }
+func (f failure) Unwrap() error { return f.err }
+
+// runFunc is a command that needs the resolved configuration.
+type runFunc func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error
+
+// cli holds what the command line was given: its global flags and the
+// process's environment and output.
+type cli struct {
+	environ        []string
+	stdout, stderr io.Writer
+	plugins        []handlers.Definition
+	env            string
+	configDir      string
+	extra          []string
+}
+
+// groupAnnotation marks a command that only holds subcommands.
+const groupAnnotation = "moenda.group"
+
+// commands builds the command tree.
+func (c *cli) commands() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "moenda",
+		Short: "moenda runs events from a PostgreSQL outbox through a broker to plugins' handlers",
+		Long: `moenda runs events from a PostgreSQL outbox through a broker to plugins' handlers.
 
 The environment is --env, else MOENDA_ENV, else "local"; its settings are
 the built-in defaults, then configs/base.yaml, then configs/ENV.yaml, then
 --config files, in order, then MOENDA_* variables (MOENDA_POSTGRES__URL
 sets postgres.url). The environments' files are built into the binary;
---config-dir reads them from a directory instead.
-`
+--config-dir reads them from a directory instead. Flags go anywhere on
+the line.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q", strings.Join(args, " "))
+			}
+			return errors.New("no command given")
+		},
+		RunE:          func(*cobra.Command, []string) error { return nil }, // Args refuses every call
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		CompletionOptions: cobra.CompletionOptions{
+			DisableDefaultCmd: true, // completion below takes the shells moenda documents
+		},
+	}
+	global := root.PersistentFlags()
+	env := lookup(c.environ, "MOENDA_ENV")
+	if env == "" {
+		env = "local"
+	}
+	global.StringVar(&c.env, "env", env, "the environment `ENV`: configs/ENV.yaml over configs/base.yaml; unset, MOENDA_ENV, else local")
+	global.StringArrayVar(&c.extra, "config", nil, "a YAML `FILE` layered after the environment's (repeatable)")
+	global.StringVar(&c.configDir, "config-dir", "", "read base.yaml and the environments' files from `DIR` instead of the built-in ones")
 
-// Main runs the command line and returns the exit code: 0 on success, 1 on
-// failure, 2 on a usage error. Errors go to stderr, one problem a line.
-func Main(ctx context.Context, args, environ []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("moenda", flag.ContinueOnError)
-	fl.SetOutput(io.Discard)
-	envName := fl.String("env", lookup(environ, "MOENDA_ENV"), "environment")
-	configDir := fl.String("config-dir", "", "read configs from this directory")
-	var extra []string
-	fl.Func("config", "a YAML file layered after the environment's", func(path string) error {
-		extra = append(extra, path)
-		return nil
-	})
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "moenda: %v\n%s", err, usage)
-		return 2
-	}
-	if *envName == "" {
-		*envName = "local"
-	}
-	cmd := strings.Join(fl.Args(), " ")
-	run, ok := commands[cmd]
-	switch fl.Arg(0) {
-	case "serve":
-		run, ok = serveCommand(fl.Args()[1:])
-		if !ok && strings.Contains(cmd, "-role") {
-			fmt.Fprintf(stderr, "moenda: usage: moenda serve [--role all|api|worker|relay]\n")
-			return 2
-		}
-	case "bench":
-		if fl.Arg(1) == "scale" {
-			run, ok = scaleCommand(fl.Args()[2:])
-			if !ok {
-				fmt.Fprintf(stderr, "moenda: usage: moenda bench scale [--markdown FILE] [--json FILE] [--dir DIR]\n")
-				return 2
-			}
-			break
-		}
-		run, ok = benchCommand(fl.Args()[1:])
-	case "outbox":
-		if fl.Arg(1) == "slots" {
-			run, ok = slotsCommand(fl.Args()[2:])
-			if !ok {
-				fmt.Fprintf(stderr, "moenda: usage: moenda outbox slots [--drop NAME]\n")
-				return 2
-			}
-		}
-	case "faults":
-		run, ok = faultsCommand(fl.Args()[1:])
-		if !ok {
-			fmt.Fprintf(stderr, "moenda: usage: moenda faults [--quick] [--only T03,T11] [--seed N] [--markdown FILE] [--json FILE] [--dir DIR]\n")
-			return 2
-		}
-	case "replay":
-		run, ok = replayCommand(fl.Args()[1:])
-		if !ok {
-			fmt.Fprintf(stderr, "moenda: usage: moenda replay PLUGIN --from earliest|TIME (TIME in RFC 3339, like 2026-11-30T00:00:00Z)\n")
-			return 2
-		}
-	}
-	if !ok && strings.Contains(" "+cmd, " -") {
-		fmt.Fprintf(stderr, "moenda: flags go before the command: moenda --env ENV %s\n", strings.Fields(cmd)[0])
-		return 2
-	}
-	if !ok {
-		if cmd == "" {
-			fmt.Fprintf(stderr, "moenda: no command given\n%s", usage)
-		} else {
-			fmt.Fprintf(stderr, "moenda: unknown command %q\n%s", cmd, usage)
-		}
-		return 2
-	}
-
-	var files fs.FS = configs.FS
-	if *configDir != "" {
-		files = os.DirFS(*configDir)
-	}
-	reg, err := Plugins()
-	if err == nil {
-		var cfg *Resolved
-		cfg, err = Load(Source{Env: *envName, Files: files, Extra: extra, Environ: environ}, reg)
-		if err == nil {
-			if lookup(environ, "GOGC") == "" {
-				debug.SetGCPercent(cfg.Runtime.GCPercent)
-			}
-			err = run(ctx, cfg, stdout, stderr)
-		}
-	}
-	if err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintf(stderr, "moenda: %s\n", line)
-		}
-		return 1
-	}
-	return 0
+	root.AddCommand(
+		c.serveCommand(),
+		group("migrate", "change the database schema",
+			c.command("up", "apply pending database migrations", migrateUp)),
+		group("topology", "the broker topology",
+			c.command("print", "print the exchanges, queues and bindings serve declares", topologyPrint)),
+		group("config", "the configuration",
+			c.command("print", "print the resolved configuration (passwords hidden)", func(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error {
+				return cfg.Print(stdout)
+			})),
+		c.command("health", "exit 0 when the local serve answers /readyz with 200 (for container healthchecks)", health),
+		group("outbox", "the outbox's parked rows and replication slots",
+			c.command("parked", "list the outbox rows the relays set aside: rows that name no event, or whose routing key no exchange carries", outboxParked),
+			c.command("republish", "publish the parked rows this configuration now routes; list the others, which stay parked", outboxRepublish),
+			c.slotsCommand()),
+		c.replayCommand(),
+		c.benchCommand(),
+		c.faultsCommand(),
+		completionCommand(root),
+	)
+	return root
 }
 
-var commands = map[string]func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error{
-	"migrate up":       migrateUp,
-	"topology print":   topologyPrint,
-	"config print":     func(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error { return cfg.Print(stdout) },
-	"health":           health,
-	"outbox parked":    outboxParked,
-	"outbox republish": outboxRepublish,
+// command makes a leaf command that takes no arguments and runs with the
+// configuration.
+func (c *cli) command(name, short string, run runFunc) *cobra.Command {
+	return &cobra.Command{Use: name, Short: short, Args: cobra.NoArgs, RunE: c.withConfig(run)}
+}
+
+// withConfig loads the configuration, once the command line is parsed and
+// only for the commands that need it, and runs run with it.
+func (c *cli) withConfig(run runFunc) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		cfg, err := c.load()
+		if err == nil {
+			err = run(cmd.Context(), cfg, c.stdout, c.stderr)
+		}
+		if err != nil {
+			return failure{err}
+		}
+		return nil
+	}
+}
+
+// load resolves the configuration the global flags and the environment
+// name.
+func (c *cli) load() (*Resolved, error) {
+	var files fs.FS = configs.FS
+	if c.configDir != "" {
+		files = os.DirFS(c.configDir)
+	}
+	reg, err := newRegistry(c.plugins)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := Load(Source{Env: c.env, Files: files, Extra: c.extra, Environ: c.environ}, reg)
+	if err != nil {
+		return nil, err
+	}
+	if lookup(c.environ, "GOGC") == "" {
+		debug.SetGCPercent(cfg.Runtime.GCPercent)
+	}
+	return cfg, nil
+}
+
+// group makes a command that only holds subcommands: without one, it is
+// a usage error.
+func group(name, short string, subs ...*cobra.Command) *cobra.Command {
+	g := &cobra.Command{
+		Use:         name + " COMMAND",
+		Short:       short,
+		Annotations: map[string]string{groupAnnotation: "true"},
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			var names []string
+			for _, s := range cmd.Commands() {
+				names = append(names, s.Name())
+			}
+			return fmt.Errorf("%s needs a command: %s", cmd.CommandPath(), strings.Join(names, ", "))
+		},
+		RunE: func(*cobra.Command, []string) error { return nil }, // Args refuses every call
+	}
+	g.AddCommand(subs...)
+	return g
+}
+
+// serveCommand is `serve [--role all|api|worker|relay]`.
+func (c *cli) serveCommand() *cobra.Command {
+	role := ServeAll
+	cmd := c.command("serve", "run the HTTP API, the consumers and the outbox relay, or one of them", func(ctx context.Context, cfg *Resolved, _, stderr io.Writer) error {
+		p, err := New(ctx, cfg, cfg.Log.Logger(stderr), WithRole(role))
+		if err != nil {
+			return err
+		}
+		return p.Run(ctx)
+	})
+	cmd.Long = `Run the HTTP API, the consumers and the outbox relay (--role all, the
+default), or one of them: api serves the HTTP API, worker runs the
+plugins' handlers, relay moves the outbox to the broker.`
+	cmd.Flags().Var(&role, "role", "run `PART`: all (every part), api, worker or relay")
+	return cmd
+}
+
+// completionCommand is `completion bash|zsh|fish`: a script that completes
+// moenda's commands and flags in that shell.
+func completionCommand(root *cobra.Command) *cobra.Command {
+	shells := map[string]func(io.Writer) error{
+		"bash": func(w io.Writer) error { return root.GenBashCompletionV2(w, true) },
+		"zsh":  root.GenZshCompletion,
+		"fish": func(w io.Writer) error { return root.GenFishCompletion(w, true) },
+	}
+	return &cobra.Command{
+		Use:   "completion bash|zsh|fish",
+		Short: "print a script that completes moenda's commands and flags in that shell",
+		Long: `Print a script that completes moenda's commands and flags in that shell:
+  source <(moenda completion bash)
+  moenda completion zsh > "${fpath[1]}/_moenda"
+  moenda completion fish | source`,
+		ValidArgs: []string{"bash", "zsh", "fish"},
+		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := shells[args[0]](cmd.OutOrStdout()); err != nil {
+				return failure{err}
+			}
+			return nil
+		},
+	}
 }
 
 // health asks the serve process configured by cfg whether it is ready.
@@ -198,27 +280,6 @@ func health(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
 	}
 	_, err = stdout.Write(body)
 	return err
-}
-
-// serveCommand parses serve's own flags and returns the command.
-func serveCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
-	fl := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fl.SetOutput(io.Discard)
-	name := fl.String("role", string(ServeAll), "")
-	if err := fl.Parse(args); err != nil || fl.NArg() > 0 {
-		return nil, false
-	}
-	role, err := ParseServeRole(*name)
-	if err != nil {
-		return nil, false
-	}
-	return func(ctx context.Context, cfg *Resolved, _, stderr io.Writer) error {
-		p, err := New(ctx, cfg, cfg.Log.Logger(stderr), WithRole(role))
-		if err != nil {
-			return err
-		}
-		return p.Run(ctx)
-	}, true
 }
 
 func migrateUp(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {

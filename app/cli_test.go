@@ -3,11 +3,17 @@ package app
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/configs"
 )
 
 // run runs the command line as a user would and returns its exit code,
@@ -33,12 +39,16 @@ func TestMainFailsWithOneClearLine(t *testing.T) {
 		{"unknown environment", nil, []string{"--env", "prod", "serve"}, 1, `moenda: config: no environment "prod"`},
 		{"unknown command", nil, []string{"deploy"}, 2, `moenda: unknown command "deploy"`},
 		{"no command", nil, nil, 2, "moenda: no command given"},
-		{"flag after the command", nil, []string{"serve", "--env", "memory"}, 2, "moenda: flags go before the command: moenda --env ENV serve"},
+		{"unknown flag", nil, []string{"serve", "--fast"}, 2, "moenda: unknown flag: --fast"},
+		{"unknown subcommand", nil, []string{"outbox", "purge"}, 2, `moenda: unknown command "purge" for "moenda outbox"`},
+		{"group without its command", nil, []string{"migrate"}, 2, "moenda: moenda migrate needs a command: up"},
+		{"argument to a command that takes none", nil, []string{"health", "now"}, 2, `moenda: unknown command "now" for "moenda health"`},
 		{"faults against another machine", []string{"MOENDA_POSTGRES__URL=postgres://postgres@db.example.com:5432/moenda"}, []string{"faults", "--only", "T03"}, 1,
 			"moenda: faults: refuses to run against anything but this machine: postgres.url and amqp.url must name 127.0.0.1"},
 		{"faults with an unknown case", nil, []string{"faults", "--only", "T31"}, 1, `moenda: faults: no case "T31"; the cases are T01 to T30`},
-		{"faults with an unknown flag", nil, []string{"faults", "--fast"}, 2, "moenda: usage: moenda faults [--quick]"},
-		{"replay without a plugin", nil, []string{"replay"}, 2, "moenda: usage: moenda replay PLUGIN --from earliest|TIME"},
+		{"faults with an unknown flag", nil, []string{"faults", "--fast"}, 2, "moenda: unknown flag: --fast"},
+		{"replay without a plugin", nil, []string{"replay", "--from", "earliest"}, 2, "moenda: replay takes one PLUGIN, got 0 arguments"},
+		{"replay without --from", nil, []string{"replay", "analytics"}, 2, `moenda: required flag(s) "from" not set`},
 		{"replay from no time", nil, []string{"replay", "analytics", "--from", "yesterday"}, 1, `moenda: replay: --from must be earliest or an RFC 3339 time like 2026-11-30T00:00:00Z, got "yesterday"`},
 		{"replay without Kafka", nil, []string{"replay", "analytics", "--from", "earliest"}, 1, "moenda: replay reads the event log in Kafka, which this environment does not use: set analytics.kafka.enabled: true"},
 		{"replay of a plugin that is not replayable", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true"}, []string{"replay", "tarefas", "--from", "earliest"}, 1, `moenda: replay: "tarefas" is not an enabled replayable plugin (these are: analytics)`},
@@ -56,6 +66,9 @@ func TestMainFailsWithOneClearLine(t *testing.T) {
 			if tt.code == 1 && strings.Count(stderr, "\n") != 1 {
 				t.Errorf("want exactly one line, got:\n%s", stderr)
 			}
+			if tt.code == 2 && !strings.HasSuffix(stderr, " --help\"\n") {
+				t.Errorf("a usage error does not end pointing at the command's help:\n%s", stderr)
+			}
 		})
 	}
 }
@@ -67,12 +80,14 @@ func TestMainEnvironmentChoice(t *testing.T) {
 		args    []string
 		want    string
 	}{
-		{"default is local", nil, nil, "log.level = debug"},
-		{"MOENDA_ENV", []string{"MOENDA_ENV=memory"}, nil, "broker.kind = memory"},
-		{"--env wins over MOENDA_ENV", []string{"MOENDA_ENV=memory"}, []string{"--env", "compose"}, "postgres.url = postgres://moenda@postgres:5432/moenda"},
+		{"default is local", nil, []string{"config", "print"}, "log.level = debug"},
+		{"MOENDA_ENV", []string{"MOENDA_ENV=memory"}, []string{"config", "print"}, "broker.kind = memory"},
+		{"--env wins over MOENDA_ENV", []string{"MOENDA_ENV=memory"}, []string{"--env", "compose", "config", "print"}, "postgres.url = postgres://moenda@postgres:5432/moenda"},
+		{"--env after the command", nil, []string{"config", "print", "--env=memory"}, "broker.kind = memory"},
+		{"--env between the words of the command", nil, []string{"config", "--env", "memory", "print"}, "broker.kind = memory"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := run(t, tt.environ, append(tt.args, "config", "print")...)
+			code, stdout, stderr := run(t, tt.environ, tt.args...)
 			if code != 0 || !strings.Contains(stdout, tt.want) {
 				t.Fatalf("exit %d, stdout lacks %q:\n%s%s", code, tt.want, stdout, stderr)
 			}
@@ -108,18 +123,24 @@ func TestTopologyPrintNeedsNoService(t *testing.T) {
 func TestMigrateUpTwiceIsANoOp(t *testing.T) {
 	environ := []string{"MOENDA_POSTGRES__URL=" + testenv.EmptyPostgres(t).URL}
 	// The platform's migrations, and those of the plugins the test
-	// environment enables (tarefas).
-	platform, err := filepath.Glob("../migrations/*.sql")
+	// environment runs.
+	files, err := filepath.Glob("../migrations/*.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugins, err := filepath.Glob("../handlers/*/migrations/*.sql")
+	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: environ}, registry(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := append(platform, plugins...)
+	for _, set := range cfg.migrations() {
+		plugin, err := fs.Glob(set.Files, "*.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, plugin...)
+	}
 	if code, stdout, stderr := run(t, environ, "--env", "test", "migrate", "up"); code != 0 || !strings.Contains(stdout, fmt.Sprintf("%d applied", len(files))) {
-		t.Fatalf("first migrate up: exit %d\n%s%s", code, stdout, stderr)
+		t.Fatalf("first migrate up: exit %d, want %d applied\n%s%s", code, len(files), stdout, stderr)
 	}
 	if code, stdout, stderr := run(t, environ, "--env", "test", "migrate", "up"); code != 0 || !strings.Contains(stdout, "0 applied") {
 		t.Fatalf("second migrate up: exit %d\n%s%s", code, stdout, stderr)
@@ -154,5 +175,139 @@ func TestReplaceSectionKeepsTheRest(t *testing.T) {
 	}
 	if got := sectionOf(doc, scaleHeading); got != "" {
 		t.Fatalf("sectionOf a document without it = %q", got)
+	}
+}
+
+// A bad setting, to show that help and completion never load the
+// configuration.
+var badConfig = []string{"MOENDA_HTTP__ADR=x"}
+
+func TestConfigFlagsGoAnywhereAndRepeat(t *testing.T) {
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "first.yaml"), filepath.Join(dir, "second.yaml")
+	if err := os.WriteFile(first, []byte("log: {level: warn}\nhttp: {addr: 127.0.0.1:9001}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(second, []byte("http: {addr: 127.0.0.1:9002}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := run(t, nil, "config", "--config", first, "print", "--env", "memory", "--config="+second)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"broker.kind = memory", "log.level = warn", "http.addr = 127.0.0.1:9002"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("config print lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// commandTree walks the commands cobra knows, cobra's own help aside.
+func commandTree() []*cobra.Command {
+	var out []*cobra.Command
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		out = append(out, c)
+		for _, sub := range c.Commands() {
+			if sub.Name() != "help" {
+				walk(sub)
+			}
+		}
+	}
+	walk((&cli{}).commands())
+	return out
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range commandTree() {
+		path := strings.Fields(c.CommandPath())[1:]
+		t.Run(strings.Join(append([]string{"moenda"}, path...), " "), func(t *testing.T) {
+			code, stdout, stderr := run(t, badConfig, append(path, "--help")...)
+			if code != 0 || stderr != "" {
+				t.Fatalf("--help: exit %d\n%s", code, stderr)
+			}
+			about := c.Long
+			if about == "" {
+				about = c.Short
+			}
+			for _, want := range []string{"Usage:\n  " + c.UseLine(), about, "--env ENV"} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("--help lacks %q:\n%s", want, stdout)
+				}
+			}
+			if c.Short == "" {
+				t.Error("no short description")
+			}
+		})
+	}
+}
+
+// The README's "## Commands" block lists what a user can run: every
+// command cobra runs (groups only hold them), and nothing else.
+func TestReadmeListsTheCommands(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Commands\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Commands" section`)
+	}
+	_, block, _ := strings.Cut(section, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	listed := map[string]bool{}
+	// A command's line starts with two spaces, then its words, then its
+	// arguments (upper case) or flags, then two spaces and what it does.
+	word := regexp.MustCompile(`^[a-z]+$`)
+	for _, line := range strings.Split(block, "\n") {
+		usage, ok := strings.CutPrefix(line, "  ")
+		if !ok || strings.HasPrefix(usage, " ") {
+			continue
+		}
+		usage, _, _ = strings.Cut(usage, "  ")
+		var words []string
+		for _, w := range strings.Fields(usage) {
+			if !word.MatchString(w) {
+				break
+			}
+			words = append(words, w)
+		}
+		if len(words) > 0 {
+			listed[strings.Join(words, " ")] = true
+		}
+	}
+	known := map[string]bool{}
+	for _, c := range commandTree() {
+		if c.HasParent() && c.Annotations[groupAnnotation] == "" {
+			known[strings.TrimPrefix(c.CommandPath(), "moenda ")] = true
+		}
+	}
+	for name := range known {
+		if !listed[name] {
+			t.Errorf("README's Commands block does not list %q", name)
+		}
+	}
+	for name := range listed {
+		if !known[name] {
+			t.Errorf("README's Commands block lists %q, which is no command", name)
+		}
+	}
+}
+
+func TestCompletionScripts(t *testing.T) {
+	for shell, want := range map[string]string{
+		"bash": "# bash completion V2 for moenda",
+		"zsh":  "#compdef moenda",
+		"fish": "complete -c moenda",
+	} {
+		t.Run(shell, func(t *testing.T) {
+			code, stdout, stderr := run(t, badConfig, "completion", shell)
+			if code != 0 || !strings.Contains(stdout, want) || len(stdout) < 1000 {
+				t.Fatalf("completion %s: exit %d, %d bytes, want %q in it\n%s", shell, code, len(stdout), want, stderr)
+			}
+		})
+	}
+	if code, _, stderr := run(t, nil, "completion", "tcsh"); code != 2 || !strings.HasPrefix(stderr, `moenda: invalid argument "tcsh" for "moenda completion"`) {
+		t.Errorf("completion tcsh: exit %d\n%s", code, stderr)
 	}
 }

@@ -74,6 +74,9 @@ type Config struct {
 type Resolved struct {
 	*Config
 	plugins []enabledPlugin
+	// leftOut are the registered plugins the defaults leave out because
+	// they need PostgreSQL, which this environment does not have.
+	leftOut []string
 	// queues are the queues of every registered plugin, enabled or not.
 	queues map[string]bool
 }
@@ -198,6 +201,8 @@ func (c *Config) kafkaRelayGroup() string {
 
 // HandlersConfig picks the plugins; every other key is a plugin's section.
 type HandlersConfig struct {
+	// Enabled names the plugins that run; unset, every registered plugin
+	// runs but the opt-in ones and, without PostgreSQL, those that need it.
 	Enabled  []string       `koanf:"enabled"`
 	Sections map[string]any `koanf:",remain"`
 }
@@ -294,6 +299,17 @@ func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 	if err := decode(k.Raw(), cfg, ""); err != nil {
 		return nil, err
 	}
+	var leftOut []string
+	if cfg.Handlers.Enabled == nil {
+		run, out := reg.Defaults(cfg.Broker.Kind != BrokerMemory)
+		cfg.Handlers.Enabled = []string{}
+		for _, d := range run {
+			cfg.Handlers.Enabled = append(cfg.Handlers.Enabled, d.Name)
+		}
+		for _, d := range out {
+			leftOut = append(leftOut, d.Name)
+		}
+	}
 	plugins, err := cfg.validate(reg)
 	if err != nil {
 		return nil, err
@@ -305,7 +321,7 @@ func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 			queues[d.Queue(s)] = true
 		}
 	}
-	return &Resolved{Config: cfg, plugins: plugins, queues: queues}, nil
+	return &Resolved{Config: cfg, plugins: plugins, leftOut: leftOut, queues: queues}, nil
 }
 
 // envKey maps MOENDA_POSTGRES__URL to postgres.url. MOENDA_ENV chooses the

@@ -27,12 +27,30 @@ func registry(t *testing.T) *handlers.Registry {
 	return reg
 }
 
+// goldenPlugins are the plugins the goldens were written with: the seeds'.
+// The goldens pin the platform's configuration and these plugins'
+// sections; a plugin added to the binary runs by default, and its section
+// would otherwise change every golden (its own tests pin it).
+var goldenPlugins = []string{"tarefas", "notificacoes", "analytics", "car", "pedidos", "estoque", "analise", "locacoes", "credito", "emails"}
+
 // TestResolvedConfigGolden pins the resolved configuration of every
 // shipped environment; run with -update after changing configs/.
 func TestResolvedConfigGolden(t *testing.T) {
+	var defs []handlers.Definition
+	for _, name := range goldenPlugins {
+		d, ok := registry(t).Lookup(name)
+		if !ok {
+			t.Fatalf("no plugin %q", name)
+		}
+		defs = append(defs, d)
+	}
+	reg, err := handlers.NewRegistry(defs...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, env := range environments(configs.FS) {
 		t.Run(env, func(t *testing.T) {
-			cfg, err := Load(Source{Env: env, Files: configs.FS}, registry(t))
+			cfg, err := Load(Source{Env: env, Files: configs.FS}, reg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,9 +218,9 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", nil, "http:\n  adr: x\n", []string{"unknown key http.adr"}},
 		{"unknown key in a list item", nil, "topology:\n  exchanges:\n    - name: x\n      events: [a]\n      durable: true\n", []string{"unknown key topology.exchanges[0].durable"}},
 		{"unknown key in a plugin section", []string{"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URLL=x"}, "", []string{"unknown key handlers.notificacoes.webhook.urll"}},
-		{"section of no plugin", []string{"MOENDA_HANDLERS__NOPE__X=1"}, "", []string{`unknown key handlers.nope: no plugin is named "nope" (known: tarefas, notificacoes, analytics, car, pedidos, estoque, analise, locacoes, credito, emails, faultprobe)`}},
+		{"section of no plugin", []string{"MOENDA_HANDLERS__NOPE__X=1"}, "", []string{`unknown key handlers.nope: no plugin is named "nope" (known: tarefas, notificacoes, `}},
 		{"bad broker kind", []string{"MOENDA_BROKER__KIND=rabbit"}, "", []string{`broker.kind "rabbit" must be one of amqp, kafka, memory`}},
-		{"unknown plugin enabled", []string{"MOENDA_HANDLERS__ENABLED=tarefas,nope"}, "", []string{`handlers.enabled: unknown plugin "nope" (known: tarefas, notificacoes, analytics, car, pedidos, estoque, analise, locacoes, credito, emails, faultprobe)`}},
+		{"unknown plugin enabled", []string{"MOENDA_HANDLERS__ENABLED=tarefas,nope"}, "", []string{`handlers.enabled: unknown plugin "nope" (known: tarefas, notificacoes, `}},
 		{"webhook without url", []string{"MOENDA_HANDLERS__NOTIFICACOES__NOTIFIER=webhook"}, "", []string{`handlers.notificacoes.webhook.url "" must be an http(s) URL`}},
 		{"a duration that is not one", []string{"MOENDA_OUTBOX__POLL_INTERVAL=soon"}, "", []string{"outbox.poll_interval"}},
 		{"analytics on Kafka without an outbox", []string{"MOENDA_BROKER__KIND=memory", "MOENDA_ANALYTICS__KAFKA__ENABLED=true"}, "", []string{"analytics.kafka.enabled: the Kafka relay reads the PostgreSQL outbox"}},
@@ -324,15 +342,56 @@ func TestAListSettingLeavesThePluginDefaultsAlone(t *testing.T) {
 }
 
 // A plugin that keeps its state in PostgreSQL only is refused where there
-// is none, with the reason and the fix; the memory environment leaves the
-// shipped ones out.
+// is none when handlers.enabled names it, with the reason and the fix; by
+// default the registry leaves it out there.
 func TestMemoryRefusesPluginsThatNeedPostgres(t *testing.T) {
 	_, err := Load(Source{Env: "memory", Files: configs.FS, Environ: []string{"MOENDA_HANDLERS__ENABLED=tarefas,locacoes"}}, registry(t))
 	if err == nil || !strings.Contains(err.Error(), "plugin locacoes keeps its state in PostgreSQL, which broker.kind memory does not have; leave it out of handlers.enabled") {
 		t.Fatalf("locacoes in memory: %v", err)
 	}
-	if _, err := Load(Source{Env: "memory", Files: configs.FS}, registry(t)); err != nil {
+	cfg, err := Load(Source{Env: "memory", Files: configs.FS}, registry(t))
+	if err != nil {
 		t.Fatalf("the memory environment: %v", err)
+	}
+	if !slices.Equal(cfg.leftOut, []string{"locacoes", "credito"}) {
+		t.Errorf("left out in memory: %v, want [locacoes credito]", cfg.leftOut)
+	}
+}
+
+// Unset, handlers.enabled is every registered plugin but the opt-in ones
+// (and, without PostgreSQL, those that need it); set, it is what it names.
+func TestEnabledDefaultsToEveryPlugin(t *testing.T) {
+	plain := handlers.Define(handlers.Spec{Name: "plain"}, struct{}{}, func(struct{}, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
+	stateful := handlers.Define(handlers.Spec{Name: "stateful", NeedsPostgres: true}, struct{}{}, func(struct{}, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
+	optIn := handlers.Define(handlers.Spec{Name: "probe", OptIn: true}, struct{}{}, func(struct{}, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
+	reg, err := handlers.NewRegistry(plain, stateful, optIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		environ []string
+		want    []string
+		leftOut []string
+	}{
+		{"default", nil, []string{"plain", "stateful"}, nil},
+		{"default without PostgreSQL", []string{"MOENDA_BROKER__KIND=memory"}, []string{"plain"}, []string{"stateful"}},
+		{"named", []string{"MOENDA_HANDLERS__ENABLED=probe,plain"}, []string{"probe", "plain"}, nil},
+		{"none", []string{"MOENDA_HANDLERS__ENABLED="}, []string{}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Load(Source{Env: "x", Files: fstest.MapFS{"base.yaml": {}, "x.yaml": {}}, Environ: tt.environ}, reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range cfg.plugins {
+				got = append(got, p.def.Name)
+			}
+			if !slices.Equal(got, tt.want) || !slices.Equal(cfg.Handlers.Enabled, tt.want) || !slices.Equal(cfg.leftOut, tt.leftOut) {
+				t.Errorf("running %v (handlers.enabled %v), left out %v; want %v, left out %v", got, cfg.Handlers.Enabled, cfg.leftOut, tt.want, tt.leftOut)
+			}
+		})
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // counter; poison events go through the retry schedule to the dead-letter
 // queue; the checker finds the run clean.
 func TestFaultProbeUnderThePlatform(t *testing.T) {
-	reg, err := handlers.NewRegistry(append(shipped(), faultprobe.Plugin())...)
+	reg, err := handlers.NewRegistry(append(Shipped(), faultprobe.Plugin())...)
 	if err != nil {
 		t.Fatal(err)
 	}

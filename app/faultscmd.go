@@ -2,65 +2,50 @@ package app
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/moenda/moenda/app/faults"
 )
 
-// faultsCommand parses `faults`'s own flags and returns the command.
-func faultsCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
-	fl := flag.NewFlagSet("faults", flag.ContinueOnError)
-	fl.SetOutput(io.Discard)
-	quick := fl.Bool("quick", false, "")
-	only := fl.String("only", "", "")
-	seed := fl.Uint64("seed", 0, "")
-	markdown := fl.String("markdown", "", "")
-	asJSON := fl.String("json", "", "")
-	dir := fl.String("dir", "", "")
-	serveBin := fl.String("serve-bin", "", "")
-	if err := fl.Parse(args); err != nil || fl.NArg() > 0 {
-		return nil, false
-	}
-	return func(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
-		if cfg.Broker.Kind != BrokerAMQP {
-			return errors.New("faults: injects faults into PostgreSQL and RabbitMQ; run it in an environment with broker.kind amqp (local, compose)")
-		}
-		bin, err := serveBinary("faults", *serveBin)
+// faultsCommand is `faults [--quick] [--only T03,T11] [--seed N]
+// [--markdown FILE] [--json FILE] [--dir DIR]`.
+func (c *cli) faultsCommand() *cobra.Command {
+	t := &tool{name: "faults"}
+	var quick bool
+	var only string
+	var seed uint64
+	cmd := c.command("faults", "inject faults into the local PostgreSQL and RabbitMQ and check that nothing is lost or applied twice", func(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
+		bin, err := t.binary(cfg, "injects faults into PostgreSQL and RabbitMQ")
 		if err != nil {
 			return err
 		}
-		s := *seed
+		s := seed
 		if s == 0 {
 			s = uint64(time.Now().UnixNano())
 		}
 		var ids []string
-		if *only != "" {
-			ids = strings.Split(*only, ",")
+		if only != "" {
+			ids = strings.Split(only, ",")
 		}
-		if _, err := faults.Selected(*quick, ids); err != nil {
+		if _, err := faults.Selected(quick, ids); err != nil {
 			return err
 		}
-		keep := *dir
-		if keep == "" {
-			keep = filepath.Join(os.TempDir(), fmt.Sprintf("moenda-faults-%d", s))
-		}
-		results, err := faults.Run(ctx, faults.Options{Quick: *quick, Only: ids, Seed: s, ServeBin: bin,
-			PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.Nodes()[0], Dir: keep, Progress: stdout})
-		if *asJSON != "" {
-			if werr := writeFile(*asJSON, func(w io.Writer) error { return faults.WriteJSON(w, results) }); werr != nil {
+		results, err := faults.Run(ctx, faults.Options{Quick: quick, Only: ids, Seed: s, ServeBin: bin,
+			PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.Nodes()[0], Dir: t.keep(s), Progress: stdout})
+		if t.jsonFile != "" {
+			if werr := writeFile(t.jsonFile, func(w io.Writer) error { return faults.WriteJSON(w, results) }); werr != nil {
 				return werr
 			}
 		}
-		if *markdown != "" && err == nil {
-			cmd := "go run . faults --seed " + fmt.Sprint(s) + " --markdown " + filepath.Base(*markdown)
-			if werr := writeFile(*markdown, func(w io.Writer) error { return faults.WriteMarkdown(w, results, s, cmd) }); werr != nil {
+		if t.markdown != "" && err == nil {
+			cmd := "go run . faults --seed " + fmt.Sprint(s) + " --markdown " + filepath.Base(t.markdown)
+			if werr := writeFile(t.markdown, func(w io.Writer) error { return faults.WriteMarkdown(w, results, s, cmd) }); werr != nil {
 				return werr
 			}
 		}
@@ -80,5 +65,13 @@ func faultsCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdo
 			return fmt.Errorf("faults: %d case(s) failed; re-run them with --seed %d --only %s", sum.Failed, s, strings.Join(failed, ","))
 		}
 		return nil
-	}, true
+	})
+	cmd.Long = `Inject faults into the local PostgreSQL and RabbitMQ (it restarts and
+kills them) and check that nothing is lost or applied twice; --markdown
+writes RELIABILITY.md.`
+	t.flags(cmd, "write the report to `FILE` (RELIABILITY.md) when every case ran", true)
+	cmd.Flags().BoolVar(&quick, "quick", false, "run the quick set of cases only")
+	cmd.Flags().StringVar(&only, "only", "", "run only the cases `T03,T11` (comma-separated)")
+	cmd.Flags().Uint64Var(&seed, "seed", 0, "the random seed `N`, to repeat a run (default: the time)")
+	return cmd
 }

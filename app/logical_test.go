@@ -56,8 +56,10 @@ func TestTarefasOverTheLogicalReaderAlone(t *testing.T) {
 }
 
 func TestOutboxSlotsUsage(t *testing.T) {
-	code, _, errOut := run(t, nil, "outbox", "slots", "--drop")
-	if code != 2 || !strings.Contains(errOut, "usage: moenda outbox slots [--drop NAME]") {
-		t.Fatalf("outbox slots --drop without a name = %d %s", code, errOut)
+	for _, args := range [][]string{{"--drop"}, {"--drop", ""}} {
+		code, _, errOut := run(t, nil, append([]string{"outbox", "slots"}, args...)...)
+		if code != 2 || !strings.Contains(errOut, "--drop") || !strings.HasSuffix(errOut, "moenda: see \"moenda outbox slots --help\"\n") {
+			t.Fatalf("outbox slots %q = %d %s", args, code, errOut)
+		}
 	}
 }

@@ -7,17 +7,17 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/app/internal/lembretes"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/lembretes"
 )
 
-// A plugin that lives in its folder alone (app/internal/lembretes: a
+// A plugin that lives in its folder alone (handlers/lembretes: a
 // table, a configuration section, its exchange, an HTTP route and a
 // subscription) runs on RabbitMQ and in memory with the shipped configs/
 // and migrations/ as they are: registering it and enabling it is all.
 func TestAPluginIsOneFolder(t *testing.T) {
-	reg, err := handlers.NewRegistry(append(shipped(), lembretes.Plugin())...)
+	reg, err := handlers.NewRegistry(append(Shipped(), lembretes.Plugin())...)
 	if err != nil {
 		t.Fatal(err)
 	}

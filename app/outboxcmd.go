@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/moenda/moenda/adapters/outbox"
 )
 
@@ -135,17 +137,23 @@ func countRows(n int) string {
 	return fmt.Sprintf("%d rows", n)
 }
 
-// slotsCommand parses `moenda outbox slots [--drop NAME]`.
-func slotsCommand(args []string) (func(context.Context, *Resolved, io.Writer, io.Writer) error, bool) {
-	switch {
-	case len(args) == 0:
-		return outboxSlots, true
-	case len(args) == 2 && args[0] == "--drop" && args[1] != "":
-		return func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
-			return dropSlot(ctx, cfg, args[1], stdout, stderr)
-		}, true
+// slotsCommand is `outbox slots [--drop NAME]`.
+func (c *cli) slotsCommand() *cobra.Command {
+	var drop string
+	cmd := c.command("slots", "list the logical relays' replication slots, with the WAL each keeps; --drop drops a retired one", func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+		if drop != "" {
+			return dropSlot(ctx, cfg, drop, stdout, stderr)
+		}
+		return outboxSlots(ctx, cfg, stdout, stderr)
+	})
+	cmd.Flags().StringVar(&drop, "drop", "", "drop the retired replication slot `NAME`")
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if cmd.Flags().Changed("drop") && drop == "" {
+			return errors.New("outbox slots --drop needs a slot NAME")
+		}
+		return cobra.NoArgs(cmd, args)
 	}
-	return nil, false
+	return cmd
 }
 
 // outboxSlots runs `moenda outbox slots`: the logical relays' replication

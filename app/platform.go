@@ -71,6 +71,9 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 	for _, o := range opts {
 		o(p)
 	}
+	for _, name := range cfg.leftOut {
+		logger.Info("plugin left out: it keeps its state in PostgreSQL, which broker.kind memory does not have", "plugin", name)
+	}
 	if p.role != ServeAll && cfg.Broker.Kind == BrokerMemory {
 		return nil, fmt.Errorf("serve --role %s: broker.kind memory keeps events inside one process; run --role all, or choose an environment with a shared broker (broker.kind amqp or kafka)", p.role)
 	}

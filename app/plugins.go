@@ -1,6 +1,8 @@
 package app
 
 import (
+	"slices"
+
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/analise"
 	"github.com/moenda/moenda/handlers/analytics"
@@ -15,17 +17,23 @@ import (
 	"github.com/moenda/moenda/handlers/tarefas"
 )
 
-// Plugins is the registry of every plugin this binary carries. Which of
-// them run is chosen per environment by handlers.enabled. The fault
-// suite's probe is carried for `moenda faults`, whose serve processes
-// enable it alone; no environment does.
+// Plugins is the registry of moenda's own binary: the shipped plugins and
+// the fault probe.
 func Plugins() (*handlers.Registry, error) {
-	return handlers.NewRegistry(append(shipped(), faultprobe.Plugin())...)
+	return newRegistry(Shipped())
 }
 
-// shipped lists the plugins: a new plugin is one folder under handlers/
-// and one line here.
-func shipped() []handlers.Definition {
+// newRegistry holds defs and the fault suite's probe. The probe is
+// opt-in: carried by every binary, so that `moenda faults` can run it
+// alone in its serve processes, and run by no environment.
+func newRegistry(defs []handlers.Definition) (*handlers.Registry, error) {
+	return handlers.NewRegistry(append(slices.Clip(defs), faultprobe.Plugin())...)
+}
+
+// Shipped lists the plugins moenda ships: a new plugin is one folder under
+// handlers/ and one line here. A team's own binary passes them, or not,
+// beside its own (WithPlugins).
+func Shipped() []handlers.Definition {
 	return []handlers.Definition{
 		tarefas.Plugin(),
 		notificacoes.Plugin(),

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/moenda/moenda/adapters/outbox"
@@ -23,24 +23,26 @@ import (
 	"github.com/moenda/moenda/handlers"
 )
 
-// replayCommand parses `replay PLUGIN --from earliest|TIME`.
-func replayCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return nil, false
-	}
-	fl := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fl.SetOutput(io.Discard)
-	fromText := fl.String("from", "", "")
-	if err := fl.Parse(args[1:]); err != nil || fl.NArg() > 0 {
-		return nil, false
-	}
-	return func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
-		from, err := parseFrom(*fromText)
+// replayCommand is `replay PLUGIN --from earliest|TIME`.
+func (c *cli) replayCommand() *cobra.Command {
+	var plugin, fromText string
+	cmd := c.command("replay PLUGIN", "rebuild what a replayable plugin derived from events, reading them again from Kafka", func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+		from, err := parseFrom(fromText)
 		if err != nil {
 			return err
 		}
-		return rebuild(ctx, cfg, args[0], from, stdout, stderr)
-	}, true
+		return rebuild(ctx, cfg, plugin, from, stdout, stderr)
+	})
+	cmd.Args = func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return fmt.Errorf("replay takes one PLUGIN, got %d arguments", len(args))
+		}
+		plugin = args[0]
+		return nil
+	}
+	cmd.Flags().StringVar(&fromText, "from", "", "read the events from `earliest|TIME` (TIME in RFC 3339, like 2026-11-30T00:00:00Z)")
+	_ = cmd.MarkFlagRequired("from") // the flag exists
+	return cmd
 }
 
 // parseFrom reads --from: earliest (the zero time) or an RFC 3339 time.

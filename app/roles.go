@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // ServeRole is the part of moenda a serve process runs (serve --role):
@@ -49,3 +51,20 @@ func (r ServeRole) relay() bool  { return r == ServeAll || r == ServeRelay }
 func WithRole(role ServeRole) Option {
 	return func(p *Platform) { p.role = role }
 }
+
+var _ pflag.Value = (*ServeRole)(nil)
+
+// Set reads the role from serve's --role flag.
+func (r *ServeRole) Set(s string) error {
+	role, err := ParseServeRole(s)
+	if err != nil {
+		return err
+	}
+	*r = role
+	return nil
+}
+
+func (r *ServeRole) String() string { return string(*r) }
+
+// Type names the flag's value in serve's help.
+func (r *ServeRole) Type() string { return "role" }

@@ -181,7 +181,7 @@ func tarefasAcrossThreeProcesses(t *testing.T, environ ...string) {
 func TestServeRoleIsCheckedBeforeConnecting(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := Main(context.Background(), []string{"serve", "--role", "boss"}, nil, io.Discard, &stderr); code != 2 ||
-		!strings.Contains(stderr.String(), "--role all|api|worker|relay") {
+		!strings.Contains(stderr.String(), `serve --role "boss": choose one of all, api, worker, relay`) {
 		t.Fatalf("serve --role boss: exit %d, %q", code, stderr.String())
 	}
 	stderr.Reset()

@@ -5,13 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/moenda/moenda/app/bench/scale"
 )
@@ -20,35 +19,20 @@ import (
 // `bench --markdown` keeps it.
 const scaleHeading = "## Scale-out"
 
-// scaleCommand parses `bench scale`'s own flags and returns the command.
-func scaleCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error, bool) {
-	fl := flag.NewFlagSet("bench scale", flag.ContinueOnError)
-	fl.SetOutput(io.Discard)
-	markdown := fl.String("markdown", "", "")
-	asJSON := fl.String("json", "", "")
-	dir := fl.String("dir", "", "")
-	serveBin := fl.String("serve-bin", "", "")
-	if err := fl.Parse(args); err != nil || fl.NArg() > 0 {
-		return nil, false
-	}
-	return func(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
-		if cfg.Broker.Kind != BrokerAMQP {
-			return errors.New("bench scale: runs serve processes on PostgreSQL and RabbitMQ; run it in an environment with broker.kind amqp (local)")
-		}
-		bin, err := serveBinary("bench scale", *serveBin)
+// scaleCommand is `bench scale [--markdown FILE] [--json FILE] [--dir DIR]`.
+func (c *cli) scaleCommand() *cobra.Command {
+	t := &tool{name: "bench scale"}
+	cmd := c.command("scale", "measure api, relay and 1 then 3 worker processes, and their exits on SIGTERM under load", func(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
+		bin, err := t.binary(cfg, "runs serve processes on PostgreSQL and RabbitMQ")
 		if err != nil {
 			return err
 		}
-		keep := *dir
-		if keep == "" {
-			keep = filepath.Join(os.TempDir(), fmt.Sprintf("moenda-scale-%d", time.Now().Unix()))
-		}
-		res, err := scale.Run(ctx, scale.Options{ServeBin: bin, PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.Nodes()[0], Dir: keep, Progress: stdout})
+		res, err := scale.Run(ctx, scale.Options{ServeBin: bin, PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.Nodes()[0], Dir: t.keep(time.Now().Unix()), Progress: stdout})
 		if err != nil {
 			return err
 		}
-		if *asJSON != "" {
-			if err := writeFile(*asJSON, func(w io.Writer) error {
+		if t.jsonFile != "" {
+			if err := writeFile(t.jsonFile, func(w io.Writer) error {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
 				return enc.Encode(res)
@@ -60,12 +44,12 @@ func scaleCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 		if err := scale.Markdown(&section, res, "go run . bench scale --markdown BENCHMARKS.md"); err != nil {
 			return err
 		}
-		if *markdown != "" {
-			old, err := os.ReadFile(*markdown)
+		if t.markdown != "" {
+			old, err := os.ReadFile(t.markdown)
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
-			if err := os.WriteFile(*markdown, []byte(replaceSection(string(old), scaleHeading, section.String())), 0o644); err != nil {
+			if err := os.WriteFile(t.markdown, []byte(replaceSection(string(old), scaleHeading, section.String())), 0o644); err != nil {
 				return err
 			}
 		}
@@ -76,7 +60,9 @@ func scaleCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 			return errors.New("bench scale: the run lost events, applied some twice, or failed; see above")
 		}
 		return nil
-	}, true
+	})
+	t.flags(cmd, "rewrite the Scale-out section of `FILE` (BENCHMARKS.md)", true)
+	return cmd
 }
 
 // replaceSection returns doc with the section that heading opens (up to

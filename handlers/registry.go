@@ -154,8 +154,13 @@ type Spec struct {
 	// platform's tokens are on (auth.enabled).
 	RouteAuth RouteAuth
 	// NeedsPostgres says the plugin keeps its state in PostgreSQL only, so
-	// an environment without it (broker.kind memory) cannot run it.
+	// an environment without it (broker.kind memory) cannot run it: the
+	// registry leaves it out of the defaults there.
 	NeedsPostgres bool
+	// OptIn plugins are carried but run only where handlers.enabled names
+	// them: a tool's probe, an example. Every other registered plugin runs
+	// by default.
+	OptIn bool
 	// Replayable plugins read the event log: when analytics.kafka.enabled
 	// is set, their subscriptions consume Kafka in one consumer group named
 	// after the plugin, and `moenda replay <plugin>` rebuilds what they
@@ -329,6 +334,23 @@ func (r *Registry) Lookup(name string) (Definition, bool) {
 		return Definition{}, false
 	}
 	return r.defs[i], true
+}
+
+// Defaults are the plugins that run where handlers.enabled is not set:
+// every registered plugin but the opt-in ones, in registration order.
+// Without PostgreSQL, those that need it are left out, and returned apart
+// so the caller can say so.
+func (r *Registry) Defaults(withPostgres bool) (run, leftOut []Definition) {
+	for _, d := range r.defs {
+		switch {
+		case d.OptIn:
+		case d.NeedsPostgres && !withPostgres:
+			leftOut = append(leftOut, d)
+		default:
+			run = append(run, d)
+		}
+	}
+	return run, leftOut
 }
 
 // Select returns the enabled plugins, in the order given; an unknown name

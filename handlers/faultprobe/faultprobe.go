@@ -80,6 +80,7 @@ func Plugin() handlers.Definition {
 		},
 		Migrations:    handlers.MigrationsDir(migrationFiles, "migrations"),
 		NeedsPostgres: true,
+		OptIn:         true, // `moenda faults` enables it alone; no environment runs it
 	}, struct{}{}, build)
 }
 

@@ -1,8 +1,10 @@
-// Package lembretes is a plugin that lives in this folder alone: its
-// table (migrations/), its configuration section with Go defaults, the
-// exchange its event goes to, an HTTP route, and a subscription. The
+// Package lembretes is the example plugin, living in this folder alone:
+// its table (migrations/), its configuration section with Go defaults,
+// the exchange its event goes to, an HTTP route, and a subscription. The
 // platform's tests run it, on RabbitMQ and in memory, to show that adding a
-// plugin needs no edit to migrations/ or configs/.
+// plugin needs no edit to migrations/ or configs/. No shipped binary
+// carries it, and where one is registered it runs only when
+// handlers.enabled names it (OptIn).
 package lembretes
 
 import (
@@ -53,6 +55,7 @@ func Plugin() handlers.Definition {
 			{Name: "criados", Events: []string{"lembrete.criado"}, Handles: []string{EventCriado}},
 		},
 		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
+		OptIn:      true,
 	}, Config{Marca: "visto"}, build)
 }
 
