@@ -74,6 +74,10 @@ func writeFile(path string, write func(io.Writer) error) error {
 	return f.Close()
 }
 
+// keptHeadings open the sections of BENCHMARKS.md that `bench --markdown`
+// keeps: `bench scale`'s, and the design measurements written by hand.
+var keptHeadings = []string{scaleHeading, "## Design measurements"}
+
 // benchCommand is `bench [--quick] [--json] [--markdown FILE]`, with
 // `bench scale` under it.
 func (c *cli) benchCommand() *cobra.Command {
@@ -100,17 +104,20 @@ func (c *cli) benchCommand() *cobra.Command {
 			return runErr
 		}
 		if t.markdown != "" {
-			// The scale-out section comes from its own command: keep it.
+			// The scale-out section comes from its own command, and the
+			// design measurements are written by hand: keep them.
 			old, _ := os.ReadFile(t.markdown)
-			scale := sectionOf(string(old), scaleHeading)
 			rerun := "go run . bench --markdown " + filepath.Base(t.markdown)
 			if err := writeFile(t.markdown, func(w io.Writer) error {
 				if err := res.WriteMarkdown(w, rerun); err != nil {
 					return err
 				}
-				if scale != "" {
-					_, err := io.WriteString(w, "\n"+scale)
-					return err
+				for _, heading := range keptHeadings {
+					if kept := sectionOf(string(old), heading); kept != "" {
+						if _, err := io.WriteString(w, "\n"+kept); err != nil {
+							return err
+						}
+					}
 				}
 				return nil
 			}); err != nil {
@@ -122,7 +129,7 @@ func (c *cli) benchCommand() *cobra.Command {
 		}
 		return res.WriteTable(stdout)
 	})
-	t.flags(cmd, "write the results to `FILE` (BENCHMARKS.md), keeping its Scale-out section", false)
+	t.flags(cmd, "write the results to `FILE` (BENCHMARKS.md), keeping its Scale-out and Design measurements sections", false)
 	cmd.Flags().BoolVar(&quick, "quick", false, "a shorter run, with fewer rows")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON instead of a table")
 	cmd.AddCommand(c.scaleCommand())
