@@ -133,8 +133,9 @@ type RuntimeConfig struct {
 	// GCPercent is the garbage collector's target (GOGC), applied unless
 	// the GOGC variable is set. Each event allocates its envelope a few
 	// times over; at the default 100 the collector ran often enough to cost
-	// 7 % of the outbox write rate at 16 writers (bench: 0.84 against 0.91
-	// of the raw ceiling at 400), for a few tens of MiB more heap.
+	// a visible share of the outbox write rate, which a higher target buys
+	// back for a little more heap (see BENCHMARKS.md, "Go runtime: the
+	// collector's target").
 	GCPercent int `koanf:"gc_percent"`
 }
 
@@ -166,16 +167,6 @@ func (c *Config) usesKafka() bool {
 	return c.Broker.Kind == BrokerKafka || c.Analytics.Kafka.Enabled
 }
 
-// rabbitMQMessageBytes is the largest message RabbitMQ takes by default
-// (max_message_size: 16 MiB since RabbitMQ 4.0; 3.x took 128 MiB). A
-// larger one closes the publishing channel, which the relay cannot tell
-// from a transient failure.
-const rabbitMQMessageBytes = 16 << 20
-
-// kafkaRecordMargin is what a Kafka record holds beyond event.Size: its
-// key, the framing of its fields and headers.
-const kafkaRecordMargin = 1 << 10
-
 // maxEventBytes is the largest event the outbox takes: outbox.max_event_bytes,
 // or when that is 0 the least of what the configured brokers take
 // (kafka.max_record_bytes less the record's framing when anything
@@ -187,10 +178,10 @@ func (c *Config) maxEventBytes() int {
 	}
 	limit := 0
 	if c.Broker.Kind == BrokerAMQP {
-		limit = rabbitMQMessageBytes
+		limit = amqp.MaxMessageBytes
 	}
 	if c.usesKafka() {
-		if k := c.Kafka.MaxRecordBytes - kafkaRecordMargin; limit == 0 || k < limit {
+		if k := c.Kafka.MaxEventBytes(); limit == 0 || k < limit {
 			limit = k
 		}
 	}
@@ -435,9 +426,9 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 		}
 	}
 	add(c.Outbox.Validate())
-	if c.usesKafka() && c.Outbox.MaxEventBytes > c.Kafka.MaxRecordBytes-kafkaRecordMargin {
+	if c.usesKafka() && c.Outbox.MaxEventBytes > c.Kafka.MaxEventBytes() {
 		add(fmt.Errorf("outbox.max_event_bytes %d is more than a Kafka record of kafka.max_record_bytes %d holds (%d, less its framing): the Kafka relay would park such events; lower it, or raise kafka.max_record_bytes with the brokers' limit",
-			c.Outbox.MaxEventBytes, c.Kafka.MaxRecordBytes, c.Kafka.MaxRecordBytes-kafkaRecordMargin))
+			c.Outbox.MaxEventBytes, c.Kafka.MaxRecordBytes, c.Kafka.MaxEventBytes()))
 	}
 	add(c.Inbox.validate())
 	add(c.Router.Validate())

@@ -11,11 +11,11 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/app/faults"
-	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/app/harness"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // The fault suite's consumer, run by the platform: good events published
@@ -23,29 +23,29 @@ import (
 // counter; poison events go through the retry schedule to the dead-letter
 // queue; the checker finds the run clean.
 func TestFaultProbeUnderThePlatform(t *testing.T) {
-	reg, err := handlers.NewRegistry(append(shipped(), probe.Plugin())...)
+	reg, err := handlers.NewRegistry(append(shipped(), faultprobe.Plugin())...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
 	p := startWith(t, reg, configs.FS, "test", "MOENDA_POSTGRES__URL="+db.URL, "MOENDA_AMQP__URL="+vhost.URL, "MOENDA_HANDLERS__ENABLED=faultprobe")
-	dead := testenv.Consume(t, vhost.URL, "faultprobe.efeitos.dlq")
+	dead := testenv.Consume(t, vhost.URL, faultprobe.Queue+".dlq")
 
 	// No aggregate: a RabbitMQ queue's messages are handled prefetch at a
 	// time, in no promised order (amqp.prefetch).
-	var history []faults.Op
+	var history []harness.Op
 	for seq := range 20 {
-		kind, body := faults.Good, probe.Payload{Writer: 1, Seq: seq}
+		kind, body := harness.Good, faultprobe.Payload{Writer: 1, Seq: seq}
 		if seq%10 == 9 {
-			kind, body.Poison = faults.Poison, true
+			kind, body.Poison = harness.Poison, true
 		}
-		id := faults.EventID("probe-test", 1, seq)
-		op := faults.Op{Outcome: faults.Invoked, Writer: 1, Seq: seq, EventID: id, Kind: kind, Aggregate: body.Aggregate, At: time.Now()}
+		id := harness.EventID("probe-test", 1, seq)
+		op := harness.Op{Outcome: harness.Invoked, Writer: 1, Seq: seq, EventID: id, Kind: kind, Aggregate: body.Aggregate, At: time.Now()}
 		history = append(history, op)
 		code, answer := call(t, "POST", p.base+"/v1/events",
 			fmt.Sprintf(`{"event_id":%q,"event_name":%q,"source":"faults","payload":{"writer":1,"seq":%d,"aggregate":%q,"poison":%t}}`,
-				id, probe.Event, seq, body.Aggregate, body.Poison))
-		op.Outcome = faults.OK
+				id, faultprobe.Event, seq, body.Aggregate, body.Poison))
+		op.Outcome = harness.OK
 		if code != http.StatusAccepted {
 			t.Fatalf("POST /v1/events = %d %v", code, answer)
 		}
@@ -55,16 +55,16 @@ func TestFaultProbeUnderThePlatform(t *testing.T) {
 
 	seen := observeProbe(t, db.Pool, dead())
 	seen.Drained = true
-	if r := faults.Check(history, seen); !r.Valid || r.Confirmed != 20 {
+	if r := harness.Check(history, seen); !r.Valid || r.Confirmed != 20 {
 		t.Fatalf("%+v", r)
 	}
 }
 
 // observeProbe reads what the probe applied and the dead letters drained.
-func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) faults.Observed {
+func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) harness.Observed {
 	t.Helper()
 	ctx := context.Background()
-	seen := faults.Observed{Business: map[string]bool{}}
+	seen := harness.Observed{Business: map[string]bool{}}
 	rows, err := pool.Query(ctx, `SELECT uuid FROM watermill_outbox`)
 	if err != nil {
 		t.Fatal(err)
@@ -76,23 +76,23 @@ func observeProbe(t *testing.T, pool *pgxpool.Pool, dead []amqp091.Delivery) fau
 		}
 		seen.Business[id] = true
 	}
-	rows, err = pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_efeitos`)
+	rows, err = pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_effects`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var e faults.Effect
+		var e harness.Effect
 		if err := rows.Scan(&e.EventID, &e.AppliedAt); err != nil {
 			t.Fatal(err)
 		}
 		seen.Effects = append(seen.Effects, e)
 	}
-	if err := pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_contador`).Scan(&seen.Counter); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_counter`).Scan(&seen.Counter); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range dead {
 		h := func(k string) string { v, _ := d.Headers[k].(string); return v }
-		seen.DeadLetters = append(seen.DeadLetters, faults.DeadLetter{EventID: d.MessageId, Reason: h(event.HeaderReason), Attempts: h(event.HeaderAttempts)})
+		seen.DeadLetters = append(seen.DeadLetters, harness.DeadLetter{EventID: d.MessageId, Reason: h(event.HeaderReason), Attempts: h(event.HeaderAttempts)})
 	}
 	return seen
 }

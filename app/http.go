@@ -168,8 +168,8 @@ func (p *Platform) probeReadiness(ctx context.Context) readyAnswer {
 	if p.pool != nil {
 		check("postgres", p.pool.Ping(ctx))
 	}
-	if p.broker.ready != nil { // an api process talks to no broker
-		check("broker", p.broker.ready(ctx))
+	if p.broker != nil { // an api process talks to no broker
+		check("broker", p.broker.Ready(ctx))
 	}
 	status, code := "ready", http.StatusOK
 	// A broker alarm stalls the relay, not the API: commits go on into

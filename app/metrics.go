@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/transport"
 )
 
 // MetricsConfig sets the Prometheus endpoint, GET /metrics.
@@ -112,31 +112,26 @@ func methodLabel(method string) string {
 
 // poll reads the gauges that cost a query every interval until ctx ends.
 func (p *Platform) pollMetrics(ctx context.Context) {
-	var depths *amqp.DepthReader
 	// The queues' depths are the workers' to report: an api process talks
-	// to no broker.
-	if p.cfg.Broker.Kind == BrokerAMQP && p.role.worker() {
-		var err error
-		if depths, err = amqp.NewDepthReader(p.cfg.AMQP.Nodes()); err != nil {
-			p.logger.Warn("metrics: the queues' depths will not be read", "error", err)
-		} else {
-			defer depths.Close()
-		}
-	}
+	// to no broker, and some brokers count no depths.
+	depths := p.role.worker() && p.broker != nil
 	dlqs, alternates := p.watchedQueues()
 	watched := append(slices.Clone(dlqs), slices.Collect(maps.Values(alternates))...)
 	tick := time.NewTicker(p.cfg.Metrics.PollInterval)
 	defer tick.Stop()
 	for {
 		var errs []error
-		if depths != nil {
-			got, err := depths.Depths(watched)
-			errs = append(errs, err)
-			for _, q := range dlqs {
-				p.metrics.depth.WithLabelValues(q).Set(float64(got[q]))
-			}
-			for x, q := range alternates {
-				p.metrics.unrouted.WithLabelValues(x).Set(float64(got[q]))
+		if depths {
+			got, err := p.broker.Depths(ctx, watched)
+			depths = !errors.Is(err, transport.ErrNoDepths)
+			if depths {
+				errs = append(errs, err)
+				for _, q := range dlqs {
+					p.metrics.depth.WithLabelValues(q).Set(float64(got[q]))
+				}
+				for x, q := range alternates {
+					p.metrics.unrouted.WithLabelValues(x).Set(float64(got[q]))
+				}
 			}
 		}
 		for _, r := range p.relays {

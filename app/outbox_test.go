@@ -46,7 +46,7 @@ func TestAdminOutboxParkedAndRepublish(t *testing.T) {
 	// Without the tarefas plugin, no exchange carries tarefa.concluida.
 	before := start(t, "test", append(environ, "MOENDA_HANDLERS__ENABLED=pedidos")...)
 	lost := writeUnchecked(t, before.pool, "tarefa.concluida.v1")[0]
-	before.wakeRelays()
+	before.out.Committed()
 	var body map[string]any
 	testenv.Eventually(t, 10*time.Second, "the row parked", func() bool {
 		var code int
@@ -114,7 +114,7 @@ func TestServePrunesPublishedOutboxRows(t *testing.T) {
 		e := writeUnchecked(t, p.pool, "tarefa.concluida.v1")[0]
 		ids[e.ID] = true
 	}
-	p.wakeRelays()
+	p.out.Committed()
 	testenv.Eventually(t, 15*time.Second, "the published rows pruned", func() bool {
 		var n int
 		if err := p.pool.QueryRow(context.Background(), `SELECT count(*) FROM watermill_outbox`).Scan(&n); err != nil {

@@ -8,8 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/moenda/moenda/adapters/amqp"
-	"github.com/moenda/moenda/adapters/kafka"
 	"github.com/moenda/moenda/adapters/outbox"
 )
 
@@ -69,53 +67,32 @@ func outboxRepublish(ctx context.Context, cfg *Resolved, stdout, stderr io.Write
 
 // openOutbox connects to the outbox of cfg, as serve does (migrations
 // applied), without a broker.
-func openOutbox(ctx context.Context, cfg *Resolved, stderr io.Writer) (*Platform, error) {
+func openOutbox(ctx context.Context, cfg *Resolved, stderr io.Writer) (*resources, error) {
 	if cfg.Broker.Kind == BrokerMemory {
 		return nil, errors.New("outbox: this environment keeps its events in memory (broker.kind memory); there is no outbox, and nothing is parked")
 	}
-	p := &Platform{cfg: cfg, logger: cfg.Log.Logger(stderr)}
-	var err error
-	if p.top, err = cfg.BuildTopology(); err == nil {
-		err = p.connectPostgres(ctx)
-	}
-	if err != nil {
-		return nil, errors.Join(err, p.Close())
-	}
-	return p, nil
+	return openResources(ctx, cfg, cfg.Log.Logger(stderr))
 }
 
 // republishDestinations makes a destination for each relay serve runs
-// with cfg, keyed by its consumer group: RabbitMQ, with the topology
+// with cfg, keyed by its consumer group, with the broker's topology
 // declared first (the configuration that now routes a parked row may add
-// an exchange serve has not declared yet), and Kafka when that relay is
-// on. Kafka is connected on first use, so only a parked row of the Kafka
-// relay needs it reachable.
-func (p *Platform) republishDestinations(ctx context.Context) (map[string]outbox.Destination, error) {
-	cfg := p.cfg
-	dests := map[string]outbox.Destination{}
-	if cfg.Broker.Kind == BrokerAMQP {
-		declared, err := cfg.RabbitTopology()
-		if err != nil {
-			return nil, err
-		}
-		if err := amqp.Declare(ctx, cfg.AMQP.Nodes(), declared); err != nil {
-			return nil, err
-		}
-		dest, err := amqp.NewBatchPublisher(cfg.AMQP.Nodes(), "moenda outbox republish", cfg.Outbox.ConfirmWindow, p.top)
-		if err != nil {
-			return nil, err
-		}
-		p.closers = append(p.closers, dest.Close)
-		dests[cfg.Outbox.ConsumerGroup] = dest
+// an exchange serve has not declared yet). Each connects on first use, so
+// only a parked row of the Kafka relay needs Kafka reachable.
+func (r *resources) republishDestinations(ctx context.Context) (map[string]outbox.Destination, error) {
+	if err := r.connectTransports(); err != nil {
+		return nil, err
 	}
-	if cfg.usesKafka() {
-		queues, _ := p.kafkaReaders()
-		dest, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda outbox republish", p.logger)
+	if err := r.broker.Declare(ctx); err != nil {
+		return nil, err
+	}
+	dests := map[string]outbox.Destination{}
+	for _, t := range r.relayTargets() {
+		dest, err := t.transport.Destination("moenda outbox republish")
 		if err != nil {
 			return nil, err
 		}
-		p.closers = append(p.closers, dest.Close)
-		dests[cfg.kafkaRelayGroup()] = dest
+		dests[t.group] = dest
 	}
 	return dests, nil
 }

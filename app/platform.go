@@ -7,12 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -20,32 +18,27 @@ import (
 	"github.com/moenda/moenda/adapters/memory"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
-	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/adapters/transport"
 	"github.com/moenda/moenda/handlers"
-	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/router"
 )
 
-// Platform is moenda assembled from a Config: the HTTP server, the router
-// running plugin handlers, the outbox relay, and the connections
-// they share.
+// Platform is serve: the HTTP server, the router running plugin
+// handlers, the outbox relays and the background loops, over the
+// resources they share.
 type Platform struct {
-	cfg    *Resolved
-	logger *slog.Logger
-	role   ServeRole
-	top    *topology.Topology
-	pool   *pgxpool.Pool // nil with the memory broker
-	broker broker
-	tx     handlers.Transactor
-	inbox  inbox
-	stats  *router.Stats
+	*resources
+	role  ServeRole
+	tx    handlers.Transactor
+	inbox inbox
+	// out is the outbox the transactor writes, nil with the memory broker;
+	// its commits wake the relays.
+	out   *outbox.Outbox
+	stats *router.Stats
 	// metrics is nil unless metrics.enabled.
 	metrics *metrics
 	// tracer is nil unless tracing.exporter asks for spans.
 	tracer trace.Tracer
-	// stream is Kafka beside RabbitMQ (analytics.kafka.enabled), where
-	// replayable plugins read; nil otherwise.
-	stream *broker
 	router *message.Router // nil unless the role runs handlers
 	// relays move outbox rows to RabbitMQ, Kafka, or both; none with the
 	// memory broker.
@@ -54,22 +47,13 @@ type Platform struct {
 	// notifier wakes polling relays in other processes; nil when the
 	// relays stream, or this process writes no events.
 	notifier *outbox.Notifier
-	// publishing says why RabbitMQ blocks the relay's publishing (an
-	// alarm), or ""; nil without a RabbitMQ relay.
+	// publishing says why the broker blocks the relay's publishing (a
+	// RabbitMQ alarm), or ""; nil without a relay to the broker.
 	publishing func() string
 	// ready shares and keeps the answers of /readyz.
 	ready    readiness
 	listener net.Listener
 	server   *http.Server
-	closers  []func() error
-}
-
-// broker is what the platform needs of a transport.
-type broker struct {
-	subscriber message.Subscriber // topic = queue name
-	sink       router.Sink
-	ready      func(context.Context) error
-	close      func() error
 }
 
 // inbox is the record of processed events, in PostgreSQL or in memory.
@@ -78,120 +62,20 @@ type inbox interface {
 	PruneInbox(ctx context.Context, cutoff time.Time, batch int) (int, error)
 }
 
-// BuildTopology derives the broker layout from the configuration and the
-// enabled plugins, without connecting to anything.
-func (c *Resolved) BuildTopology() (*topology.Topology, error) {
-	return c.buildTopology(func(enabledPlugin) bool { return true })
-}
-
-// RabbitTopology is the part of the layout declared on RabbitMQ: all of
-// it, except, when replayable plugins read Kafka (analytics.kafka.enabled),
-// their queues, which nobody would consume there.
-func (c *Resolved) RabbitTopology() (*topology.Topology, error) {
-	return c.buildTopology(func(p enabledPlugin) bool { return !c.Analytics.Kafka.Enabled || !p.def.Replayable })
-}
-
-// buildTopology derives the layout with the subscriptions of the plugins
-// include accepts.
-func (c *Resolved) buildTopology(include func(enabledPlugin) bool) (*topology.Topology, error) {
-	var subs []topology.Subscription
-	included := map[string]bool{}
-	for _, p := range c.plugins {
-		if !include(p) {
-			continue
-		}
-		for _, s := range p.def.Subscriptions {
-			subs = append(subs, topology.Subscription{Queue: p.def.Queue(s), Patterns: s.Events})
-			included[p.def.Queue(s)] = true
-		}
-	}
-	cfg := c.routedByPlugins()
-	// The settings of a queue this layout leaves out (its plugin is not
-	// enabled, or reads Kafka) wait for the day it is in; a queue no
-	// registered plugin has stays an error, as a misspelling.
-	cfg.Subscriptions = slices.DeleteFunc(slices.Clone(cfg.Subscriptions), func(o topology.SubscriptionConfig) bool {
-		return c.queues[o.Queue] && !included[o.Queue]
-	})
-	top, err := topology.Build(cfg, subs)
-	if err != nil {
-		return nil, fmt.Errorf("topology: %w", err)
-	}
-	var errs []error
-	for _, p := range c.plugins {
-		for _, name := range p.def.Publishes {
-			n, _ := event.ParseName(name) // checked by the registry
-			if _, err := top.ExchangeFor(n.Base); err != nil {
-				errs = append(errs, fmt.Errorf("topology: plugin %s publishes %s: %w", p.def.Name, name, err))
-			}
-		}
-	}
-	for _, p := range c.plugins {
-		for _, s := range p.def.Subscriptions {
-			q := p.def.Queue(s)
-			pol, _ := top.Policy(q)
-			if path := redeliveryPath(pol); c.Inbox.Retention <= path {
-				errs = append(errs, fmt.Errorf("inbox.retention (%s) must be longer than the retry schedule of queue %s (%s), or a late redelivery would run its handler again", c.Inbox.Retention, q, path))
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return top, nil
-}
-
-// routedByPlugins is the topology configuration with each enabled
-// plugin's published events routed to the plugin's exchange, where the
-// configuration routes them nowhere: configuration overrides a plugin's
-// default, and an exchange the configuration does not list is added.
-func (c *Resolved) routedByPlugins() topology.Config {
-	cfg := c.Topology
-	cfg.Exchanges = slices.Clone(cfg.Exchanges)
-	for i := range cfg.Exchanges {
-		cfg.Exchanges[i].Events = slices.Clone(cfg.Exchanges[i].Events)
-	}
-	for _, p := range c.plugins {
-		if p.def.Exchange == "" {
-			continue
-		}
-		for _, name := range p.def.Publishes {
-			n, _ := event.ParseName(name) // checked by the registry
-			if slices.ContainsFunc(cfg.Exchanges, func(x topology.ExchangeConfig) bool {
-				return slices.ContainsFunc(x.Events, func(pattern string) bool { return topology.Match(pattern, n.Base) })
-			}) {
-				continue
-			}
-			i := slices.IndexFunc(cfg.Exchanges, func(x topology.ExchangeConfig) bool { return x.Name == p.def.Exchange })
-			if i < 0 {
-				cfg.Exchanges = append(cfg.Exchanges, topology.ExchangeConfig{Name: p.def.Exchange})
-				i = len(cfg.Exchanges) - 1
-			}
-			cfg.Exchanges[i].Events = append(cfg.Exchanges[i].Events, n.Base)
-		}
-	}
-	return cfg
-}
-
-// redeliveryPath is how long a message may take through its retries.
-func redeliveryPath(pol topology.Policy) time.Duration {
-	var d time.Duration
-	for _, delay := range pol.Delays {
-		d += delay
-	}
-	return d + time.Duration(pol.Attempts())*(pol.ImmediateInterval<<pol.ImmediateRetries)
-}
-
 // New connects everything the configuration asks for, as far as the
 // role (WithRole; all by default) needs it: PostgreSQL (with migrations
 // applied), the broker (with the topology declared), the plugins, the
 // router and the HTTP listener. Nothing is consumed or served until Run.
 func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option) (_ *Platform, err error) {
-	p := &Platform{cfg: cfg, logger: logger, role: ServeAll}
+	p := &Platform{role: ServeAll}
 	for _, o := range opts {
 		o(p)
 	}
 	if p.role != ServeAll && cfg.Broker.Kind == BrokerMemory {
 		return nil, fmt.Errorf("serve --role %s: broker.kind memory keeps events inside one process; run --role all, or choose an environment with a shared broker (broker.kind amqp or kafka)", p.role)
+	}
+	if p.resources, err = openResources(ctx, cfg, logger); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -201,33 +85,11 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 	if err = p.startTracing(ctx); err != nil {
 		return nil, err
 	}
-	wlog := watermill.NewSlogLogger(logger)
-	if p.top, err = cfg.BuildTopology(); err != nil {
+	if err = p.connectBrokers(ctx); err != nil {
 		return nil, err
 	}
-	routable := p.top.Routable
-
-	switch cfg.Broker.Kind {
-	case BrokerAMQP, BrokerKafka:
-		if err = p.connectPostgres(ctx); err != nil {
-			return nil, err
-		}
-		if err = p.connectBrokers(ctx); err != nil {
-			return nil, err
-		}
-		if err = p.makeNotifier(ctx); err != nil {
-			return nil, err
-		}
-		txr := postgres.NewTransactor(p.pool, outbox.New(routable, wlog).Limit(cfg.maxEventBytes()), p.wakeRelays)
-		p.tx, p.inbox = txr, txr
-	case BrokerMemory:
-		b := memory.NewBroker(p.top, cfg.Router.CloseTimeout, wlog)
-		p.broker = broker{subscriber: b.Subscriber, sink: b, ready: func(context.Context) error { return nil }, close: b.Close}
-		p.closers = append(p.closers, p.broker.close)
-		txr := memory.NewTransactor(b.Publisher, routable)
-		p.tx, p.inbox = txr, txr
-	default:
-		return nil, fmt.Errorf("broker.kind %q is not supported", cfg.Broker.Kind)
+	if err = p.makeTransactor(ctx); err != nil {
+		return nil, err
 	}
 
 	deps := handlers.Deps{Logger: logger, Tx: p.tx}
@@ -260,12 +122,16 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 	}
 	p.stats = router.NewStats(cfg.Metrics.Enabled)
 	if p.role.worker() {
-		if p.router, err = router.New(cfg.Router, wlog); err != nil {
+		if p.router, err = router.New(cfg.Router, watermill.NewSlogLogger(logger)); err != nil {
 			return nil, err
 		}
-		router.AddRoutes(p.router, router.Deps{Subscriber: p.broker.subscriber, Sink: p.broker.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer, MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, routes)
+		if err = p.addRoutes(p.broker, routes); err != nil {
+			return nil, err
+		}
 		if p.stream != nil {
-			router.AddRoutes(p.router, router.Deps{Subscriber: p.stream.subscriber, Sink: p.stream.sink, Inbox: p.inbox, Stats: p.stats, Logger: logger, Tracer: p.tracer, MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, streamRoutes)
+			if err = p.addRoutes(p.stream, streamRoutes); err != nil {
+				return nil, err
+			}
 		}
 	}
 
@@ -294,6 +160,58 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	return p, nil
+}
+
+// makeTransactor makes the units of work the plugins write through: in
+// PostgreSQL with the outbox, whose commits wake the relays (this
+// process's at once, others' through the notifier), or, with the memory
+// broker, in memory, publishing as each commits.
+func (p *Platform) makeTransactor(ctx context.Context) error {
+	if p.pool == nil {
+		dest, err := p.broker.Destination("moenda")
+		if err != nil {
+			return err
+		}
+		txr := memory.NewTransactor(committedTo{dest}, p.top.Routable)
+		p.tx, p.inbox = txr, txr
+		return nil
+	}
+	if err := p.makeNotifier(ctx); err != nil {
+		return err
+	}
+	p.out = outbox.New(p.top.Routable, watermill.NewSlogLogger(p.logger)).Limit(p.cfg.maxEventBytes())
+	for _, r := range p.relays {
+		p.out.Wakes(r)
+	}
+	if p.notifier != nil {
+		p.out.NotifiesThrough(p.notifier)
+	}
+	txr := postgres.NewTransactor(p.pool, p.out)
+	p.tx, p.inbox = txr, txr
+	return nil
+}
+
+// addRoutes runs routes on the router, reading from t.
+func (p *Platform) addRoutes(t transport.Transport, routes []router.Route) error {
+	c, err := t.Consumer()
+	if err != nil {
+		return err
+	}
+	router.AddRoutes(p.router, router.Deps{Subscriber: c.Subscriber, Sink: c.Sink, Inbox: p.inbox, Stats: p.stats, Logger: p.logger, Tracer: p.tracer,
+		MaxMessageBytes: p.cfg.Router.MaxMessageBytes}, routes)
+	return nil
+}
+
+// committedTo is the memory transactor's publisher: a unit's events go
+// to dest once it commits.
+type committedTo struct{ transport.Destination }
+
+func (c committedTo) Publish(key string, msgs ...*message.Message) error {
+	keys := make([]string, len(msgs))
+	for i := range keys {
+		keys[i] = key
+	}
+	return c.PublishBatch(context.Background(), keys, msgs)
 }
 
 // Addr is the address the HTTP server listens on.
@@ -410,14 +328,4 @@ func (p *Platform) Running() <-chan struct{} {
 		return done
 	}
 	return p.router.Running()
-}
-
-// Close releases connections in the reverse order they were opened.
-func (p *Platform) Close() error {
-	var errs []error
-	for i := len(p.closers) - 1; i >= 0; i-- {
-		errs = append(errs, p.closers[i]())
-	}
-	p.closers = nil
-	return errors.Join(errs...)
 }

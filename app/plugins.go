@@ -1,7 +1,6 @@
 package app
 
 import (
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/analise"
 	"github.com/moenda/moenda/handlers/analytics"
@@ -9,6 +8,7 @@ import (
 	"github.com/moenda/moenda/handlers/credito"
 	"github.com/moenda/moenda/handlers/emails"
 	"github.com/moenda/moenda/handlers/estoque"
+	"github.com/moenda/moenda/handlers/faultprobe"
 	"github.com/moenda/moenda/handlers/locacoes"
 	"github.com/moenda/moenda/handlers/notificacoes"
 	"github.com/moenda/moenda/handlers/pedidos"
@@ -20,7 +20,7 @@ import (
 // suite's probe is carried for `moenda faults`, whose serve processes
 // enable it alone; no environment does.
 func Plugins() (*handlers.Registry, error) {
-	return handlers.NewRegistry(append(shipped(), probe.Plugin())...)
+	return handlers.NewRegistry(append(shipped(), faultprobe.Plugin())...)
 }
 
 // shipped lists the plugins: a new plugin is one folder under handlers/

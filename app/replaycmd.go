@@ -16,7 +16,6 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/moenda/moenda/adapters/kafka"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/postgres"
@@ -76,36 +75,31 @@ func rebuild(ctx context.Context, cfg *Resolved, name string, from time.Time, st
 	ep := cfg.plugins[i]
 	logger := cfg.Log.Logger(stderr)
 	wlog := watermill.NewSlogLogger(logger)
-	p := &Platform{cfg: cfg, logger: logger}
-	defer func() { err = errors.Join(err, p.Close()) }()
-	if p.top, err = cfg.BuildTopology(); err != nil {
+	r, err := openResources(ctx, cfg, logger)
+	if err != nil {
 		return err
 	}
-	if err = p.connectPostgres(ctx); err != nil {
+	defer func() { err = errors.Join(err, r.Close()) }()
+	if err = r.connectTransports(); err != nil {
 		return err
 	}
-	txr := postgres.NewTransactor(p.pool, outbox.New(p.top.Routable, wlog).Limit(cfg.maxEventBytes()), p.wakeRelays)
+	txr := postgres.NewTransactor(r.pool, outbox.New(r.top.Routable, wlog).Limit(cfg.maxEventBytes()))
 	built, err := ep.def.Build(ep.cfg, handlers.Deps{Logger: logger, Tx: txr})
 	if err != nil {
 		return err
 	}
 	if built.Close != nil {
-		p.closers = append(p.closers, built.Close)
+		r.onClose(built.Close)
 	}
-	var queues []string
-	for _, s := range ep.def.Subscriptions {
-		queues = append(queues, ep.def.Queue(s))
-	}
-	if err = p.fillEmbedded(ctx, queues); err != nil {
+	if err = r.fillEmbedded(ctx); err != nil {
 		return err
 	}
-	failures, err := kafka.NewProducer(cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda replay failures", logger)
+	failures, err := r.kafka().Consumer()
 	if err != nil {
 		return err
 	}
-	p.closers = append(p.closers, failures.Close)
 
-	run, err := replay.Start(ctx, replay.Deps{Kafka: cfg.Kafka, Topology: p.top, Store: txr, Sink: failures, Logger: logger}, ep.def, built, from)
+	run, err := replay.Start(ctx, replay.Deps{Kafka: cfg.Kafka, Topology: r.top, Store: txr, Sink: failures.Sink, Logger: logger}, ep.def, built, from)
 	if err != nil {
 		return err
 	}
@@ -127,26 +121,27 @@ func rebuild(ctx context.Context, cfg *Resolved, name string, from time.Time, st
 // fillEmbedded relays the outbox into an embedded cluster this process
 // had to start (no serve process runs one), so the replay has a log to
 // read; it returns once the relay has caught up, and leaves it running.
-func (p *Platform) fillEmbedded(ctx context.Context, queues []string) error {
-	started, err := p.startEmbeddedKafka(ctx)
-	if err != nil || !started {
+func (r *resources) fillEmbedded(ctx context.Context) error {
+	if err := r.startEmbeddedKafka(ctx); err != nil || !r.embeddedStarted {
 		return err
 	}
-	dest, err := kafka.NewProducer(p.cfg.Kafka, p.top, kafka.Topics(p.top, queues), "moenda outbox relay", p.logger)
+	dest, err := r.kafka().Destination("moenda outbox relay")
 	if err != nil {
 		return err
 	}
-	p.closers = append(p.closers, dest.Close)
-	if err := p.addRelay(ctx, dest, p.cfg.kafkaRelayGroup()); err != nil {
+	cfg := r.cfg.Outbox
+	cfg.ConsumerGroup = r.cfg.kafkaRelayGroup()
+	relay, err := outbox.NewRelay(r.pool, dest, r.top.Routable, cfg, r.logger)
+	if err != nil {
 		return err
 	}
 	relayCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
-	go func() { _ = p.relays[0].Run(relayCtx); close(done) }()
-	p.closers = append(p.closers, func() error { stop(); <-done; return nil })
-	p.logger.Info("replay: filling the embedded cluster from the outbox")
+	go func() { _ = relay.Run(relayCtx); close(done) }()
+	r.onClose(func() error { stop(); <-done; return nil })
+	r.logger.Info("replay: filling the embedded cluster from the outbox")
 	return poll.Until(ctx, time.Hour, "the outbox to be relayed into the embedded cluster", func() (bool, error) {
-		return outbox.CaughtUp(ctx, p.pool, p.cfg.kafkaRelayGroup())
+		return outbox.CaughtUp(ctx, r.pool, cfg.ConsumerGroup)
 	})
 }
 

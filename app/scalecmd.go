@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moenda/moenda/app/faults"
+	"github.com/moenda/moenda/app/bench/scale"
 )
 
 // scaleHeading opens the section `bench scale` writes in BENCHMARKS.md;
@@ -43,7 +43,7 @@ func scaleCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 		if keep == "" {
 			keep = filepath.Join(os.TempDir(), fmt.Sprintf("moenda-scale-%d", time.Now().Unix()))
 		}
-		res, err := faults.Scale(ctx, faults.Options{Seed: 1, ServeBin: bin, PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.Nodes()[0], Dir: keep, Progress: stdout})
+		res, err := scale.Run(ctx, scale.Options{ServeBin: bin, PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.Nodes()[0], Dir: keep, Progress: stdout})
 		if err != nil {
 			return err
 		}
@@ -57,7 +57,7 @@ func scaleCommand(args []string) (func(ctx context.Context, cfg *Resolved, stdou
 			}
 		}
 		var section bytes.Buffer
-		if err := faults.ScaleMarkdown(&section, res, "go run . bench scale --markdown BENCHMARKS.md"); err != nil {
+		if err := scale.Markdown(&section, res, "go run . bench scale --markdown BENCHMARKS.md"); err != nil {
 			return err
 		}
 		if *markdown != "" {

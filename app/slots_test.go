@@ -18,7 +18,7 @@ func TestSlotsPastTheirSizeAreWarnedAbout(t *testing.T) {
 	logs := &syncBuffer{}
 	cfg := &Resolved{Config: &Config{}}
 	cfg.Outbox.SlotWarnSize = 1 << 20
-	p := &Platform{cfg: cfg, logger: slog.New(slog.NewTextHandler(logs, nil)), metrics: newMetrics()}
+	p := &Platform{resources: &resources{cfg: cfg, logger: slog.New(slog.NewTextHandler(logs, nil))}, metrics: newMetrics()}
 	warned := map[string]time.Time{}
 	big := outbox.Slot{Name: "moenda_db__moenda_relay", ConsumerGroup: "moenda-relay", RetainedBytes: 3 << 20, LagBytes: 2 << 20, WALStatus: "reserved"}
 	small := outbox.Slot{Name: "moenda_db__moenda_relay_kafka", ConsumerGroup: "moenda-relay-kafka", RetainedBytes: 1 << 10, WALStatus: "reserved"}

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"slices"
 	"sync"
@@ -23,6 +22,12 @@ import (
 	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
 )
+
+// MaxMessageBytes is the largest message RabbitMQ takes by default
+// (max_message_size: 16 MiB since RabbitMQ 4.0; 3.x took 128 MiB). A
+// larger one closes the publishing channel, which the relay cannot tell
+// from a transient failure.
+const MaxMessageBytes = 16 << 20
 
 // Config is what YAML sets for RabbitMQ.
 type Config struct {
@@ -80,42 +85,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Broker holds the connections to RabbitMQ and what is built on them.
-type Broker struct {
-	probe    *probe
-	failures *BatchPublisher
-	// Subscriber consumes with topic = queue name.
-	Subscriber *Subscriber
-	// Sink publishes the copies of failed messages.
-	Sink FailureSink
-}
-
-// Connect makes the consumer, the failure publisher and the readiness
-// probe, each with its own connection to one of cfg's nodes; each
-// (re)connects by itself when its node goes away. closeTimeout bounds how
-// long the consumer lets the messages in hand finish once it is closed
-// (NewSubscriber).
-func Connect(cfg Config, top *topology.Topology, closeTimeout time.Duration, logger *slog.Logger) (*Broker, error) {
-	probeNodes, err := newNodes(cfg.Nodes())
-	if err != nil {
-		return nil, fmt.Errorf("amqp: %w", err)
-	}
-	sub, err := NewSubscriber(cfg.Nodes(), cfg.Prefetch, closeTimeout, logger)
-	if err != nil {
-		return nil, err
-	}
-	failures, err := NewBatchPublisher(cfg.Nodes(), "moenda failures", 1, top)
-	if err != nil {
-		return nil, errors.Join(err, sub.Close())
-	}
-	return &Broker{
-		probe:      &probe{nodes: probeNodes},
-		failures:   failures,
-		Subscriber: sub,
-		Sink:       FailureSink{pub: failures, top: top},
-	}, nil
-}
-
 // FailureSink publishes the copies the router makes of failed messages,
 // each confirmed by the broker: to a queue's retry queue through the
 // default exchange (the retry queue's TTL then dead-letters it back to the
@@ -138,13 +107,6 @@ func (s FailureSink) DeadLetter(ctx context.Context, queue string, msg *message.
 	}
 	return s.pub.PublishTo(ctx, pol.DeadLetterExchange, queue, msg)
 }
-
-// Ready reports whether RabbitMQ answers, dialling within ctx. It asks on
-// a connection of its own, kept open from call to call and dialled again
-// only once the broker closed it: watermill-amqp's IsConnected races with
-// its reconnect loop (upstream ThreeDotsLabs/watermill#693), and the
-// pub/sub connections reconnect by themselves once the broker is back.
-func (b *Broker) Ready(ctx context.Context) error { return b.probe.check(ctx) }
 
 // probe keeps one idle connection and redials it when it is gone.
 type probe struct {
@@ -177,9 +139,4 @@ func (p *probe) close() error {
 		return nil
 	}
 	return p.conn.Close()
-}
-
-// Close closes the subscriber, the failure publisher and the probe.
-func (b *Broker) Close() error {
-	return errors.Join(b.Subscriber.Close(), b.failures.Close(), b.probe.close())
 }

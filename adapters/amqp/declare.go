@@ -133,37 +133,7 @@ func retyped(q topology.Queue, err error) error {
 		"or move its messages out first, e.g. with a shovel, and back once it is declared; or set queue_type back to %s: %w", q.Name, had, want, had, err)
 }
 
-// ExistingQueues returns those of names that exist on the broker: a queue
-// the configuration no longer declares is not deleted by moenda, and goes
-// on receiving what its bindings route to it. It asks the first of urls
-// that answers.
-func ExistingQueues(urls []string, names []string) ([]string, error) {
-	conn, err := dialOnce(context.Background(), urls)
-	if err != nil {
-		return nil, fmt.Errorf("amqp: connect to look for queues: %w", err)
-	}
-	defer conn.Close()
-	var out []string
-	for _, name := range names {
-		ch, err := conn.Channel() // a missing queue closes the channel it was asked on
-		if err != nil {
-			return nil, fmt.Errorf("amqp: open channel: %w", err)
-		}
-		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		var aerr *amqp091.Error
-		switch {
-		case err == nil:
-			out = append(out, name)
-			_ = ch.Close()
-		case errors.As(err, &aerr) && aerr.Code == amqp091.NotFound:
-		default:
-			return nil, fmt.Errorf("amqp: look for queue %q: %w", name, err)
-		}
-	}
-	return out, nil
-}
-
-// dialOnce opens the topology connection of Declare and ExistingQueues, to
+// dialOnce opens the topology connection of Declare, to
 // the first of urls that answers.
 func dialOnce(ctx context.Context, urls []string) (*amqp091.Connection, error) {
 	n, err := newNodes(urls)

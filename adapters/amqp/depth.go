@@ -68,12 +68,16 @@ func (d *DepthReader) Depths(names []string) (map[string]int, error) {
 	return out, nil
 }
 
-// Close closes the reader's connection.
+// Close closes the reader's connection; one the broker closed already is
+// no error.
 func (d *DepthReader) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.conn == nil {
+	if d.conn == nil || d.conn.IsClosed() {
 		return nil
 	}
-	return d.conn.Close()
+	if err := d.conn.Close(); !errors.Is(err, amqp091.ErrClosed) {
+		return err
+	}
+	return nil
 }

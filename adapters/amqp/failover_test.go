@@ -13,6 +13,7 @@ import (
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/adapters/transport"
 )
 
 // loadTopology is one exchange carrying load.# to one queue, which dead
@@ -55,39 +56,38 @@ func (s *Subscriber) connectedNode() string {
 }
 
 // TestEveryClientWorksOnTheSecondNode: with a first node that refuses
-// connections, Declare, ExistingQueues, the Subscriber, the BatchPublisher,
-// the failure sink, the readiness probe and the DepthReader all work on
-// the second.
+// connections, every part of the Transport (Declare, the Subscriber, the
+// destination, the failure sink, the readiness probe and the depths) works
+// on the second.
 func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 	ctx := context.Background()
 	vhost := testenv.RabbitMQ(t)
 	urls := []string{deadURL(t, vhost.URL), vhost.URL}
 	top, q := loadTopology(t)
 
-	if err := Declare(ctx, urls, top); err != nil {
-		t.Fatalf("Declare: %v", err)
-	}
-	left, err := ExistingQueues(urls, []string{q, "missing"})
-	if err != nil || !slices.Equal(left, []string{q}) {
-		t.Fatalf("ExistingQueues = %v, %v; want [%s]", left, err, q)
-	}
-	b, err := Connect(Config{URLs: urls, Prefetch: 10}, top, 5*time.Second, testenv.Logger())
+	tr, err := NewTransport(Config{URLs: urls, Prefetch: 10}, transport.Settings{Topology: top, CloseTimeout: 5 * time.Second, ConfirmWindow: 8, Logger: testenv.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	if err := b.Ready(context.Background()); err != nil {
+	t.Cleanup(func() { _ = tr.Close() })
+	if err := tr.Declare(ctx); err != nil {
+		t.Fatalf("Declare: %v", err)
+	}
+	if err := tr.Ready(ctx); err != nil {
 		t.Fatalf("Ready: %v", err)
 	}
-	out, err := b.Subscriber.Subscribe(ctx, q)
+	c, err := tr.Consumer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Subscriber.Subscribe(ctx, q)
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
-	pub, err := NewBatchPublisher(urls, "moenda test relay", 8, top)
+	pub, err := tr.Destination("moenda test relay")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = pub.Close() })
 	topics, msgs := newMessages(10)
 	if err := pub.PublishBatch(ctx, topics, msgs); err != nil {
 		t.Fatalf("PublishBatch: %v", err)
@@ -104,22 +104,20 @@ func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 			t.Fatalf("message %s published and never consumed", m.UUID)
 		}
 	}
-	if got := b.Subscriber.connectedNode(); got != vhost.URL {
+	if got := c.Subscriber.(*Subscriber).connectedNode(); got != vhost.URL {
 		t.Fatalf("subscriber on %q, want the second node", got)
 	}
 
-	if err := b.Sink.DeadLetter(ctx, q, message.NewMessage(watermill.NewUUID(), []byte(`{}`))); err != nil {
+	if err := c.Sink.DeadLetter(ctx, q, message.NewMessage(watermill.NewUUID(), []byte(`{}`))); err != nil {
 		t.Fatalf("DeadLetter: %v", err)
 	}
-	depths, err := NewDepthReader(urls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = depths.Close() })
 	testenv.Eventually(t, 10*time.Second, "the dead letter in "+q+".dlq", func() bool {
-		got, err := depths.Depths([]string{q + ".dlq"})
+		got, err := tr.Depths(ctx, []string{q + ".dlq", "missing"})
 		if err != nil {
 			t.Fatalf("Depths: %v", err)
+		}
+		if _, ok := got["missing"]; ok {
+			t.Fatalf("Depths = %v: a queue that does not exist is left out", got)
 		}
 		return got[q+".dlq"] == 1
 	})

@@ -13,6 +13,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/redact"
+	"github.com/moenda/moenda/adapters/transport"
 )
 
 // Reconnect backoff and dial timeout of the Subscriber.
@@ -98,8 +99,8 @@ func NewSubscriber(urls []string, prefetch int, closeTimeout time.Duration, logg
 		logger = slog.New(slog.DiscardHandler)
 	}
 	life, stop := context.WithCancel(context.Background())
-	window := closeTimeout / 10
-	return &Subscriber{nodes: n, prefetch: prefetch, logger: logger, grace: closeTimeout - window, answerWindow: window, life: life, stop: stop}, nil
+	grace := transport.Grace(closeTimeout)
+	return &Subscriber{nodes: n, prefetch: prefetch, logger: logger, grace: grace, answerWindow: closeTimeout - grace, life: life, stop: stop}, nil
 }
 
 // Subscribe consumes queue, which must already be declared, until ctx ends

@@ -120,8 +120,9 @@ func (c Config) Sarama(clientID string) *sarama.Config {
 	sc.Consumer.Offsets.AutoCommit.Interval = time.Second
 	// A queue's topics are read by one group member each (watermill-kafka
 	// subscribes per topic), so each join rebalances the others; members
-	// notice at their next heartbeat, and at the default 3 s a queue took
-	// several seconds to start reading.
+	// notice at their next heartbeat, and at sarama's default a queue was
+	// slow to start reading (see BENCHMARKS.md, "Kafka: the consumer
+	// group's heartbeat").
 	sc.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 	return sc
 }

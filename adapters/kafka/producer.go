@@ -198,15 +198,20 @@ func (p *Producer) DeadLetter(ctx context.Context, queue string, msg *message.Me
 // later), for sarama's size estimate.
 const recordVersion = 2
 
-// recordBatchMargin is what a broker counts beyond a record's own size
-// against its limit: the record batch holding it.
-const recordBatchMargin = 1 << 10
+// recordMargin is what a record holds beyond its body and headers (its
+// key, the framing of its fields), and again what a broker counts beyond a
+// record's own size against its limit (the record batch holding it).
+const recordMargin = 1 << 10
+
+// MaxEventBytes is the largest event (as event.Size counts it) a record
+// of c.MaxRecordBytes holds with its framing.
+func (c Config) MaxEventBytes() int { return c.MaxRecordBytes - recordMargin }
 
 // recordLimit is the largest a failure copy may be, as sarama estimates
 // a record's size: a broker whose message.max.bytes is
 // kafka.max_record_bytes takes it in a batch of its own.
 func (p *Producer) recordLimit() int {
-	return p.cfg.MaxRecordBytes - recordBatchMargin
+	return p.cfg.MaxRecordBytes - recordMargin
 }
 
 // record is msg as a Kafka record stamped at: the envelope as value, the
@@ -318,3 +323,6 @@ func createTopics(client sarama.Client, cfg Config, topics []string) error {
 	}
 	return nil
 }
+
+// Blocked is "": Kafka has no broker-wide alarm that holds a producer back.
+func (p *Producer) Blocked() string { return "" }

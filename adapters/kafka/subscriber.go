@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/adapters/transport"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -67,7 +68,7 @@ func NewSubscriber(cfg Config, top *topology.Topology, group func(queue string) 
 	if closeTimeout <= 0 {
 		return nil, fmt.Errorf("kafka subscriber: the close timeout must be positive, got %s", closeTimeout)
 	}
-	return &Subscriber{cfg: cfg, top: top, group: group, logger: logger, grace: closeTimeout - closeTimeout/10, closing: make(chan struct{})}, nil
+	return &Subscriber{cfg: cfg, top: top, group: group, logger: logger, grace: transport.Grace(closeTimeout), closing: make(chan struct{})}, nil
 }
 
 // source is one topic a queue reads, and what becomes of its records.

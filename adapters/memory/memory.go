@@ -20,6 +20,7 @@ import (
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/adapters/transport"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -43,7 +44,7 @@ type Broker struct {
 func NewBroker(top *topology.Topology, closeTimeout time.Duration, logger watermill.LoggerAdapter) *Broker {
 	ch := gochannel.NewGoChannel(gochannel.Config{Persistent: true, OutputChannelBuffer: 64}, logger)
 	b := &Broker{ch: ch, top: top}
-	b.Subscriber = &subscriber{b: b, grace: closeTimeout - closeTimeout/10, closing: make(chan struct{})}
+	b.Subscriber = &subscriber{b: b, grace: transport.Grace(closeTimeout), closing: make(chan struct{})}
 	b.Publisher = exchangePublisher{b: b}
 	return b
 }

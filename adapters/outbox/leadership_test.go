@@ -333,11 +333,11 @@ func TestAPositionNeverMovesBackwards(t *testing.T) {
 		// A first batch goes through, and is recorded: a logical relay
 		// also takes a sample of the position to move to later.
 		s.commitBulk(t, 5, 5, map[string]bool{})
-		s.wake()
+		s.out.Committed()
 		testenv.Eventually(t, 10*time.Second, "the first batch", func() bool { return dest.batches.Load() == 1 })
 		dest.hold.Store(true)
 		s.commitBulk(t, 5, 5, map[string]bool{})
-		s.wake()
+		s.out.Committed()
 		testenv.Eventually(t, 10*time.Second, "the second batch in the relay's hands", func() bool { return dest.batches.Load() == 2 })
 
 		// Another relay of the group got further meanwhile.
@@ -350,7 +350,7 @@ func TestAPositionNeverMovesBackwards(t *testing.T) {
 		watch := s.watchPosition(t, cfg.ConsumerGroup)
 		close(dest.open)
 		s.commitBulk(t, 5, 5, map[string]bool{}) // the logical relay samples and settles on the next rows
-		s.wake()
+		s.out.Committed()
 		// The relay records the rows after it, a logical one once a sample
 		// it takes is confirmed (within its standby reports).
 		var tx, offset int64

@@ -150,6 +150,7 @@ type Outbox struct {
 	routable func(routingKey string) error
 	maxBytes int
 	logger   watermill.LoggerAdapter
+	wake     wakeup
 }
 
 // New returns an Outbox that refuses events whose routing key routable

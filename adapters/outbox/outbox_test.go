@@ -41,10 +41,10 @@ type stack struct {
 	vhost testenv.VHost
 	top   *topology.Topology
 	tx    *postgres.Transactor
-	wlog  watermill.LoggerAdapter
-
-	mu     sync.Mutex
-	relays []*outbox.Relay // woken after each commit, as serve does
+	// out is the outbox tx writes; the relays run woken by its commits,
+	// as serve's are.
+	out  *outbox.Outbox
+	wlog watermill.LoggerAdapter
 }
 
 func newStack(t *testing.T) *stack {
@@ -60,7 +60,8 @@ func newStack(t *testing.T) *stack {
 	if err := amqp.Declare(ctx, []string{s.vhost.URL}, s.top); err != nil {
 		t.Fatal(err)
 	}
-	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.top.Routable, s.wlog), s.wake)
+	s.out = outbox.New(s.top.Routable, s.wlog)
+	s.tx = postgres.NewTransactor(s.db.Pool, s.out)
 	return s
 }
 
@@ -81,14 +82,6 @@ func stackTopology(t *testing.T) *topology.Topology {
 		t.Fatal(err)
 	}
 	return top
-}
-
-func (s *stack) wake() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.relays {
-		r.Wake()
-	}
 }
 
 // publisher returns a confirm publisher to the stack's vhost, closed when
@@ -125,9 +118,7 @@ func (s *stack) startRelay(t *testing.T, cfg outbox.Config) (stop func()) {
 // function is called or the test ends.
 func (s *stack) run(t *testing.T, name string, relay *outbox.Relay) (stop func()) {
 	t.Helper()
-	s.mu.Lock()
-	s.relays = append(s.relays, relay)
-	s.mu.Unlock()
+	s.out.Wakes(relay)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
@@ -381,7 +372,7 @@ func TestIdleRelaySleeps(t *testing.T) {
 	cfg.PollInterval = time.Minute
 	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
 	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
-	s.relays = append(s.relays, relay)
+	s.out.Wakes(relay)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
@@ -458,7 +449,9 @@ func TestACommitElsewhereWakesAPollingRelay(t *testing.T) {
 	// relay only through the notifier.
 	notifier := outbox.NewNotifier(s.db.Pool, testenv.Logger())
 	go notifier.Run(ctx)
-	s.tx = postgres.NewTransactor(s.db.Pool, outbox.New(s.top.Routable, s.wlog), notifier.Signal)
+	out := outbox.New(s.top.Routable, s.wlog)
+	out.NotifiesThrough(notifier)
+	s.tx = postgres.NewTransactor(s.db.Pool, out)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	time.Sleep(500 * time.Millisecond) // the relay has read the empty outbox and sleeps its minute
 	for i := range 3 {

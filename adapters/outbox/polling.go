@@ -36,7 +36,8 @@ var _ reader = (*polling)(nil)
 // position UPDATE also matches only while pg_locks shows the lock held by
 // the session's own backend, so only the leader writes the position and it
 // cannot go backwards under the next one, whatever ended the lock; that
-// condition costs about 40 µs a batch (0.28 ms per UPDATE against 0.24).
+// condition costs little (see BENCHMARKS.md, "Relay: the position
+// update's lock check").
 // The one batch a relay can still publish after losing the lock is the one
 // it read just before: it is not recorded, and the next leader publishes
 // it again (at least once).

@@ -243,7 +243,7 @@ func TestAGroupFromBeforeRecordsItsReaderOnItsFirstLeadership(t *testing.T) {
 		}
 		want := map[string]bool{}
 		s.commitBulk(t, 20, 10, want)
-		s.wake()
+		s.out.Committed()
 		testenv.Eventually(t, 30*time.Second, "the events after the position", func() bool { n, _ := distinct(got(), want); return n == len(want) })
 		time.Sleep(3 * cfg.PollInterval)
 		if n, _ := distinct(got(), old); n != 0 {

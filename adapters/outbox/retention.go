@@ -76,14 +76,10 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, groups []string, cutoff time
 }
 
 // pruneRest is how many times as long as a batch took Prune waits before
-// the next: it works a tenth of the time. Measured on 2 cores with
-// `moenda serve` draining a 50,000-row backlog while pruning ran beside it
-// (10 interleaved rounds each, medians): without rest it deleted 99,000
-// rows/s and the drain lost 27 %; resting 9 times it deleted 11,000 to
-// 14,000 rows/s, above the outbox write ceiling here (7,000 events/s),
-// and the drain ran at 25,400 rows/s against 26,100 without pruning,
-// inside the spread of the runs without it (24,400 to 27,500). Committing
-// the deletes without waiting for the WAL flush changed nothing measurable.
+// the next: it works a tenth of the time. Without rest, pruning slowed a
+// relay draining beside it; with this rest it still deletes faster than
+// the outbox can be written, and the drain keeps its pace (see
+// BENCHMARKS.md, "Outbox retention: the rest between prune batches").
 const pruneRest = 9
 
 // lowestPosition returns the position of the group in groups that is

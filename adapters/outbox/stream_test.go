@@ -110,7 +110,7 @@ func TestCommitOrderAndALateLowerTransactionID(t *testing.T) {
 		if err := b.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		s.wake()
+		s.out.Committed()
 		if cfg.Reader == outbox.ReaderLogical {
 			testenv.Eventually(t, 10*time.Second, "B, while A is open", func() bool { return len(got()) == 1 })
 		} else {
@@ -120,7 +120,7 @@ func TestCommitOrderAndALateLowerTransactionID(t *testing.T) {
 		if err := a.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		s.wake()
+		s.out.Committed()
 		testenv.Eventually(t, 10*time.Second, "both events", func() bool { return len(got()) >= 2 })
 		order := ids(deliveredIDs(got()))
 		want := []string{idB, idA}
@@ -223,7 +223,7 @@ func TestAnOpenTransactionElsewhereDoesNotHoldBackTheLogicalReader(t *testing.T)
 			t.Fatal(err)
 		}
 		committed[e.ID] = time.Now()
-		s.wake()
+		s.out.Committed()
 	}
 	testenv.Eventually(t, 10*time.Second, "every event while the other transaction is open", func() bool { return len(arrived()) >= len(committed) })
 	var latencies []time.Duration
@@ -414,7 +414,6 @@ func TestAWokenRelayWaitsOutAnOpenTransaction(t *testing.T) {
 	cfg := testConfig
 	cfg.PollInterval = time.Minute
 	relay := s.newRelay(t, s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, testenv.Logger())
-	s.relays = append(s.relays, relay)
 	s.run(t, "relay", relay)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	time.Sleep(500 * time.Millisecond) // the relay has read the empty outbox and sleeps its minute

@@ -25,7 +25,7 @@ func transactor(t *testing.T) (*postgres.Transactor, testenv.Database) {
 	t.Helper()
 	db := testenv.Postgres(t)
 	out := outbox.New(func(string) error { return nil }, watermill.NewSlogLogger(testenv.Logger()))
-	return postgres.NewTransactor(db.Pool, out, nil), db
+	return postgres.NewTransactor(db.Pool, out), db
 }
 
 // Five deliveries of one event at once: the handler runs once, the others

@@ -158,16 +158,15 @@ func (u unreachable) Unwrap() error { return u.err }
 // Transactor runs units of work in pgx transactions with the outbox bound
 // to each.
 type Transactor struct {
-	pool      *pgxpool.Pool
-	outbox    *outbox.Outbox
-	published func()
+	pool   *pgxpool.Pool
+	outbox *outbox.Outbox
 }
 
-// NewTransactor returns a Transactor over pool. published, when not nil,
-// runs after each commit that wrote events: it wakes the relay of the same
-// process.
-func NewTransactor(pool *pgxpool.Pool, out *outbox.Outbox, published func()) *Transactor {
-	return &Transactor{pool: pool, outbox: out, published: published}
+// NewTransactor returns a Transactor over pool writing events to out,
+// which is told of each commit that wrote events (Outbox.Committed), to
+// wake the relays.
+func NewTransactor(pool *pgxpool.Pool, out *outbox.Outbox) *Transactor {
+	return &Transactor{pool: pool, outbox: out}
 }
 
 // txKey marks a context that runs inside one of t's units of work.
@@ -184,7 +183,7 @@ func (t *Transactor) InTx(ctx context.Context, fn func(ctx context.Context, tx h
 }
 
 // run opens a unit of work, runs fn in it and commits if fn returns nil;
-// then it runs the commit hooks and wakes the relay. A database that
+// then it runs the commit hooks and tells the outbox. A database that
 // cannot be reached fails with handlers.ErrUnavailable.
 func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx handlers.Tx) error) error {
 	x := &tx{outbox: t.outbox}
@@ -205,8 +204,8 @@ func (t *Transactor) run(ctx context.Context, fn func(ctx context.Context, tx ha
 	for _, h := range x.hooks {
 		h()
 	}
-	if x.published && t.published != nil {
-		t.published()
+	if x.published {
+		t.outbox.Committed()
 	}
 	return nil
 }

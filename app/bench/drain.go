@@ -167,6 +167,15 @@ func (e *env) relayCatchUp(ctx context.Context, reader string) error {
 	return e.purge()
 }
 
+// freshRelay runs a relay with reader over an outbox that earlier steps
+// left empty, so what it measures is its own work.
+func (e *env) freshRelay(ctx context.Context, reader string) (relay *outbox.Relay, stop func(), err error) {
+	if err := e.relayCatchUp(ctx, reader); err != nil {
+		return nil, nil, err
+	}
+	return e.runRelay(ctx, reader)
+}
+
 // waitCaughtUp waits until relay, reading with reader, has published
 // everything committed so far. A logical relay must also lead, and have
 // had PostgreSQL decode everything written so far, the other tables' WAL

@@ -114,7 +114,7 @@ func newEnv(ctx context.Context, opts Options) (_ *env, err error) {
 	if err := amqp.Declare(ctx, []string{opts.AMQPURL}, e.top); err != nil {
 		return nil, err
 	}
-	e.tx = postgres.NewTransactor(e.pool, outbox.New(e.top.Routable, e.wlog), nil)
+	e.tx = postgres.NewTransactor(e.pool, outbox.New(e.top.Routable, e.wlog))
 	return e, nil
 }
 

@@ -31,10 +31,7 @@ func idleRelay(ctx context.Context, e *env, r *Result) error {
 // idleQueries runs a relay with reader over a caught-up outbox and
 // returns the statements it sends per second once settled.
 func (e *env) idleQueries(ctx context.Context, reader string) (float64, error) {
-	if err := e.relayCatchUp(ctx, reader); err != nil {
-		return 0, err
-	}
-	relay, stop, err := e.runRelay(ctx, reader)
+	relay, stop, err := e.freshRelay(ctx, reader)
 	if err != nil {
 		return 0, err
 	}

@@ -55,7 +55,9 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	}
 	defer closeRelay()
 	// As in serve, each commit wakes the relay of its process.
-	txr := postgres.NewTransactor(e.pool, outbox.New(e.top.Routable, e.wlog), relay.Wake)
+	out := outbox.New(e.top.Routable, e.wlog)
+	out.Wakes(relay)
+	txr := postgres.NewTransactor(e.pool, out)
 	// The clock starts when the use case asks to commit (its function
 	// returns) and stops when the handler runs.
 	var committing, handled sync.Map // event id -> time

@@ -26,7 +26,8 @@ const poisonEvery = 100
 // alternate (see alternate); the rates are the medians of the rounds, and
 // the ratio is the median of the rounds' ratios: a clean run and the
 // poisoned run next to it share the machine's state, which drifts by more
-// than the effect measured (clean runs alone ranged over ±15 % here).
+// than the effect measured (see BENCHMARKS.md, "bench: the drift behind
+// the poison row").
 func poisonConsume(ctx context.Context, e *env, r *Result) error {
 	if err := e.effectTable(ctx); err != nil {
 		return err

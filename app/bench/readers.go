@@ -41,7 +41,9 @@ func writeNotifying(ctx context.Context, e *env, r *Result) error {
 	nctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go notifier.Run(nctx)
-	notifying := postgres.NewTransactor(e.pool, outbox.New(e.top.Routable, e.wlog), notifier.Signal)
+	out := outbox.New(e.top.Routable, e.wlog)
+	out.NotifiesThrough(notifier)
+	notifying := postgres.NewTransactor(e.pool, out)
 	quiet, notified, err := alternate(e, "write notifying", 3,
 		func() (float64, error) { return e.writeWhileRelaying(ctx, e.tx, outbox.ReaderPoll) },
 		func() (float64, error) { return e.writeWhileRelaying(ctx, notifying, outbox.ReaderPoll) })
@@ -56,10 +58,7 @@ func writeNotifying(ctx context.Context, e *env, r *Result) error {
 // writeWhileRelaying is the rate of 16 writers using txr while a relay
 // with reader relays what they write.
 func (e *env) writeWhileRelaying(ctx context.Context, txr *postgres.Transactor, reader string) (float64, error) {
-	if err := e.relayCatchUp(ctx, reader); err != nil {
-		return 0, err
-	}
-	_, stop, err := e.runRelay(ctx, reader)
+	_, stop, err := e.freshRelay(ctx, reader)
 	if err != nil {
 		return 0, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/transport"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/router"
@@ -17,15 +18,19 @@ import (
 // whole middleware chain, with the configured prefetch, and a function that
 // closes its broker connections.
 func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), error) {
-	b, err := amqp.Connect(e.set.AMQP, e.top, e.set.Router.CloseTimeout, e.logger)
+	b, err := amqp.NewTransport(e.set.AMQP, transport.Settings{Topology: e.top, CloseTimeout: e.set.Router.CloseTimeout, Logger: e.logger})
 	if err != nil {
 		return nil, nil, err
 	}
-	rt, err := router.New(e.set.Router, e.wlog)
+	c, err := b.Consumer()
+	var rt *message.Router
+	if err == nil {
+		rt, err = router.New(e.set.Router, e.wlog)
+	}
 	if err == nil {
 		pol, _ := e.top.Policy(e.sink)
 		route := router.Route{Queue: e.sink, Handler: "bench", Policy: pol, Handle: handle}
-		router.AddRoutes(rt, router.Deps{Subscriber: b.Subscriber, Sink: b.Sink, Inbox: e.tx, Stats: router.NewStats(e.timed), Logger: e.logger, Tracer: e.tracer}, []router.Route{route})
+		router.AddRoutes(rt, router.Deps{Subscriber: c.Subscriber, Sink: c.Sink, Inbox: e.tx, Stats: router.NewStats(e.timed), Logger: e.logger, Tracer: e.tracer}, []router.Route{route})
 	}
 	if err != nil {
 		_ = b.Close()

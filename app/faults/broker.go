@@ -5,15 +5,36 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // steady starts n nodes and the writers: four of them, a command each
-// 10 ms, every 50th event poison.
-func (r *run) steady(ctx context.Context, n int) error {
-	if err := r.start(ctx, n); err != nil {
+// 10 ms (about 300 events/s), every 50th event poison, unless change
+// says otherwise.
+func (r *run) steady(ctx context.Context, n int, change ...func(*harness.Workload)) error {
+	if err := r.Start(ctx, n); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50})
+	w := harness.Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50}
+	for _, c := range change {
+		c(&w)
+	}
+	r.write(ctx, w)
+	return nil
+}
+
+// strike injects a fault times times, each after about every (give or
+// take a quarter, from the seeded schedule): do, a hold, then heal.
+func (r *run) strike(ctx context.Context, times int, every time.Duration, fault string, hold time.Duration, do, heal func(context.Context) error) error {
+	for range times {
+		if err := r.wait(ctx, r.jitter(every)); err != nil {
+			return err
+		}
+		if err := r.inject(ctx, fault, hold, do, heal); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -29,13 +50,8 @@ func brokerRestart(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	for range times {
-		if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
-			return err
-		}
-		if err := r.inject(ctx, "broker stop_app", time.Duration(hold)*time.Second, stopBroker, startBroker); err != nil {
-			return err
-		}
+	if err := r.strike(ctx, times, 8*time.Second, "broker stop_app", time.Duration(hold)*time.Second, stopBroker, startBroker); err != nil {
+		return err
 	}
 	return r.tail(ctx)
 }
@@ -46,13 +62,8 @@ func brokerCrash(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	for range times {
-		if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
-			return err
-		}
-		if err := r.inject(ctx, "broker kill -9", 0, crashBroker, bootBroker); err != nil {
-			return err
-		}
+	if err := r.strike(ctx, times, 8*time.Second, "broker kill -9", 0, crashBroker, bootBroker); err != nil {
+		return err
 	}
 	return r.tail(ctx)
 }
@@ -63,22 +74,17 @@ func connectionStorm(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	for range times {
-		if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
+	storm := func(ctx context.Context) error {
+		if err := r.closeConnections(ctx); err != nil {
 			return err
 		}
-		storm := func(ctx context.Context) error {
-			if err := r.closeConnections(ctx); err != nil {
-				return err
-			}
-			_, err := r.terminate(ctx)
-			return err
-		}
-		if err := r.inject(ctx, "connection storm", 0, storm, nil); err != nil {
-			return err
-		}
+		_, err := r.Terminate(ctx)
+		return err
 	}
-	r.after = append(r.after, func([]Op, Observed) { r.judgeReconnects(reconnectBound) })
+	if err := r.strike(ctx, times, 5*time.Second, "connection storm", 0, storm, nil); err != nil {
+		return err
+	}
+	r.after = append(r.after, func([]harness.Op, harness.Observed) { r.judgeReconnects(reconnectBound) })
 	return r.tail(ctx)
 }
 
@@ -109,12 +115,13 @@ func brokerUnreachable(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
-		return err
+	var before int
+	suspend := func(ctx context.Context) error {
+		before = r.Acknowledged()
+		return r.suspendListeners(ctx)
 	}
-	before := r.acknowledged()
-	err := r.inject(ctx, "broker unreachable", time.Duration(hold)*time.Second, r.suspendListeners, func(ctx context.Context) error {
-		n := r.acknowledged() - before
+	err := r.strike(ctx, 1, 5*time.Second, "broker unreachable", time.Duration(hold)*time.Second, suspend, func(ctx context.Context) error {
+		n := r.Acknowledged() - before
 		r.judge("committing", n > 0, "the API acknowledged %d commands while the broker was unreachable", n)
 		return resumeListeners(ctx)
 	})
@@ -130,15 +137,12 @@ func memoryAlarmCase(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
-		return err
-	}
 	var restore func(context.Context) error
-	err := r.inject(ctx, "memory alarm", time.Duration(hold)*time.Second, func(ctx context.Context) (err error) {
+	err := r.strike(ctx, 1, 5*time.Second, "memory alarm", time.Duration(hold)*time.Second, func(ctx context.Context) (err error) {
 		restore, err = memoryAlarm(ctx)
 		return err
 	}, func(ctx context.Context) error {
-		a, err := call(r.nodes[0], http.MethodGet, "/readyz", "", "")
+		a, err := call(r.Nodes[0], http.MethodGet, "/readyz", "", "")
 		if err != nil {
 			a.body = err.Error()
 		}
@@ -154,6 +158,3 @@ func memoryAlarmCase(ctx context.Context, r *run) error {
 	}
 	return r.tail(ctx)
 }
-
-// acknowledged counts the commands acknowledged so far, from the history.
-func (r *run) acknowledged() int { return r.hist.count(OK) }

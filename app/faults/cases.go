@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // Case is one of the reliability cases: an injection, and what must hold
@@ -61,9 +63,9 @@ metrics: {poll_interval: 1s}
 router: {close_timeout: 10s}
 topology:
   exchanges:
-    - name: faultprobe.eventos
+    - name: %s
       failure: {immediate_retries: 0, delays: [1s, 5s, 25s]}
-`, strings.Join(append([]string{"faultprobe"}, c.Plugins...), ", "), reader)
+`, strings.Join(append([]string{faultprobe.Name}, c.Plugins...), ", "), reader, faultprobe.Exchange)
 }
 
 // Cases lists every case of RELIABILITY-CASES, in order: those the command

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // Each clause gets its verdict: a clause the suite cannot check stays
@@ -41,10 +43,10 @@ func TestVerdicts(t *testing.T) {
 // found, and none of its clauses broke: a clause the run never judged
 // fails the case even when everything else is clean.
 func TestConcludeFailsWhatWasNotShown(t *testing.T) {
-	valid := Report{Valid: true, Drained: true, Confirmed: 10}
+	valid := harness.Report{Valid: true, Drained: true, Confirmed: 10}
 	cases := []struct {
 		name   string
-		report Report
+		report harness.Report
 		holds  []Clause
 		judge  func(r *run)
 		pass   bool
@@ -57,15 +59,15 @@ func TestConcludeFailsWhatWasNotShown(t *testing.T) {
 			func(r *run) { r.judge("x", false, "first"); r.judge("x", true, "summary") }, false, []string{"x holds"}},
 		{"not checked is no failure, and no pass", valid, []Clause{notHere("y", "why")}, func(*run) {}, true, nil},
 		{"found uncheckable at run time", valid, []Clause{must("x", "x holds")}, func(r *run) { r.cannotCheck("x", "a setting is off") }, true, nil},
-		{"the checker's report invalid", Report{Lost: []string{"e1"}, Drained: true}, nil, func(*run) {}, false, []string{checkerClean.Text}},
-		{"lost events break the no-loss clause", Report{Valid: false, Lost: []string{"e1"}, Drained: true},
+		{"the checker's report invalid", harness.Report{Lost: []string{"e1"}, Drained: true}, nil, func(*run) {}, false, []string{checkerClean.Text}},
+		{"lost events break the no-loss clause", harness.Report{Valid: false, Lost: []string{"e1"}, Drained: true},
 			[]Clause{must(clauseNoLoss, "without loss")}, func(*run) {}, false, []string{checkerClean.Text, "without loss"}},
-		{"not drained breaks the drained clause", Report{Valid: false}, []Clause{must(clauseDrained, "drains")}, func(*run) {}, false, []string{checkerClean.Text, "drains"}},
+		{"not drained breaks the drained clause", harness.Report{Valid: false}, []Clause{must(clauseDrained, "drains")}, func(*run) {}, false, []string{checkerClean.Text, "drains"}},
 		{"recovery clause without any fault healed", valid, []Clause{recoveredWithin("within 15 s")}, func(*run) {}, false, []string{"within 15 s"}},
 		{"recovery over its bound", valid, []Clause{recoveredWithin("within 15 s")},
-			func(r *run) { r.result.Recoveries = []Recovery{{Fault: "f", Took: 19 * time.Second}} }, false, []string{"within 15 s"}},
+			func(r *run) { r.result.Recoveries = []harness.Recovery{{Fault: "f", Took: 19 * time.Second}} }, false, []string{"within 15 s"}},
 		{"recovery within its bound", valid, []Clause{recoveredWithin("within 15 s")},
-			func(r *run) { r.result.Recoveries = []Recovery{{Fault: "f", Took: 3 * time.Second}} }, true, nil},
+			func(r *run) { r.result.Recoveries = []harness.Recovery{{Fault: "f", Took: 3 * time.Second}} }, true, nil},
 		{"a judgement of a clause the case does not declare", valid, nil, func(r *run) { r.judged = map[string]*judgement{"typo": {}} }, false, nil},
 	}
 	for _, c := range cases {

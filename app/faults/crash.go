@@ -6,18 +6,20 @@ import (
 
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // crashLoop kills a node chosen by pick, times times at random intervals
 // of 3 to 10 s, and starts it again a second later, as a supervisor would.
-func (r *run) crashLoop(ctx context.Context, fault string, times int, pick func() *node) error {
+func (r *run) crashLoop(ctx context.Context, fault string, times int, pick func() *harness.Node) error {
 	for range times {
 		if err := r.wait(ctx, 3*time.Second+time.Duration(r.rng.Int64N(int64(7*time.Second)))); err != nil {
 			return err
 		}
 		nd := pick()
-		err := r.inject(ctx, fault+" "+nd.name, time.Second, func(context.Context) error { r.kill(nd); return nil },
-			func(ctx context.Context) error { return r.system.run(ctx, nd) })
+		err := r.inject(ctx, fault+" "+nd.Name, time.Second, func(context.Context) error { r.Kill(nd); return nil },
+			func(ctx context.Context) error { return r.Restart(ctx, nd) })
 		if err != nil {
 			return err
 		}
@@ -28,11 +30,10 @@ func (r *run) crashLoop(ctx context.Context, fault string, times int, pick func(
 func consumerCrash(ctx context.Context, r *run) error {
 	times := r.scale(20, 4)
 	r.injected("two nodes; writers at ~300 events/s, handlers holding their transaction 20 ms; %d× kill -9 of the second node every 3-10 s, started again 1 s later", times)
-	if err := r.start(ctx, 2); err != nil {
+	if err := r.steady(ctx, 2, holding(20)); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, Payload: holding(20)})
-	if err := r.crashLoop(ctx, "kill -9", times, func() *node { return r.nodes[1] }); err != nil {
+	if err := r.crashLoop(ctx, "kill -9", times, func() *harness.Node { return r.Nodes[1] }); err != nil {
 		return err
 	}
 	return r.tail(ctx)
@@ -44,10 +45,10 @@ func relayCrash(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	if err := r.crashLoop(ctx, "kill -9", times, func() *node { return r.nodes[r.rng.IntN(len(r.nodes))] }); err != nil {
+	if err := r.crashLoop(ctx, "kill -9", times, func() *harness.Node { return r.Nodes[r.rng.IntN(len(r.Nodes))] }); err != nil {
 		return err
 	}
-	r.after = append(r.after, func([]Op, Observed) {
+	r.after = append(r.after, func([]harness.Op, harness.Observed) {
 		// A crash repeats at most the relay's batch in hand, and the
 		// killed node's unacknowledged deliveries come again.
 		perCrash := outbox.DefaultConfig().BatchSize + amqp.DefaultConfig().Prefetch
@@ -63,19 +64,12 @@ func twoRelays(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
+	if err := r.strike(ctx, 1, 8*time.Second, "a third relay", 0, func(ctx context.Context) error { return r.Start(ctx, 1) }, nil); err != nil {
 		return err
 	}
-	if err := r.inject(ctx, "a third relay", 0, func(ctx context.Context) error { return r.start(ctx, 1) }, nil); err != nil {
-		return err
-	}
-	if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
-		return err
-	}
-	first := r.nodes[0]
-	err := r.inject(ctx, "first node stopped", 0, func(context.Context) error {
-		r.scrape(first)
-		_, err := first.stop(time.Minute)
+	first := r.Nodes[0]
+	err := r.strike(ctx, 1, 8*time.Second, "first node stopped", 0, func(context.Context) error {
+		_, err := r.Stop(first, time.Minute)
 		r.gone[first] = true
 		return err
 	}, nil)
@@ -90,27 +84,23 @@ func shutdownInBackoff(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
-	if err := r.wait(ctx, r.jitter(10*time.Second)); err != nil {
-		return err
-	}
-	r.after = append(r.after, func([]Op, Observed) {
+	r.after = append(r.after, func([]harness.Op, harness.Observed) {
 		_, closed := r.loggedAt("PRECONDITION_FAILED")
 		r.judge("precondition", !closed, "a node logged PRECONDITION_FAILED: %v", closed)
 	})
-	err := r.inject(ctx, "SIGTERM", 0, func(context.Context) error {
-		for _, nd := range r.nodes {
-			r.scrape(nd)
-			took, err := nd.stop(time.Minute)
+	err := r.strike(ctx, 1, 10*time.Second, "SIGTERM", 0, func(context.Context) error {
+		for _, nd := range r.Nodes {
+			took, err := r.Stop(nd, time.Minute)
 			if err != nil {
 				return err
 			}
 			r.result.addExtra("sigterm_exit_seconds_max", took.Seconds())
-			r.judge("exit", took <= 10*time.Second, "node %s exited %s after SIGTERM; router.close_timeout is 10 s", nd.name, took.Round(10*time.Millisecond))
+			r.judge("exit", took <= 10*time.Second, "node %s exited %s after SIGTERM; router.close_timeout is 10 s", nd.Name, took.Round(10*time.Millisecond))
 		}
 		return nil
 	}, func(ctx context.Context) error {
-		for _, nd := range r.nodes {
-			if err := r.system.run(ctx, nd); err != nil {
+		for _, nd := range r.Nodes {
+			if err := r.Restart(ctx, nd); err != nil {
 				return err
 			}
 		}

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/postgres"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 func postgresRestart(ctx context.Context, r *run) error {
@@ -23,23 +25,20 @@ func postgresRestart(ctx context.Context, r *run) error {
 	r.injected("writers at ~300 events/s, every command retried with its event_id; pg_ctlcluster restart -m fast, then -m immediate")
 	var mu sync.Mutex
 	codes := map[int]int{}
-	if err := r.start(ctx, 2); err != nil {
+	counting := func(w *harness.Workload) { w.OnStatus = func(code int) { mu.Lock(); codes[code]++; mu.Unlock() } }
+	if err := r.steady(ctx, 2, counting); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50,
-		OnStatus: func(code int) { mu.Lock(); codes[code]++; mu.Unlock() }})
 	for _, mode := range modes {
-		if err := r.wait(ctx, r.jitter(8*time.Second)); err != nil {
-			return err
-		}
-		if err := r.inject(ctx, "postgres restart -m "+mode, 0, func(ctx context.Context) error { return restartPostgres(ctx, mode) }, nil); err != nil {
+		restart := func(ctx context.Context) error { return restartPostgres(ctx, mode) }
+		if err := r.strike(ctx, 1, 8*time.Second, "postgres restart -m "+mode, 0, restart, nil); err != nil {
 			return err
 		}
 	}
 	if err := r.tail(ctx); err != nil {
 		return err
 	}
-	r.after = append(r.after, func([]Op, Observed) {
+	r.after = append(r.after, func([]harness.Op, harness.Observed) {
 		mu.Lock()
 		defer mu.Unlock()
 		r.note("API answers during the run: %v (0: no answer)", codes)
@@ -58,32 +57,25 @@ func postgresRestart(ctx context.Context, r *run) error {
 func sessionsKilled(ctx context.Context, r *run) error {
 	times := r.scale(20, 6)
 	r.injected("writers at ~300 events/s, handlers holding their transaction 5 ms; %d× every 3 s: pg_terminate_backend of every session of the database", times)
-	if err := r.start(ctx, 2); err != nil {
+	if err := r.steady(ctx, 2, holding(5)); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, Payload: holding(5)})
-	for range times {
-		if err := r.wait(ctx, r.jitter(3*time.Second)); err != nil {
-			return err
-		}
-		if err := r.inject(ctx, "sessions terminated", 0, func(ctx context.Context) error { _, err := r.terminate(ctx); return err }, nil); err != nil {
-			return err
-		}
+	terminate := func(ctx context.Context) error { _, err := r.Terminate(ctx); return err }
+	if err := r.strike(ctx, times, 3*time.Second, "sessions terminated", 0, terminate, nil); err != nil {
+		return err
 	}
 	return r.tail(ctx)
 }
 
 // holding makes the probe hold its unit of work open ms after the effect,
 // so that a fault can land between the effect and the commit.
-func holding(ms int) func(writer, seq int, kind Kind) any {
-	return func(writer, seq int, kind Kind) any {
-		return probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison, HoldMillis: ms}
+func holding(ms int) func(*harness.Workload) {
+	return func(w *harness.Workload) {
+		w.Payload = func(writer, seq int, kind harness.Kind) any {
+			return faultprobe.Payload{Writer: writer, Seq: seq, Poison: kind == harness.Poison, HoldMillis: ms}
+		}
 	}
 }
-
-// directWriter is the inbox consumer under which the direct writers
-// record their business rows.
-const directWriter = "moenda faults: direct writer"
 
 // errRollback makes a direct writer's transaction roll back on purpose.
 var errRollback = errors.New("rolled back on purpose")
@@ -91,7 +83,7 @@ var errRollback = errors.New("rolled back on purpose")
 func commitOrder(ctx context.Context, r *run) error {
 	writers := 8
 	r.injected("%d writers in PostgreSQL: each transaction publishes, sleeps random()*0.5 s, then commits, or rolls back one time in ten; the polling reader", writers)
-	if err := r.start(ctx, 1); err != nil {
+	if err := r.Start(ctx, 1); err != nil {
 		return err
 	}
 	tx, err := r.directTransactor()
@@ -118,11 +110,11 @@ func commitOrder(ctx context.Context, r *run) error {
 	}
 	wg.Wait()
 	close(errs)
-	r.after = append(r.after, func(ops []Op, _ Observed) {
+	r.after = append(r.after, func(ops []harness.Op, _ harness.Observed) {
 		rep := r.result.Report
 		rolledBack := 0
 		for _, op := range ops {
-			if op.Outcome == Failed {
+			if op.Outcome == harness.Failed {
 				rolledBack++
 			}
 		}
@@ -136,17 +128,17 @@ func commitOrder(ctx context.Context, r *run) error {
 // directWrite commits, or rolls back, one event in a transaction that
 // sleeps before its end, and records it.
 func (r *run) directWrite(ctx context.Context, tx *postgres.Transactor, writer, seq int, rollback bool) error {
-	id := EventID(r.dbName, writer, seq)
-	op := Op{Outcome: Invoked, Writer: writer, Seq: seq, EventID: id, Kind: Good, At: time.Now()}
-	if err := r.hist.Add(Line{Op: op}); err != nil {
+	id := harness.EventID(r.DBName, writer, seq)
+	op := harness.Op{Outcome: harness.Invoked, Writer: writer, Seq: seq, EventID: id, Kind: harness.Good, At: time.Now()}
+	if err := r.History.Add(harness.Line{Op: op}); err != nil {
 		return err
 	}
-	payload, _ := json.Marshal(probe.Payload{Writer: writer, Seq: seq})
+	payload, _ := json.Marshal(faultprobe.Payload{Writer: writer, Seq: seq})
 	err := tx.InTx(ctx, func(ctx context.Context, x handlers.Tx) error {
-		if _, err := x.Remember(ctx, handlers.Receipt{Consumer: directWriter, Key: id, Answer: []byte(`{}`)}); err != nil {
+		if _, err := x.Remember(ctx, handlers.Receipt{Consumer: harness.DirectWriter, Key: id, Answer: []byte(`{}`)}); err != nil {
 			return err
 		}
-		if err := x.Publish(ctx, event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload}); err != nil {
+		if err := x.Publish(ctx, event.Event{ID: id, Name: faultprobe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload}); err != nil {
 			return err
 		}
 		if _, err := x.Postgres().Exec(ctx, `SELECT pg_sleep(random() * 0.5)`); err != nil {
@@ -159,20 +151,20 @@ func (r *run) directWrite(ctx context.Context, tx *postgres.Transactor, writer, 
 	})
 	switch {
 	case err == nil:
-		op.Outcome = OK
+		op.Outcome = harness.OK
 	case errors.Is(err, errRollback):
-		op.Outcome = Failed
+		op.Outcome = harness.Failed
 	default:
 		// The commit's answer may have been cut; the checker looks for
 		// the business row. Any other error ends the writer.
-		op.Outcome = Indeterminate
+		op.Outcome = harness.Indeterminate
 		if !errors.Is(err, handlers.ErrUnavailable) {
-			_ = r.hist.Add(Line{Op: op})
+			_ = r.History.Add(harness.Line{Op: op})
 			return fmt.Errorf("direct writer %d: %w", writer, err)
 		}
 	}
 	op.At = time.Now()
-	return r.hist.Add(Line{Op: op})
+	return r.History.Add(harness.Line{Op: op})
 }
 
 func idleInTransaction(ctx context.Context, r *run) error {
@@ -181,7 +173,7 @@ func idleInTransaction(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 1); err != nil {
 		return err
 	}
-	if _, err := r.pool.Exec(ctx, `CREATE TABLE faults_scratch (x int)`); err != nil {
+	if _, err := r.Pool.Exec(ctx, `CREATE TABLE faults_scratch (x int)`); err != nil {
 		return err
 	}
 	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
@@ -190,7 +182,7 @@ func idleInTransaction(ctx context.Context, r *run) error {
 	var pid int
 	began := time.Now()
 	err := r.inject(ctx, "idle in transaction", 0, func(ctx context.Context) error {
-		conn, err := r.pool.Acquire(ctx)
+		conn, err := r.Pool.Acquire(ctx)
 		if err != nil {
 			return err
 		}
@@ -210,7 +202,7 @@ func idleInTransaction(ctx context.Context, r *run) error {
 		deadline := time.Now().Add(time.Duration(timeout)*time.Second + time.Minute)
 		for time.Now().Before(deadline) {
 			var alive bool
-			if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive); err != nil {
+			if err := r.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive); err != nil {
 				return err
 			}
 			if !alive {
@@ -230,7 +222,7 @@ func idleInTransaction(ctx context.Context, r *run) error {
 	if err := r.tail(ctx); err != nil {
 		return err
 	}
-	r.after = append(r.after, func([]Op, Observed) {
+	r.after = append(r.after, func([]harness.Op, harness.Observed) {
 		at, ok := r.loggedAt("blocking_pid", strconv.Itoa(pid))
 		took := at.Sub(began)
 		r.judge("alert", ok && !at.IsZero() && took <= 60*time.Second, "a node's log named the idle session (blocking_pid %d): %v, %s after it began", pid, ok, took.Round(time.Second))
@@ -250,8 +242,8 @@ func (r *run) logged(words ...string) bool {
 func (r *run) loggedAt(words ...string) (time.Time, bool) {
 	var first time.Time
 	found := false
-	for _, nd := range r.nodes {
-		b, err := os.ReadFile(nd.log)
+	for _, nd := range r.Nodes {
+		b, err := os.ReadFile(nd.Log)
 		if err != nil {
 			continue
 		}

@@ -8,8 +8,10 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/amqp"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 func unroutable(ctx context.Context, r *run) error {
@@ -18,18 +20,17 @@ func unroutable(ctx context.Context, r *run) error {
 	if err := r.steady(ctx, 1); err != nil {
 		return err
 	}
-	if err := r.wait(ctx, r.jitter(5*time.Second)); err != nil {
-		return err
-	}
 	ch, closeCh, err := r.channel()
 	if err != nil {
 		return err
 	}
 	defer closeCh()
-	err = r.inject(ctx, "binding deleted", time.Duration(hold)*time.Second,
-		func(context.Context) error { return ch.QueueUnbind(probe.Queue, "faultprobe.#", probe.Exchange, nil) },
+	err = r.strike(ctx, 1, 5*time.Second, "binding deleted", time.Duration(hold)*time.Second,
 		func(context.Context) error {
-			return ch.QueueBind(probe.Queue, "faultprobe.#", probe.Exchange, false, nil)
+			return ch.QueueUnbind(faultprobe.Queue, faultprobe.Name+".#", faultprobe.Exchange, nil)
+		},
+		func(context.Context) error {
+			return ch.QueueBind(faultprobe.Queue, faultprobe.Name+".#", faultprobe.Exchange, false, nil)
 		})
 	if err != nil {
 		return err
@@ -39,33 +40,35 @@ func unroutable(ctx context.Context, r *run) error {
 	}
 	// The unrouted events wait in their queue until the checker drains
 	// it: the gauge must show them now.
-	alert := r.metric(r.nodes[0], "moenda_unrouted_messages")
+	alert := -1.0 // /metrics did not answer
+	if m, err := r.Nodes[0].Metrics(); err == nil {
+		alert = m["moenda_unrouted_messages"]
+	}
 	r.judge("alert", alert > 0, "moenda_unrouted_messages read %g before the checker drained the queue", alert)
-	r.after = append(r.after, func(_ []Op, seen Observed) {
-		r.note("%d events kept in %s while the binding was gone", len(seen.Unrouted), probeQueues.unrouted)
+	r.after = append(r.after, func(_ []harness.Op, seen harness.Observed) {
+		r.note("%d events kept in %s while the binding was gone", len(seen.Unrouted), harness.ProbeQueues.Unrouted)
 		r.judge("unrouted", len(seen.Unrouted) > 0 && len(r.result.Report.Lost) == 0, "%d events kept in %s while the binding was gone, none lost (lost %d)",
-			len(seen.Unrouted), probeQueues.unrouted, len(r.result.Report.Lost))
+			len(seen.Unrouted), harness.ProbeQueues.Unrouted, len(r.result.Report.Lost))
 	})
 	return nil
 }
 
 func transient(ctx context.Context, r *run) error {
 	r.injected("writers at ~300 events/s; 1 event in 100 fails its first 2 deliveries, then succeeds")
-	if err := r.start(ctx, 1); err != nil {
+	if err := r.steady(ctx, 1, func(w *harness.Workload) { w.PoisonEvery, w.TransientEvery = 0, 100 }); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, TransientEvery: 100})
 	if err := r.wait(ctx, time.Duration(r.scale(40, 15))*time.Second); err != nil {
 		return err
 	}
-	r.after = append(r.after, func(ops []Op, seen Observed) {
+	r.after = append(r.after, func(ops []harness.Op, seen harness.Observed) {
 		// Two failures wait 1 s and 5 s in the retry queues: the effect
 		// comes 6 s after the commit, and not much later.
-		first := firstEffects(seen.Effects)
+		first := harness.FirstEffects(seen.Effects)
 		var lo, hi time.Duration
 		n := 0
 		for _, op := range ops {
-			if op.Outcome != OK || op.Kind != Transient {
+			if op.Outcome != harness.OK || op.Kind != harness.Transient {
 				continue
 			}
 			d := first[op.EventID].Sub(op.At)
@@ -85,14 +88,13 @@ func transient(ctx context.Context, r *run) error {
 func permanent(ctx context.Context, r *run) error {
 	dur := r.scale(40, 12)
 	r.injected("writers at ~300 events/s for %d s, 1 event in 100 always failing", dur)
-	if err := r.start(ctx, 1); err != nil {
+	if err := r.steady(ctx, 1, func(w *harness.Workload) { w.PoisonEvery = 100 }); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 100})
 	if err := r.wait(ctx, time.Duration(dur)*time.Second); err != nil {
 		return err
 	}
-	r.after = append(r.after, func(ops []Op, seen Observed) {
+	r.after = append(r.after, func(ops []harness.Op, seen harness.Observed) {
 		r.checkDeadLetters(seen, "4", 31*time.Second)
 		rep := r.result.Report
 		r.judge("exactlyone", rep.DLQDuplicates == 0 && len(rep.DLQMissing) == 0, "%d dead letters for %d poison events, %d copies beyond one", rep.DeadLettered, rep.PoisonConfirmed, rep.DLQDuplicates)
@@ -103,8 +105,8 @@ func permanent(ctx context.Context, r *run) error {
 
 // checkDeadLetters checks each dead letter's headers: the reason, the
 // attempts, the queue and routing key, and the span of its failures.
-func (r *run) checkDeadLetters(seen Observed, attempts string, span time.Duration) {
-	key := event.Event{Name: probe.Event}.RoutingKey()
+func (r *run) checkDeadLetters(seen harness.Observed, attempts string, span time.Duration) {
+	key := event.Event{Name: faultprobe.Event}.RoutingKey()
 	bad := 0
 	var lo, hi time.Duration
 	for i, d := range seen.DeadLetters {
@@ -115,11 +117,11 @@ func (r *run) checkDeadLetters(seen Observed, attempts string, span time.Duratio
 			lo = took
 		}
 		hi = max(hi, took)
-		if d.Reason != event.ReasonRetriesExhausted || d.Attempts != attempts || d.Queue != probe.Queue || d.RoutingKey != key || !d.HeaderEventID ||
+		if d.Reason != event.ReasonRetriesExhausted || d.Attempts != attempts || d.Queue != faultprobe.Queue || d.RoutingKey != key || !d.HeaderEventID ||
 			d.CorrelationID == "" || ferr != nil || lerr != nil || took < span-2*time.Second || took > span+5*time.Second {
 			if bad < 3 {
 				r.judge(clauseDeadLetters, false, "dead letter %s: reason %q, attempts %q, queue %q, routing key %q, event_id header %v, correlation_id %q, failures %s apart; want %s, %s, %s, %s, the header, the request's id, about %s",
-					d.EventID, d.Reason, d.Attempts, d.Queue, d.RoutingKey, d.HeaderEventID, d.CorrelationID, took, event.ReasonRetriesExhausted, attempts, probe.Queue, key, span)
+					d.EventID, d.Reason, d.Attempts, d.Queue, d.RoutingKey, d.HeaderEventID, d.CorrelationID, took, event.ReasonRetriesExhausted, attempts, faultprobe.Queue, key, span)
 			}
 			bad++
 		}
@@ -133,20 +135,20 @@ func (r *run) checkDeadLetters(seen Observed, attempts string, span time.Duratio
 
 func poisonBurst(ctx context.Context, r *run) error {
 	r.injected("8 writers for 60 s, 1 event in 8 always failing: about 2,000 poison events among 14,000")
-	if err := r.start(ctx, 2); err != nil {
+	if err := r.Start(ctx, 2); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 8, Interval: 5 * time.Millisecond, PoisonEvery: 8})
+	r.write(ctx, harness.Workload{Writers: 8, Interval: 5 * time.Millisecond, PoisonEvery: 8})
 	if err := r.wait(ctx, time.Duration(r.scale(60, 15))*time.Second); err != nil {
 		return err
 	}
-	r.after = append(r.after, func(ops []Op, seen Observed) {
+	r.after = append(r.after, func(ops []harness.Op, seen harness.Observed) {
 		r.checkDeadLetters(seen, "4", 31*time.Second)
 		// A dead letter may be sent again when its ack is lost: at most
 		// once for each message a node holds unacknowledged.
-		inFlight := len(r.nodes) * amqp.DefaultConfig().Prefetch
+		inFlight := len(r.Nodes) * amqp.DefaultConfig().Prefetch
 		r.judge("copies", r.result.Report.DLQDuplicates <= inFlight, "%d copies beyond one per event; at most %d in flight (%d nodes × amqp.prefetch)",
-			r.result.Report.DLQDuplicates, inFlight, len(r.nodes))
+			r.result.Report.DLQDuplicates, inFlight, len(r.Nodes))
 		if r.result.Latency.P99 > lagBound {
 			r.problem("good events' p99 was %s while poison events were retried; under %s expected", r.result.Latency.P99, lagBound)
 		}
@@ -157,13 +159,13 @@ func poisonBurst(ctx context.Context, r *run) error {
 func duplicateInjection(ctx context.Context, r *run) error {
 	events, copies := r.scale(200, 50), 5
 	r.injected("two nodes; %d events published %d times each straight to the exchange, the copies back to back", events, copies)
-	if err := r.start(ctx, 2); err != nil {
+	if err := r.Start(ctx, 2); err != nil {
 		return err
 	}
-	if err := r.publishDirect(ctx, r.dbName, events, copies, nil); err != nil {
+	if err := r.publishDirect(ctx, r.DBName, events, copies, nil); err != nil {
 		return err
 	}
-	r.after = append(r.after, func(ops []Op, seen Observed) {
+	r.after = append(r.after, func(ops []harness.Op, seen harness.Observed) {
 		want := events * (copies - 1)
 		r.note("%d copies beyond the first were acknowledged by the inbox as duplicates (%d sent)", seen.Deduplicated, want)
 		r.judge("acked", seen.Deduplicated == want && r.result.Report.DeadLettered == 0,
@@ -184,12 +186,12 @@ func (r *run) publishDirect(ctx context.Context, runID string, n, copies int, dr
 	}
 	defer closeCh()
 	for seq := range n {
-		id := EventID(runID, 0, seq)
-		op := Op{Outcome: Invoked, Seq: seq, EventID: id, Kind: Good, At: time.Now()}
-		if err := r.hist.Add(Line{Op: op}); err != nil {
+		id := harness.EventID(runID, 0, seq)
+		op := harness.Op{Outcome: harness.Invoked, Seq: seq, EventID: id, Kind: harness.Good, At: time.Now()}
+		if err := r.History.Add(harness.Line{Op: op}); err != nil {
 			return err
 		}
-		pub, err := wire(event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults",
+		pub, err := wire(event.Event{ID: id, Name: faultprobe.Event, OccurredAt: time.Now().UTC(), Source: "faults",
 			Payload: []byte(`{"writer":0,"seq":` + strconv.Itoa(seq) + `}`)})
 		if err != nil {
 			return err
@@ -198,7 +200,7 @@ func (r *run) publishDirect(ctx context.Context, runID string, n, copies int, dr
 			dress(seq, &pub)
 		}
 		for range copies {
-			conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, probe.Exchange, probe.Event, true, false, pub)
+			conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, faultprobe.Exchange, faultprobe.Event, true, false, pub)
 			if err != nil {
 				return err
 			}
@@ -206,11 +208,11 @@ func (r *run) publishDirect(ctx context.Context, runID string, n, copies int, dr
 				return errOr(err, "the broker refused a copy")
 			}
 		}
-		if _, err := r.pool.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2)`, directWriter, id); err != nil {
+		if _, err := r.Pool.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2)`, harness.DirectWriter, id); err != nil {
 			return err
 		}
-		op.Outcome, op.At = OK, time.Now()
-		if err := r.hist.Add(Line{Op: op}); err != nil {
+		op.Outcome, op.At = harness.OK, time.Now()
+		if err := r.History.Add(harness.Line{Op: op}); err != nil {
 			return err
 		}
 	}

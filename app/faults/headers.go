@@ -8,7 +8,9 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers/faultprobe"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // quorumOverlay makes every queue of a case quorum.
@@ -23,38 +25,38 @@ func nonStringHeaders(ctx context.Context, r *run) error {
 	r.injected("quorum queues, two nodes; writers at ~300 events/s, handlers holding their transaction 20 ms, 1 event in 20 failing its first delivery "+
 		"to each process (back through the retry tier: x-death); kill -9 of the second node with deliveries in hand (redelivered with x-delivery-count); "+
 		"%d events straight to the exchange with integer, float, boolean, timestamp, array and table headers", foreign)
-	if err := r.start(ctx, 2); err != nil {
+	if err := r.Start(ctx, 2); err != nil {
 		return err
 	}
 	if err := r.quorumQueues(ctx); err != nil {
 		return err
 	}
-	r.write(ctx, Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, TransientEvery: 20, Payload: func(writer, seq int, kind Kind) any {
-		pl := probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison, HoldMillis: 20}
+	r.write(ctx, harness.Workload{Writers: 4, Interval: 10 * time.Millisecond, PoisonEvery: 50, TransientEvery: 20, Payload: func(writer, seq int, kind harness.Kind) any {
+		pl := faultprobe.Payload{Writer: writer, Seq: seq, Poison: kind == harness.Poison, HoldMillis: 20}
 		// One failure per process: with two nodes and a restart, at
 		// most three of the four attempts fail.
-		if kind == Transient {
+		if kind == harness.Transient {
 			pl.FailFirst = 1
 		}
 		return pl
 	}})
-	if err := r.crashLoop(ctx, "kill -9", 1, func() *node { return r.nodes[1] }); err != nil {
+	if err := r.crashLoop(ctx, "kill -9", 1, func() *harness.Node { return r.Nodes[1] }); err != nil {
 		return err
 	}
-	if err := r.publishDirect(ctx, r.dbName+":foreign", foreign, 1, foreignHeaders); err != nil {
+	if err := r.publishDirect(ctx, r.DBName+":foreign", foreign, 1, foreignHeaders); err != nil {
 		return err
 	}
-	r.after = append(r.after, func([]Op, Observed) {
+	r.after = append(r.after, func([]harness.Op, harness.Observed) {
 		refused := 0
-		for _, nd := range r.nodes {
-			logs, err := os.ReadFile(nd.log)
+		for _, nd := range r.Nodes {
+			logs, err := os.ReadFile(nd.Log)
 			if err != nil {
-				r.judge("logs", false, "read %s's log: %v", nd.name, err)
+				r.judge("logs", false, "read %s's log: %v", nd.Name, err)
 				continue
 			}
 			for _, refusal := range []string{"delivery cannot be decoded", "not a string"} {
 				if n := strings.Count(string(logs), refusal); n > 0 {
-					r.judge("logs", false, "node %s logged %q %d times: a header was refused", nd.name, refusal, n)
+					r.judge("logs", false, "node %s logged %q %d times: a header was refused", nd.Name, refusal, n)
 					refused += n
 				}
 			}
@@ -69,7 +71,7 @@ func nonStringHeaders(ctx context.Context, r *run) error {
 // quorumQueues checks that the probe's queue and its retry and
 // dead-letter queues were declared quorum.
 func (r *run) quorumQueues(ctx context.Context) error {
-	out, err := rabbitmqctl(ctx, "list_queues", "-p", r.vhost, "--no-table-headers", "name", "type")
+	out, err := harness.Rabbitmqctl(ctx, "list_queues", "-p", r.VHost, "--no-table-headers", "name", "type")
 	if err != nil {
 		return err
 	}
@@ -79,7 +81,7 @@ func (r *run) quorumQueues(ctx context.Context) error {
 			types[f[0]] = f[1]
 		}
 	}
-	for _, q := range []string{probeQueues.work, probeQueues.work + ".retry.1s", probeQueues.dlq} {
+	for _, q := range []string{harness.ProbeQueues.Work, harness.ProbeQueues.Work + ".retry.1s", harness.ProbeQueues.DLQ} {
 		if types[q] != "quorum" {
 			r.problem("queue %s is %q, not quorum", q, types[q])
 		}

@@ -15,7 +15,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/handlers/faultprobe"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // slowConns is how many connections slowhttptest opens, 100 a second.
@@ -35,12 +37,12 @@ func slowClients(ctx context.Context, r *run) error {
 		r.judge(clauseSlow, false, "slowhttptest is not installed here (bash .ci/services --faults installs it)")
 		return nil
 	}
-	if err := r.start(ctx, 1); err != nil {
+	if err := r.Start(ctx, 1); err != nil {
 		return err
 	}
-	nd := r.nodes[0]
-	r.write(ctx, Workload{Writers: 2, Interval: 20 * time.Millisecond})
-	fds := func() int { e, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", nd.pid())); return len(e) }
+	nd := r.Nodes[0]
+	r.write(ctx, harness.Workload{Writers: 2, Interval: 20 * time.Millisecond})
+	fds := func() int { e, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", nd.PID())); return len(e) }
 	before := fds()
 
 	pctx, stopProbe := context.WithCancel(ctx)
@@ -53,7 +55,7 @@ func slowClients(ctx context.Context, r *run) error {
 		client := http.Client{Timeout: 5 * time.Second}
 		for pctx.Err() == nil {
 			at := time.Now()
-			resp, err := client.Get("http://" + nd.addr + "/readyz")
+			resp, err := client.Get("http://" + nd.Addr + "/readyz")
 			mu.Lock()
 			if err != nil {
 				failed++
@@ -74,7 +76,7 @@ func slowClients(ctx context.Context, r *run) error {
 			<-done
 			return err
 		}
-		args := []string{mode, "-c", fmt.Sprint(slowConns), "-r", "100", "-i", "10", "-l", fmt.Sprint(secs), "-u", "http://" + nd.addr + "/v1/events", "-p", "3"}
+		args := []string{mode, "-c", fmt.Sprint(slowConns), "-r", "100", "-i", "10", "-l", fmt.Sprint(secs), "-u", "http://" + nd.Addr + "/v1/events", "-p", "3"}
 		if mode == "-B" {
 			args = append(args, "-t", "POST", "-s", "8192", "-f", "application/json")
 		}
@@ -116,14 +118,14 @@ func slowClients(ctx context.Context, r *run) error {
 
 // oversizedBodies posts 10 MB with its length and 100 MB chunked: both get
 // 413 within a second, before the body is read.
-func (r *run) oversizedBodies(nd *node) {
+func (r *run) oversizedBodies(nd *harness.Node) {
 	for _, b := range []struct {
 		name    string
 		size    int64
 		chunked bool
 	}{{"10 MB with Content-Length", 10 << 20, false}, {"100 MB chunked", 100 << 20, true}} {
-		var body io.Reader = io.LimitReader(zeros{}, b.size)
-		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.addr+"/v1/events", body)
+		body := io.LimitReader(zeros{}, b.size)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.Addr+"/v1/events", body)
 		req.Header.Set("Content-Type", "application/json")
 		if !b.chunked {
 			req.ContentLength = b.size
@@ -157,13 +159,13 @@ func (zeros) Read(p []byte) (int, error) {
 
 // correlationAbuse sends X-Correlation-ID values moenda must not keep: the
 // answer carries a new UUID instead.
-func (r *run) correlationAbuse(nd *node) {
+func (r *run) correlationAbuse(nd *harness.Node) {
 	for i, value := range []string{strings.Repeat("a", 64<<10), `<script>alert(1)</script>`, "a b\tc"} {
 		name := []string{"64 KB", "with markup", "with spaces"}[i]
-		op := Op{Outcome: Invoked, Writer: 30, Seq: i, EventID: EventID(r.dbName, 30, i), Kind: Good, At: time.Now()}
-		_ = r.hist.Add(Line{Op: op})
-		body := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"writer":30,"seq":%d}}`, op.EventID, probe.Event, i)
-		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.addr+"/v1/events", strings.NewReader(body))
+		op := harness.Op{Outcome: harness.Invoked, Writer: 30, Seq: i, EventID: harness.EventID(r.DBName, 30, i), Kind: harness.Good, At: time.Now()}
+		_ = r.History.Add(harness.Line{Op: op})
+		body := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"writer":30,"seq":%d}}`, op.EventID, faultprobe.Event, i)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+nd.Addr+"/v1/events", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Correlation-ID", value)
 		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
@@ -172,11 +174,11 @@ func (r *run) correlationAbuse(nd *node) {
 			continue
 		}
 		_ = resp.Body.Close()
-		op.Outcome, op.At = Failed, time.Now()
+		op.Outcome, op.At = harness.Failed, time.Now()
 		if resp.StatusCode < 300 {
-			op.Outcome = OK
+			op.Outcome = harness.OK
 		}
-		_ = r.hist.Add(Line{Op: op})
+		_ = r.History.Add(harness.Line{Op: op})
 		got := resp.Header.Get("X-Correlation-ID")
 		_, perr := uuid.Parse(got)
 		r.judge("correlation", resp.StatusCode < 500 && got != value && perr == nil, "X-Correlation-ID %s: %d, answered with %.40q; a new UUID expected", name, resp.StatusCode, got)

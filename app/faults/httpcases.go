@@ -12,6 +12,10 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/handlers/faultprobe"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // Tokens of the node that T28 runs with auth enabled.
@@ -34,8 +38,8 @@ type answer struct {
 
 // call sends one request to nd, with the Authorization header auth when
 // not empty.
-func call(nd *node, method, path, auth, body string) (answer, error) {
-	req, err := http.NewRequest(method, "http://"+nd.addr+path, strings.NewReader(body))
+func call(nd *harness.Node, method, path, auth, body string) (answer, error) {
+	req, err := http.NewRequest(method, "http://"+nd.Addr+path, strings.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}
@@ -56,33 +60,33 @@ func call(nd *node, method, path, auth, body string) (answer, error) {
 // and messages of the vhost's queues.
 func (r *run) state(ctx context.Context) (string, error) {
 	var rows string
-	err := r.pool.QueryRow(ctx, `SELECT format('outbox %s, inbox %s, parked %s, tables %s',
+	err := r.Pool.QueryRow(ctx, `SELECT format('outbox %s, inbox %s, parked %s, tables %s',
 		(SELECT count(*) FROM watermill_outbox), (SELECT count(*) FROM moenda_inbox), (SELECT count(*) FROM moenda_outbox_parked),
 		(SELECT count(*) FROM pg_tables WHERE schemaname = 'public'))`).Scan(&rows)
 	if err != nil {
 		return "", err
 	}
-	queues, err := rabbitmqctl(ctx, "list_queues", "-p", r.vhost, "--no-table-headers", "name", "messages")
+	queues, err := harness.Rabbitmqctl(ctx, "list_queues", "-p", r.VHost, "--no-table-headers", "name", "messages")
 	return rows + "; " + strings.Join(strings.Fields(queues), " "), err
 }
 
 func unauthorised(ctx context.Context, r *run) error {
 	r.injected("auth enabled; the admin and publish routes called with no token, an empty one, another scheme, an unknown token, a token with a suffix, and the other role's token")
-	if err := r.start(ctx, 1); err != nil {
+	if err := r.Start(ctx, 1); err != nil {
 		return err
 	}
-	nd := r.nodes[0]
+	nd := r.Nodes[0]
 	for i := range 5 {
-		op := Op{Outcome: Invoked, Writer: 28, Seq: i, EventID: EventID(r.dbName, 28, i), Kind: Good, At: time.Now()}
-		if err := r.hist.Add(Line{Op: op}); err != nil {
+		op := harness.Op{Outcome: harness.Invoked, Writer: 28, Seq: i, EventID: harness.EventID(r.DBName, 28, i), Kind: harness.Good, At: time.Now()}
+		if err := r.History.Add(harness.Line{Op: op}); err != nil {
 			return err
 		}
-		body := fmt.Sprintf(`{"event_id":%q,"event_name":"faultprobe.evento.v1","payload":{"writer":28,"seq":%d}}`, op.EventID, i)
+		body := fmt.Sprintf(`{"event_id":%q,"event_name":%q,"payload":{"writer":28,"seq":%d}}`, op.EventID, faultprobe.Event, i)
 		if a, err := call(nd, http.MethodPost, "/v1/events", "Bearer "+publisherToken, body); err != nil || a.code != http.StatusAccepted {
 			return fmt.Errorf("publish with the publisher token: %d %s %v", a.code, a.body, err)
 		}
-		op.Outcome, op.At = OK, time.Now()
-		if err := r.hist.Add(Line{Op: op}); err != nil {
+		op.Outcome, op.At = harness.OK, time.Now()
+		if err := r.History.Add(harness.Line{Op: op}); err != nil {
 			return err
 		}
 	}
@@ -96,7 +100,7 @@ func unauthorised(ctx context.Context, r *run) error {
 	routes := []struct{ method, path, role, body string }{
 		{http.MethodGet, "/v1/admin/outbox/parked", "admin", ""},
 		{http.MethodPost, "/v1/admin/outbox/republish", "admin", ""},
-		{http.MethodPost, "/v1/events", "publisher", `{"event_name":"faultprobe.evento.v1","payload":{"writer":28}}`},
+		{http.MethodPost, "/v1/events", "publisher", `{"event_name":"` + faultprobe.Event + `","payload":{"writer":28}}`},
 	}
 	wrong := map[string]string{"admin": publisherToken, "publisher": adminToken}
 	calls := 0
@@ -140,10 +144,10 @@ func unauthorised(ctx context.Context, r *run) error {
 
 func hostileParameters(ctx context.Context, r *run) error {
 	r.injected("tarefas enabled beside the probe; SQL and hostile values in its path, query and JSON parameters, the admin limit, event names outside the routing-key alphabet, duplicate and case-variant JSON keys; then a bounded sqlmap")
-	if err := r.start(ctx, 1); err != nil {
+	if err := r.Start(ctx, 1); err != nil {
 		return err
 	}
-	nd := r.nodes[0]
+	nd := r.Nodes[0]
 	if a, err := call(nd, http.MethodPost, "/tarefas", "", `{"usuario_id":1,"titulo":"' OR 1=1--"}`); err != nil || a.code != http.StatusCreated {
 		return fmt.Errorf("create a task: %d %s %v", a.code, a.body, err)
 	}
@@ -163,7 +167,7 @@ func hostileParameters(ctx context.Context, r *run) error {
 			req{http.MethodGet, "/tarefas/" + url.PathEscape(h) + "?usuario_id=1", ""},
 			req{http.MethodPatch, "/tarefas/" + url.PathEscape(h) + "/concluir", `{"usuario_id":1}`},
 			req{http.MethodGet, "/v1/admin/outbox/parked?limit=" + q, ""},
-			req{http.MethodPost, "/v1/events", fmt.Sprintf(`{"event_name":%q,"payload":{}}`, "faultprobe."+h+".v1")},
+			req{http.MethodPost, "/v1/events", fmt.Sprintf(`{"event_name":%q,"payload":{}}`, faultprobe.Name+"."+h+".v1")},
 		)
 	}
 	reqs = append(reqs,
@@ -199,7 +203,7 @@ func hostileParameters(ctx context.Context, r *run) error {
 	}
 	for _, target := range []string{"/tarefas?usuario_id=1&antes_de=9&limite=5", "/tarefas/1?usuario_id=1"} {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		out, err := exec.CommandContext(cctx, sqlmap, "-u", "http://"+nd.addr+target, "--batch", "--level", "1", "--risk", "1",
+		out, err := exec.CommandContext(cctx, sqlmap, "-u", "http://"+nd.Addr+target, "--batch", "--level", "1", "--risk", "1",
 			"--time-sec", "1", "--timeout", "5", "--retries", "0", "--flush-session", "--disable-coloring").CombinedOutput()
 		cancel()
 		text := string(out)

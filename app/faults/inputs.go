@@ -3,8 +3,6 @@ package faults
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,8 +11,10 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // request is a hostile request to the API and the status it must get.
@@ -35,13 +35,6 @@ type raw struct {
 	reason string
 }
 
-// bodyKey names a message that carries no id by its body, as the checker
-// keys its dead letter.
-func bodyKey(body []byte) string {
-	sum := sha256.Sum256(body)
-	return "body:" + hex.EncodeToString(sum[:8])
-}
-
 // hostile sends the requests to the first node, each answered with its
 // status within within, and publishes the messages; each message that must
 // be dead-lettered is recorded as a poison event, so the checker finds it
@@ -50,17 +43,17 @@ func bodyKey(body []byte) string {
 // deadWithin, when not zero, bounds the time from each message's confirm
 // to its dead letter's last failure.
 func (r *run) hostile(ctx context.Context, within, deadWithin time.Duration, reqs []request, msgs []raw) error {
-	if err := r.start(ctx, 1); err != nil {
+	if err := r.Start(ctx, 1); err != nil {
 		return err
 	}
 	if r.declares(clauseResources) {
 		r.baseline()
 	}
-	nd := r.nodes[0]
+	nd := r.Nodes[0]
 	client := http.Client{Timeout: 10 * time.Second}
 	for _, q := range reqs {
 		at := time.Now()
-		resp, err := client.Post("http://"+nd.addr+"/v1/events", "application/json", bytes.NewReader(q.body))
+		resp, err := client.Post("http://"+nd.Addr+"/v1/events", "application/json", bytes.NewReader(q.body))
 		if err != nil {
 			r.judge(clauseAPI, false, "API, %s: %v", q.name, err)
 			continue
@@ -83,20 +76,20 @@ func (r *run) hostile(ctx context.Context, within, deadWithin time.Duration, req
 	for i, m := range msgs {
 		key := m.key
 		if key == "" {
-			key = probe.Event
+			key = faultprobe.Event
 		}
 		id := m.id
 		if id == "" {
-			id = bodyKey(m.body)
+			id = harness.BodyKey(m.body)
 		}
-		op := Op{Outcome: Invoked, Seq: i, EventID: id, Kind: Poison, At: time.Now()}
+		op := harness.Op{Outcome: harness.Invoked, Seq: i, EventID: id, Kind: harness.Poison, At: time.Now()}
 		if m.reason != "" {
 			reasons[id] = m.reason
-			if err := r.hist.Add(Line{Op: op}); err != nil {
+			if err := r.History.Add(harness.Line{Op: op}); err != nil {
 				return err
 			}
 		}
-		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, probe.Exchange, key, true, false,
+		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, faultprobe.Exchange, key, true, false,
 			amqp091.Publishing{MessageId: m.id, Body: m.body, ContentType: "application/json", DeliveryMode: amqp091.Persistent})
 		if err != nil {
 			return err
@@ -106,8 +99,8 @@ func (r *run) hostile(ctx context.Context, within, deadWithin time.Duration, req
 		}
 		confirmed[id] = time.Now()
 		if m.reason != "" {
-			op.Outcome, op.At = OK, time.Now()
-			if err := r.hist.Add(Line{Op: op}); err != nil {
+			op.Outcome, op.At = harness.OK, time.Now()
+			if err := r.History.Add(harness.Line{Op: op}); err != nil {
 				return err
 			}
 		}
@@ -115,13 +108,13 @@ func (r *run) hostile(ctx context.Context, within, deadWithin time.Duration, req
 	if err := r.wait(ctx, 2*time.Second); err != nil {
 		return err
 	}
-	if !nd.running() {
-		r.problem("the node exited on hostile input; its log: %s", nd.log)
+	if !nd.Running() {
+		r.problem("the node exited on hostile input; its log: %s", nd.Log)
 	}
 	if r.declares(clauseRunning) {
-		r.judge(clauseRunning, nd.running(), "the node still runs after the hostile input: %v", nd.running())
+		r.judge(clauseRunning, nd.Running(), "the node still runs after the hostile input: %v", nd.Running())
 	}
-	r.after = append(r.after, func(_ []Op, seen Observed) {
+	r.after = append(r.after, func(_ []harness.Op, seen harness.Observed) {
 		found := map[string]bool{}
 		slowest := time.Duration(0)
 		for _, d := range seen.DeadLetters {
@@ -169,9 +162,9 @@ func malformedJSON(ctx context.Context, r *run) error {
 		reason string
 	}{
 		{"a lone brace", []byte(`{`), event.ReasonDecode},
-		{"a truncated body", envelope(EventID(r.dbName, 9, 0), probe.Event, `{"writer":9}`)[:40], event.ReasonDecode},
+		{"a truncated body", envelope(harness.EventID(r.DBName, 9, 0), faultprobe.Event, `{"writer":9}`)[:40], event.ReasonDecode},
 		{"binary garbage", []byte{0x00, 0x9f, 0xff, 0x01, 0xc3, 0x28}, event.ReasonInvalidEncoding},
-		{"an array", []byte(`[{"event_name":"faultprobe.evento.v1"}]`), event.ReasonDecode},
+		{"an array", []byte(`[{"event_name":"` + faultprobe.Event + `"}]`), event.ReasonDecode},
 		{"10,000-deep nesting", deep(10000), event.ReasonDecode},
 	}
 	r.injected("each of %d malformed bodies (a lone brace, truncated, binary, an array, 10,000-deep nesting) posted to the API and published to the exchange", len(bad))
@@ -179,16 +172,16 @@ func malformedJSON(ctx context.Context, r *run) error {
 	var msgs []raw
 	for i, b := range bad {
 		reqs = append(reqs, request{b.name, b.body, http.StatusBadRequest})
-		msgs = append(msgs, raw{name: b.name, id: EventID(r.dbName, 19, i), body: b.body, reason: b.reason})
+		msgs = append(msgs, raw{name: b.name, id: harness.EventID(r.DBName, 19, i), body: b.body, reason: b.reason})
 	}
 	return r.hostile(ctx, 100*time.Millisecond, time.Second, reqs, msgs)
 }
 
 func invalidEncoding(ctx context.Context, r *run) error {
 	r.injected("a payload string with the bytes FF FE, and one with \\u0000 that the handler stores, posted to the API and published to the exchange")
-	ff := func(id string) []byte { return envelope(id, probe.Event, "{\"writer\":20,\"note\":\"\xff\xfe\"}") }
-	nul := func(id string) []byte { return envelope(id, probe.Event, `{"writer":20,"note":"a\u0000b"}`) }
-	id := func(i int) string { return EventID(r.dbName, 20, i) }
+	ff := func(id string) []byte { return envelope(id, faultprobe.Event, "{\"writer\":20,\"note\":\"\xff\xfe\"}") }
+	nul := func(id string) []byte { return envelope(id, faultprobe.Event, `{"writer":20,"note":"a\u0000b"}`) }
+	id := func(i int) string { return harness.EventID(r.DBName, 20, i) }
 	return r.hostile(ctx, 100*time.Millisecond, 0,
 		[]request{{"invalid UTF-8", ff(id(0)), http.StatusBadRequest}, {"a NUL character", nul(id(1)), http.StatusBadRequest}},
 		[]raw{{name: "invalid UTF-8", id: id(2), body: ff(id(2)), reason: event.ReasonInvalidEncoding},
@@ -197,19 +190,19 @@ func invalidEncoding(ctx context.Context, r *run) error {
 
 func unknownType(ctx context.Context, r *run) error {
 	r.injected("an event of version 99 and one of an unknown type, posted to the API and published to the exchange")
-	id := func(i int) string { return EventID(r.dbName, 21, i) }
-	v99, unknown := "faultprobe.evento.v99", "faultprobe.desconhecido.v1"
+	id := func(i int) string { return harness.EventID(r.DBName, 21, i) }
+	v99, unknown := faultprobe.Name+".event.v99", faultprobe.Name+".unknown.v1"
 	err := r.hostile(ctx, 100*time.Millisecond, 0,
 		[]request{{"an unknown type", envelope(id(0), "x.unknown", `{}`), http.StatusBadRequest}},
 		[]raw{{name: "version 99", id: id(1), key: v99, body: envelope(id(1), v99, `{"writer":21}`), reason: event.ReasonUnknownVersion},
 			{name: "an unknown type", id: id(2), key: unknown, body: envelope(id(2), unknown, `{"writer":21}`)}})
-	r.after = append(r.after, func(_ []Op, seen Observed) {
+	r.after = append(r.after, func(_ []harness.Op, seen harness.Observed) {
 		for _, d := range seen.DeadLetters {
 			if d.EventID == id(2) {
 				r.judge(clauseBroker, false, "the event of an unknown type was dead-lettered (%s); the queue's policy acknowledges and counts it", d.Reason)
 			}
 		}
-		r.judge(clauseBroker, r.ignored == 1, "moenda_messages_ignored_total counted %d events of an unknown type; 1 was sent", r.ignored)
+		r.judge(clauseBroker, r.Counted(harness.Ignored) == 1, "moenda_messages_ignored_total counted %d events of an unknown type; 1 was sent", r.Counted(harness.Ignored))
 	})
 	return err
 }
@@ -218,21 +211,21 @@ func badEventIDs(ctx context.Context, r *run) error {
 	r.injected("three messages with neither a message id nor an event_id; API requests with a 37-character and a non-UUID event_id")
 	var msgs []raw
 	for i := range 3 {
-		msgs = append(msgs, raw{name: fmt.Sprintf("no id %d", i), body: []byte(fmt.Sprintf(`{"event_name":%q,"occurred_at":"2026-11-30T00:00:00Z","payload":{"writer":22,"seq":%d}}`, probe.Event, i)),
+		msgs = append(msgs, raw{name: fmt.Sprintf("no id %d", i), body: []byte(fmt.Sprintf(`{"event_name":%q,"occurred_at":"2026-11-30T00:00:00Z","payload":{"writer":22,"seq":%d}}`, faultprobe.Event, i)),
 			reason: event.ReasonMissingEventID})
 	}
 	long := strings.Repeat("a", 37)
 	return r.hostile(ctx, 100*time.Millisecond, 0,
-		[]request{{"a 37-character event_id", envelope(long, probe.Event, `{}`), http.StatusBadRequest},
-			{"a non-UUID event_id", envelope("not-a-uuid", probe.Event, `{}`), http.StatusBadRequest}},
+		[]request{{"a 37-character event_id", envelope(long, faultprobe.Event, `{}`), http.StatusBadRequest},
+			{"a non-UUID event_id", envelope("not-a-uuid", faultprobe.Event, `{}`), http.StatusBadRequest}},
 		msgs)
 }
 
 func oversized(ctx context.Context, r *run) error {
 	r.injected("a 10 MB event posted to the API (limit 1 MiB), and one published straight to the exchange")
-	big := envelope(EventID(r.dbName, 24, 0), probe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`)
-	id := EventID(r.dbName, 24, 1)
+	big := envelope(harness.EventID(r.DBName, 24, 0), faultprobe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`)
+	id := harness.EventID(r.DBName, 24, 1)
 	return r.hostile(ctx, time.Second, 0,
 		[]request{{"10 MB", big, http.StatusRequestEntityTooLarge}},
-		[]raw{{name: "10 MB", id: id, body: envelope(id, probe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`), reason: "too_large"}})
+		[]raw{{name: "10 MB", id: id, body: envelope(id, faultprobe.Event, `{"writer":24,"filler":"`+strings.Repeat("x", 10<<20)+`"}`), reason: "too_large"}})
 }

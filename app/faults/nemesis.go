@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/poll"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // The nemesis's tools: each acts on the local servers and returns once
@@ -16,23 +18,23 @@ import (
 // up again.
 
 // closeConnections closes every AMQP connection of the case's vhost.
-func (s *system) closeConnections(ctx context.Context) error {
-	_, err := rabbitmqctl(ctx, "close_all_connections", "--vhost", s.vhost, "moenda faults: connection storm")
+func (r *run) closeConnections(ctx context.Context) error {
+	_, err := harness.Rabbitmqctl(ctx, "close_all_connections", "--vhost", r.VHost, "moenda faults: connection storm")
 	return err
 }
 
 // stopBroker stops the RabbitMQ application gracefully; startBroker starts
 // it and waits until it runs.
 func stopBroker(ctx context.Context) error {
-	_, err := rabbitmqctl(ctx, "stop_app")
+	_, err := harness.Rabbitmqctl(ctx, "stop_app")
 	return err
 }
 
 func startBroker(ctx context.Context) error {
-	if _, err := rabbitmqctl(ctx, "start_app"); err != nil {
+	if _, err := harness.Rabbitmqctl(ctx, "start_app"); err != nil {
 		return err
 	}
-	_, err := rabbitmqctl(ctx, "await_startup")
+	_, err := harness.Rabbitmqctl(ctx, "await_startup")
 	return err
 }
 
@@ -60,7 +62,7 @@ func bootBroker(ctx context.Context) error {
 	}
 	var err error
 	for range 60 {
-		if _, err = rabbitmqctl(ctx, "await_startup"); err == nil {
+		if _, err = harness.Rabbitmqctl(ctx, "await_startup"); err == nil {
 			return nil
 		}
 		if !poll.Sleep(ctx, time.Second) {
@@ -72,22 +74,22 @@ func bootBroker(ctx context.Context) error {
 
 // suspendListeners stops the broker accepting connections and closes
 // those of the case's vhost: the broker is unreachable.
-func (s *system) suspendListeners(ctx context.Context) error {
-	if _, err := rabbitmqctl(ctx, "suspend_listeners"); err != nil {
+func (r *run) suspendListeners(ctx context.Context) error {
+	if _, err := harness.Rabbitmqctl(ctx, "suspend_listeners"); err != nil {
 		return err
 	}
-	return s.closeConnections(ctx)
+	return r.closeConnections(ctx)
 }
 
 func resumeListeners(ctx context.Context) error {
-	_, err := rabbitmqctl(ctx, "resume_listeners")
+	_, err := harness.Rabbitmqctl(ctx, "resume_listeners")
 	return err
 }
 
 // memoryAlarm sets the memory high watermark so low that the broker blocks
 // every publisher, and returns what restores the watermark it had.
 func memoryAlarm(ctx context.Context) (restore func(context.Context) error, err error) {
-	was, err := rabbitmqctl(ctx, "eval", "vm_memory_monitor:get_vm_memory_high_watermark().")
+	was, err := harness.Rabbitmqctl(ctx, "eval", "vm_memory_monitor:get_vm_memory_high_watermark().")
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +98,10 @@ func memoryAlarm(ctx context.Context) (restore func(context.Context) error, err 
 	if strings.HasPrefix(was, "{absolute,") {
 		args = []string{"set_vm_memory_high_watermark", "absolute", strings.TrimSuffix(strings.TrimPrefix(was, "{absolute,"), "}")}
 	}
-	if _, err := rabbitmqctl(ctx, "set_vm_memory_high_watermark", "0.0001"); err != nil {
+	if _, err := harness.Rabbitmqctl(ctx, "set_vm_memory_high_watermark", "0.0001"); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error { _, err := rabbitmqctl(ctx, args...); return err }, nil
+	return func(ctx context.Context) error { _, err := harness.Rabbitmqctl(ctx, args...); return err }, nil
 }
 
 // restartPostgres restarts the local cluster with pg_ctlcluster in mode

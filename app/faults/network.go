@@ -10,6 +10,8 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // proxies are Toxiproxies in front of PostgreSQL and RabbitMQ, in this
@@ -18,11 +20,11 @@ type proxies struct{ db, amqp *toxiproxy.Proxy }
 
 // throughProxies starts the proxies and points the nodes started after it
 // at them; they run until the system closes.
-func (s *system) throughProxies() (*proxies, error) {
+func (r *run) throughProxies() (*proxies, error) {
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	px := &proxies{}
 	var urls [2]string
-	for i, raw := range []string{s.dbURL, s.amqpURL} {
+	for i, raw := range []string{r.DBURL, r.AMQPURL} {
 		u, err := url.Parse(raw)
 		if err != nil {
 			return nil, err
@@ -31,7 +33,7 @@ func (s *system) throughProxies() (*proxies, error) {
 		if err := p.Start(); err != nil {
 			return nil, fmt.Errorf("start a proxy to %s: %w", u.Host, err)
 		}
-		s.closers = append(s.closers, p.Stop)
+		r.Closers = append(r.Closers, p.Stop)
 		u.Host = p.Listen
 		urls[i] = u.String()
 		if i == 0 {
@@ -40,7 +42,7 @@ func (s *system) throughProxies() (*proxies, error) {
 			px.amqp = p
 		}
 	}
-	s.nodeDB, s.nodeAMQP = urls[0], urls[1]
+	r.NodeDB, r.NodeAMQP = urls[0], urls[1]
 	return px, nil
 }
 
@@ -103,7 +105,7 @@ func networkDegradation(ctx context.Context, r *run) error {
 	for _, st := range steps {
 		longest = max(longest, st.hold)
 	}
-	r.after = append(r.after, func([]Op, Observed) {
+	r.after = append(r.after, func([]harness.Op, harness.Observed) {
 		bound := longest + r.result.Bound
 		r.judge("p99", r.result.Latency.P99 <= bound, "p99 %s; bound %s (the longest fault, %s, and the recovery bound)",
 			r.result.Latency.P99.Round(time.Millisecond), bound, longest)

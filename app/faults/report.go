@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // Summary adds up a run's results.
@@ -145,7 +147,7 @@ func WriteMarkdown(w io.Writer, results []Result, seed uint64, command string) e
 }
 
 // checkerSummary says what the checker found, for the checker's clause.
-func checkerSummary(r Report) string {
+func checkerSummary(r harness.Report) string {
 	if !r.Valid {
 		return checkerFindings(r)
 	}
@@ -153,7 +155,7 @@ func checkerSummary(r Report) string {
 }
 
 // checkerFindings says what made a report invalid.
-func checkerFindings(r Report) string {
+func checkerFindings(r harness.Report) string {
 	var out []string
 	add := func(n int, what string) {
 		if n > 0 {

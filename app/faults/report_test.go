@@ -4,17 +4,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // RELIABILITY.md carries every case: a passing one's counts, a failing
 // one's findings, and the reason a case did not run.
 func TestWriteMarkdown(t *testing.T) {
 	results := []Result{
-		{ID: "T01", Title: "ok case", Injected: "a fault", Pass: true, Report: Report{Valid: true, Attempted: 10, Confirmed: 10, Drained: true},
-			Recoveries: []Recovery{{Fault: "f", Took: 2 * time.Second}}, Bound: 15 * time.Second,
+		{ID: "T01", Title: "ok case", Injected: "a fault", Pass: true, Report: harness.Report{Valid: true, Attempted: 10, Confirmed: 10, Drained: true},
+			Recoveries: []harness.Recovery{{Fault: "f", Took: 2 * time.Second}}, Bound: 15 * time.Second,
 			Clauses: []Clause{{Key: clauseChecker, Text: "checker clean", Status: Held, Detail: "lost 0"},
 				{Text: "no bypass through a header", Status: NotChecked, Detail: "no allowlist here"}}},
-		{ID: "T02", Title: "bad case", Injected: "another", Report: Report{Attempted: 5, Confirmed: 5, Lost: []string{"x"}, Drained: true},
+		{ID: "T02", Title: "bad case", Injected: "another", Report: harness.Report{Attempted: 5, Confirmed: 5, Lost: []string{"x"}, Drained: true},
 			Problems: []string{"something broke"}, Clauses: []Clause{{Key: "slow", Text: "slow connections closed", Status: Broken, Detail: "500 connected at the end"}}},
 		{ID: "T03", Title: "elsewhere", NotRun: "needs a cluster"},
 	}

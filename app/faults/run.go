@@ -1,7 +1,13 @@
+// Package faults proves moenda's promise under injected faults: every
+// event committed with its business row reaches its subscriber, is handled
+// once, and never disappears. Each case runs on the harness (serve
+// processes, writers, a history kept outside the system under test); a
+// nemesis injects faults; once they are healed and the system has
+// drained, the harness's checker compares what was confirmed with what
+// came out.
 package faults
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -9,21 +15,18 @@ import (
 	"hash/fnv"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/poll"
-	"github.com/moenda/moenda/app/faults/probe"
-	"github.com/moenda/moenda/handlers/event"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // Options set a run of the suite.
@@ -48,6 +51,11 @@ type Options struct {
 	Progress io.Writer
 }
 
+// system is what the harness needs of the options.
+func (o Options) system() harness.Config {
+	return harness.Config{ServeBin: o.ServeBin, PostgresURL: o.PostgresURL, AMQPURL: o.AMQPURL}
+}
+
 // Result is one case's outcome.
 type Result struct {
 	ID    string `json:"id"`
@@ -55,18 +63,18 @@ type Result struct {
 	// Injected says what the nemesis did.
 	Injected string `json:"injected"`
 	// NotRun says why the case did not run here; the rest is empty then.
-	NotRun     string             `json:"not_run,omitempty"`
-	Pass       bool               `json:"pass"`
-	Counts     map[Outcome]int    `json:"counts,omitempty"`
-	Report     Report             `json:"report"`
-	Latency    Latency            `json:"latency"`
-	Recoveries []Recovery         `json:"recoveries,omitempty"`
-	Bound      time.Duration      `json:"recovery_bound,omitempty"`
-	Problems   []string           `json:"problems,omitempty"`
-	Notes      []string           `json:"notes,omitempty"`
-	Took       time.Duration      `json:"took"`
-	Kept       string             `json:"kept,omitempty"`
-	Extra      map[string]float64 `json:"extra,omitempty"`
+	NotRun     string                  `json:"not_run,omitempty"`
+	Pass       bool                    `json:"pass"`
+	Counts     map[harness.Outcome]int `json:"counts,omitempty"`
+	Report     harness.Report          `json:"report"`
+	Latency    harness.Latency         `json:"latency"`
+	Recoveries []harness.Recovery      `json:"recoveries,omitempty"`
+	Bound      time.Duration           `json:"recovery_bound,omitempty"`
+	Problems   []string                `json:"problems,omitempty"`
+	Notes      []string                `json:"notes,omitempty"`
+	Took       time.Duration           `json:"took"`
+	Kept       string                  `json:"kept,omitempty"`
+	Extra      map[string]float64      `json:"extra,omitempty"`
 	// Clauses are the case's "what must hold", each with its verdict.
 	Clauses []Clause `json:"clauses,omitempty"`
 }
@@ -84,15 +92,11 @@ func (r Result) Worst() time.Duration {
 // recovered.
 const lagBound = 2 * time.Second
 
-// drainBound bounds the wait for the system to go quiet after healing:
-// the probe's last retry comes 31 s after its first attempt.
-const drainBound = 2 * time.Minute
-
 // Run runs the selected cases one after another, each on a database and
 // a vhost of its own, and returns their results.
 func Run(ctx context.Context, opts Options) ([]Result, error) {
-	if !loopback(opts.PostgresURL) || !loopback(opts.AMQPURL) {
-		return nil, fmt.Errorf("%w: postgres.url and amqp.url must name 127.0.0.1, ::1 or localhost, since the suite restarts and kills the servers", errNotLoopback)
+	if err := opts.system().CheckLocal(); err != nil {
+		return nil, fmt.Errorf("faults: %w, since the suite restarts and kills the servers", err)
 	}
 	cases, err := selectCases(opts.Quick, opts.Only)
 	if err != nil {
@@ -124,25 +128,17 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	res = Result{ID: c.ID, Title: c.Title, Bound: c.bound()}
 	start := time.Now()
 	defer func() { res.Took = time.Since(start).Round(time.Second) }()
-	dir := filepath.Join(opts.Dir, fmt.Sprintf("%s-seed%d", c.ID, opts.Seed))
 	// A re-run of the seed replaces what an earlier one kept.
-	if err := os.RemoveAll(dir); err != nil {
-		res.Problems = append(res.Problems, err.Error())
-		return res
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		res.Problems = append(res.Problems, err.Error())
-		return res
-	}
-	s, err := newSystem(ctx, opts, dir, c.overlay(), c.Overlay)
+	dir := filepath.Join(opts.Dir, fmt.Sprintf("%s-seed%d", c.ID, opts.Seed))
+	s, err := harness.NewSystem(ctx, opts.system(), dir, c.overlay(), c.Overlay)
 	if err != nil {
 		res.Problems = append(res.Problems, "set up: "+err.Error())
 		return res
 	}
-	defer s.close(context.WithoutCancel(ctx))
+	defer s.Close(context.WithoutCancel(ctx))
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(c.ID))
-	r := &run{c: c, inboxRepeats: -1, drainBound: cmp.Or(c.Drain, drainBound), system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), quick: opts.Quick, result: &res, gone: map[*node]bool{}}
+	r := &run{c: c, inboxRepeats: -1, drainBound: cmp.Or(c.Drain, harness.DrainBound), System: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), quick: opts.Quick, result: &res, gone: map[*harness.Node]bool{}}
 	watch := r.watchConsumers(ctx)
 	caseErr := c.Run(ctx, r)
 	if _, err := r.stopWriting(); err != nil {
@@ -154,31 +150,28 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	// Heal what the case left down, then let the system drain; a node
 	// that will not start leaves nothing to drain.
 	up := true
-	for _, nd := range s.nodes {
-		if !nd.running() && !r.gone[nd] {
-			if err := s.run(ctx, nd); err != nil {
-				r.problem("restart %s: %v", nd.name, err)
+	for _, nd := range s.Nodes {
+		if !nd.Running() && !r.gone[nd] {
+			if err := s.Restart(ctx, nd); err != nil {
+				r.problem("restart %s: %v", nd.Name, err)
 				up = false
 			}
 		}
 	}
-	var seen Observed
+	var seen harness.Observed
 	if up {
 		if seen, err = r.observe(ctx); err != nil {
 			r.problem("observe: %v", err)
 		}
 	}
 	watch()
-	if err := s.hist.Close(); err != nil {
+	ops, faultLines, err := s.CloseHistory()
+	if err != nil {
 		r.problem("history: %v", err)
 	}
-	ops, faultLines, err := readHistoryFile(s.histAt)
-	if err != nil {
-		r.problem("%v", err)
-	}
-	res.Report = Check(ops, seen)
-	res.Latency = Latencies(ops, seen.Effects)
-	res.Recoveries = Recoveries(ops, seen.Effects, faultLines, lagBound, r.consumersBack)
+	res.Report = harness.Check(ops, seen)
+	res.Latency = harness.Latencies(ops, seen.Effects)
+	res.Recoveries = harness.Recoveries(ops, seen.Effects, faultLines, lagBound, r.consumersBack)
 	for _, rc := range res.Recoveries {
 		if !rc.Recovered(res.Bound) {
 			r.problem("%s: not recovered within %s (took %s)", rc.Fault, res.Bound, fmtTook(rc.Took))
@@ -191,7 +184,7 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	if res.Pass {
 		_ = os.RemoveAll(dir)
 	} else {
-		if err := WriteEffects(filepath.Join(dir, "effects.jsonl"), seen.Effects); err != nil {
+		if err := harness.WriteEffects(filepath.Join(dir, "effects.jsonl"), seen.Effects); err != nil {
 			res.Problems = append(res.Problems, err.Error())
 		}
 		res.Kept = dir
@@ -202,18 +195,14 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 // run is a case in progress: the system, the seeded schedule, and what the
 // case found.
 type run struct {
-	*system
+	*harness.System
 	rng    *rand.Rand
 	quick  bool
 	result *Result
 
-	writing context.CancelFunc
-	written chan writeResult
-	gone    map[*node]bool
-	after   []func(ops []Op, seen Observed)
-	dedupMu sync.Mutex
-	dedup   int
-	ignored int
+	writing *harness.Writers
+	gone    map[*harness.Node]bool
+	after   []func(ops []harness.Op, seen harness.Observed)
 	backMu  sync.Mutex
 	samples []consumerSample
 	// drainBound bounds the wait for quiet after the case.
@@ -225,7 +214,7 @@ type run struct {
 	inboxRepeats int
 	// before is each node's use of goroutines, files and memory when the
 	// first fault struck; resourcesAfter compares it with the end.
-	before map[*node]usage
+	before map[*harness.Node]usage
 	// consumersAtFault is the consumer count of the probe's queue just
 	// before the first fault.
 	consumersAtFault int
@@ -237,7 +226,7 @@ type run struct {
 // and the recovery bound where the case states one), gives each of the
 // case's clauses its verdict, and reports whether the case passed: the
 // checker's report valid, no problem, and no clause broken.
-func (r *run) conclude(c Case, ops []Op) bool {
+func (r *run) conclude(c Case, ops []harness.Op) bool {
 	res := r.result
 	if r.judged == nil {
 		r.judged = map[string]*judgement{}
@@ -261,7 +250,7 @@ func (r *run) conclude(c Case, ops []Op) bool {
 // judgeShared judges the clauses whose verdict comes from the checker's
 // report and what every run observes; a case's own clauses are judged by
 // its checks.
-func (r *run) judgeShared(key string, ops []Op) {
+func (r *run) judgeShared(key string, ops []harness.Op) {
 	rep := r.result.Report
 	switch key {
 	case clauseRecovery:
@@ -301,11 +290,6 @@ func (r *run) judgeRecoveries() {
 	}
 }
 
-type writeResult struct {
-	counts map[Outcome]int
-	err    error
-}
-
 type consumerSample struct {
 	at        time.Time
 	consumers int
@@ -341,45 +325,19 @@ func (r *run) injected(format string, args ...any) {
 
 // write starts writers that publish the probe's event through the nodes'
 // API until stopWriting.
-func (r *run) write(ctx context.Context, w Workload) {
-	w.RunID = r.dbName + w.RunID // a phase of a run names its writers apart
-	w.Bases = r.bases()
-	w.EventName = probe.Event
-	w.History = r.hist
-	if w.Attempts == 0 {
-		w.Attempts = 30
-	}
-	if w.Client == nil {
-		w.Client = &http.Client{Timeout: 5 * time.Second}
-	}
-	if w.Payload == nil {
-		w.Payload = func(writer, seq int, kind Kind) any {
-			pl := probe.Payload{Writer: writer, Seq: seq, Poison: kind == Poison}
-			if kind == Transient {
-				pl.FailFirst = 2
-			}
-			return pl
-		}
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	r.writing = cancel
-	r.written = make(chan writeResult, 1)
-	go func() {
-		counts, err := w.Run(wctx)
-		r.written <- writeResult{counts, err}
-	}()
+func (r *run) write(ctx context.Context, w harness.Workload) {
+	r.writing = r.Write(ctx, w)
 }
 
 // stopWriting stops the writers and waits for their last commands.
-func (r *run) stopWriting() (map[Outcome]int, error) {
+func (r *run) stopWriting() (map[harness.Outcome]int, error) {
 	if r.writing == nil {
 		return r.result.Counts, nil
 	}
-	r.writing()
+	counts, err := r.writing.Stop()
 	r.writing = nil
-	res := <-r.written
-	r.result.Counts = res.counts
-	return res.counts, res.err
+	r.result.Counts = counts
+	return counts, err
 }
 
 // wait sleeps d unless ctx ends first.
@@ -397,7 +355,7 @@ func (r *run) inject(ctx context.Context, fault string, hold time.Duration, do, 
 	if r.before == nil {
 		r.baseline()
 	}
-	r.mark(fault, "start")
+	r.Mark(fault, "start")
 	err := do(ctx)
 	if err == nil && hold > 0 {
 		err = r.wait(ctx, hold)
@@ -407,49 +365,11 @@ func (r *run) inject(ctx context.Context, fault string, hold time.Duration, do, 
 			err = errors.Join(err, fmt.Errorf("heal %s: %w", fault, herr))
 		}
 	}
-	r.mark(fault, "stop")
+	r.Mark(fault, "stop")
 	if err != nil {
 		return fmt.Errorf("%s: %w", fault, err)
 	}
 	return nil
-}
-
-// kill ends nd with SIGKILL, having read its duplicate-delivery count
-// first.
-func (r *run) kill(nd *node) {
-	r.scrape(nd)
-	nd.kill()
-}
-
-// scrape adds nd's counts of deliveries its inbox skipped and of events
-// of a type no handler of the queue handles.
-func (r *run) scrape(nd *node) {
-	resp, err := http.Get("http://" + nd.addr + "/metrics")
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	dedup, ignored := 0, 0
-	for sc.Scan() {
-		line := sc.Text()
-		value := func() int {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			return int(v)
-		}
-		switch {
-		case strings.HasPrefix(line, "moenda_messages_deduplicated_total"):
-			dedup += value()
-		case strings.HasPrefix(line, "moenda_messages_ignored_total"):
-			ignored += value()
-		}
-	}
-	r.dedupMu.Lock()
-	r.dedup += dedup
-	r.ignored += ignored
-	r.dedupMu.Unlock()
 }
 
 // watchConsumers samples the consumers of the probe's queue every 250 ms
@@ -468,12 +388,12 @@ func (r *run) watchConsumers(ctx context.Context) (stop func()) {
 		for poll.Sleep(ctx, 250*time.Millisecond) {
 			n := 0
 			if conn == nil || conn.IsClosed() {
-				conn, _ = amqp091.DialConfig(r.amqpURL, amqp091.Config{Dial: amqp091.DefaultDial(time.Second),
-					Properties: amqp091.Table{"connection_name": checkerApp}})
+				conn, _ = amqp091.DialConfig(r.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(time.Second),
+					Properties: amqp091.Table{"connection_name": harness.CheckerApp}})
 			}
 			if conn != nil && !conn.IsClosed() {
 				var ok bool
-				if n, ok = consumersOf(conn, probeQueues.work); !ok {
+				if n, ok = consumersOf(conn, harness.ProbeQueues.Work); !ok {
 					_ = conn.Close()
 					conn = nil
 				}
@@ -540,197 +460,27 @@ func (r *run) consumersReach(healed time.Time, n int) time.Time {
 }
 
 // observe waits until the system is quiet, drains the dead-letter and
-// unrouted queues, and reads what the probe applied.
-func (r *run) observe(ctx context.Context) (Observed, error) {
-	seen := Observed{Business: map[string]bool{}}
-	start := time.Now()
-	seen.Drained = r.drain(ctx)
-	r.result.addExtra("drain_seconds", time.Since(start).Seconds())
-	dead, unrouted, err := r.drainDeadLetters()
-	if err != nil {
-		return seen, err
+// unrouted queues, judges the nodes' use of resources before it stops
+// them, and reads what the probe applied.
+func (r *run) observe(ctx context.Context) (harness.Observed, error) {
+	seen, obs, err := r.Observe(ctx, r.drainBound, r.judgeResources)
+	r.result.addExtra("drain_seconds", obs.DrainTook.Seconds())
+	if obs.SlowestExit > 0 {
+		r.result.addExtra("exit_seconds_max", obs.SlowestExit.Seconds())
 	}
-	seen.DeadLetters = dead
-	seen.Unrouted = unrouted
-	r.judgeResources()
-	for _, nd := range r.nodes {
-		if nd.running() {
-			r.scrape(nd)
-			if took, err := nd.stop(time.Minute); err != nil {
-				r.problem("%v", err)
-			} else {
-				r.result.addExtra("exit_seconds_max", took.Seconds())
-			}
-		}
+	for _, p := range obs.Problems {
+		r.problem("%s", p)
 	}
-	seen.Deduplicated = r.dedup
-	if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM moenda_inbox GROUP BY consumer, event_id HAVING count(*) > 1) d`).Scan(&r.inboxRepeats); err != nil {
+	if err := r.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM moenda_inbox GROUP BY consumer, event_id HAVING count(*) > 1) d`).Scan(&r.inboxRepeats); err != nil {
 		r.inboxRepeats = -1
 	}
-	rows, err := r.pool.Query(ctx, `SELECT event_id FROM moenda_inbox WHERE consumer = ANY($1)`, businessConsumers)
-	if err != nil {
-		return seen, err
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return seen, err
-		}
-		seen.Business[id] = true
-	}
-	if err := rows.Err(); err != nil {
-		return seen, err
-	}
-	rows, err = r.pool.Query(ctx, `SELECT event_id, applied_at FROM faultprobe_efeitos`)
-	if err != nil {
-		return seen, err
-	}
-	for rows.Next() {
-		var e Effect
-		if err := rows.Scan(&e.EventID, &e.AppliedAt); err != nil {
-			return seen, err
-		}
-		seen.Effects = append(seen.Effects, e)
-	}
-	if err := rows.Err(); err != nil {
-		return seen, err
-	}
-	return seen, r.pool.QueryRow(ctx, `SELECT sum(n)::bigint FROM faultprobe_contador`).Scan(&seen.Counter)
-}
-
-// businessConsumers are the inbox consumers whose claims are the
-// business rows of the workload's commands: the API's remembered answers,
-// and the direct writers' own.
-var businessConsumers = []string{"POST /v1/events", directWriter}
-
-// drain waits until the relay has published every row and every queue
-// but the dead-letter and unrouted ones is empty, through two readings in
-// a row, within drainBound. When it does not, a problem says what was
-// still busy.
-func (r *run) drain(ctx context.Context) bool {
-	deadline := time.Now().Add(r.drainBound)
-	quiet := 0
-	busy := ""
-	for time.Now().Before(deadline) {
-		busy = r.busy(ctx)
-		if busy == "" {
-			quiet++
-		} else {
-			quiet = 0
-		}
-		if quiet >= 2 {
-			return true
-		}
-		if !poll.Sleep(ctx, time.Second) {
-			return false
-		}
-	}
-	r.problem("not drained within %s: %s", r.drainBound, busy)
-	return false
-}
-
-// busy says what still works: the relay behind the outbox, or a queue but
-// the dead-letter and unrouted ones holding messages, ready or
-// unacknowledged; "" when nothing.
-func (r *run) busy(ctx context.Context) string {
-	caught, err := outbox.CaughtUp(ctx, r.pool, "moenda-relay")
-	switch {
-	case err != nil:
-		return "the relay's position: " + err.Error()
-	case !caught:
-		var detail string
-		_ = r.pool.QueryRow(ctx, `SELECT format('position %s/%s; %s rows after it, from transaction %s; slot sample %s at %s, backfill %s; confirmed %s, current %s',
-			p.last_processed_transaction_id, p.offset_acked,
-			(SELECT count(*) FROM watermill_outbox o WHERE (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked)),
-			(SELECT min(o.transaction_id::text) FROM watermill_outbox o WHERE (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked)),
-			s.sample_xmin, s.sample_lsn, s.backfill,
-			(SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = s.slot_name), pg_current_wal_lsn())
-			FROM watermill_offsets_outbox p LEFT JOIN moenda_outbox_slots s USING (consumer_group) WHERE p.consumer_group = 'moenda-relay'`).Scan(&detail)
-		return "the relay has rows to publish: " + detail
-	}
-	out, err := rabbitmqctl(ctx, "list_queues", "-p", r.vhost, "--no-table-headers", "name", "messages_ready", "messages_unacknowledged", "consumers")
-	if err != nil {
-		return err.Error()
-	}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 4 && f[0] != probeQueues.dlq && f[0] != probeQueues.unrouted && (f[1] != "0" || f[2] != "0") {
-			return fmt.Sprintf("queue %s holds %s ready and %s unacknowledged messages, with %s consumers", f[0], f[1], f[2], f[3])
-		}
-	}
-	return ""
-}
-
-// drainDeadLetters reads the probe's dead-letter and unrouted queues to
-// their end, as the checker's own consumer.
-func (r *run) drainDeadLetters() (dead []DeadLetter, unrouted []string, err error) {
-	conn, err := amqp091.Dial(r.amqpURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, q := range []string{probeQueues.dlq, probeQueues.unrouted} {
-		for {
-			d, ok, err := ch.Get(q, false)
-			if err != nil {
-				var aerr *amqp091.Error
-				if errors.As(err, &aerr) && aerr.Code == amqp091.NotFound {
-					if ch, err = conn.Channel(); err != nil {
-						return nil, nil, err
-					}
-					break
-				}
-				return nil, nil, err
-			}
-			if !ok {
-				break
-			}
-			if err := d.Ack(false); err != nil {
-				return nil, nil, err
-			}
-			if q == probeQueues.unrouted {
-				unrouted = append(unrouted, d.MessageId)
-				continue
-			}
-			dead = append(dead, deadLetterOf(d))
-		}
-	}
-	return dead, unrouted, nil
-}
-
-// deadLetterOf reads a dead letter's headers.
-func deadLetterOf(d amqp091.Delivery) DeadLetter {
-	h := func(k string) string {
-		switch v := d.Headers[k].(type) {
-		case string:
-			return v
-		case nil:
-			return ""
-		default:
-			return fmt.Sprint(v)
-		}
-	}
-	id := h(event.HeaderEventID)
-	fromHeader := id != ""
-	if id == "" {
-		id = d.MessageId
-	}
-	if id == "" {
-		id = bodyKey(d.Body)
-	}
-	return DeadLetter{EventID: id, Reason: h(event.HeaderReason), Attempts: h(event.HeaderAttempts), CorrelationID: h(event.HeaderCorrelationID),
-		Queue: h(event.HeaderQueue), RoutingKey: h(event.HeaderOriginalRoutingKey), FirstFailure: h(event.HeaderFirstFailureAt), LastFailure: h(event.HeaderLastFailureAt),
-		HeaderEventID: fromHeader}
+	return seen, err
 }
 
 // channel opens a channel in publisher-confirm mode to the case's vhost,
 // on a connection of the checker's own; closeCh closes both.
 func (r *run) channel() (ch *amqp091.Channel, closeCh func(), err error) {
-	conn, err := amqp091.DialConfig(r.amqpURL, amqp091.Config{Properties: amqp091.Table{"connection_name": checkerApp}})
+	conn, err := amqp091.DialConfig(r.AMQPURL, amqp091.Config{Properties: amqp091.Table{"connection_name": harness.CheckerApp}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -742,16 +492,6 @@ func (r *run) channel() (ch *amqp091.Channel, closeCh func(), err error) {
 		return nil, nil, err
 	}
 	return ch, func() { _ = conn.Close() }, nil
-}
-
-// readHistoryFile reads the case's history back.
-func readHistoryFile(path string) ([]Op, []Line, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	return ReadHistory(f)
 }
 
 // addExtra keeps the largest value of a named figure.

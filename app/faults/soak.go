@@ -15,9 +15,11 @@ import (
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/topology"
-	"github.com/moenda/moenda/app/faults/probe"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/faultprobe"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // soakOverlay makes retention run every few seconds, so that a soak of
@@ -30,12 +32,12 @@ outbox: {retention: 20s, retention_interval: 10s}
 // publishes the probe's events through the outbox, as a use case would.
 func (r *run) directTransactor() (*postgres.Transactor, error) {
 	cfg := topology.DefaultConfig()
-	cfg.Exchanges = []topology.ExchangeConfig{{Name: probe.Exchange, Events: []string{"faultprobe.#"}}}
+	cfg.Exchanges = []topology.ExchangeConfig{{Name: faultprobe.Exchange, Events: []string{faultprobe.Name + ".#"}}}
 	top, err := topology.Build(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	return postgres.NewTransactor(r.pool, outbox.New(top.Routable, watermill.NewSlogLogger(slog.New(slog.DiscardHandler))), nil), nil
+	return postgres.NewTransactor(r.Pool, outbox.New(top.Routable, watermill.NewSlogLogger(slog.New(slog.DiscardHandler)))), nil
 }
 
 // sizes is a reading of the tables retention keeps small.
@@ -47,7 +49,7 @@ type sizes struct {
 
 func (r *run) readSizes(ctx context.Context) (sizes, error) {
 	s := sizes{at: time.Now()}
-	err := r.pool.QueryRow(ctx, `SELECT pg_total_relation_size('watermill_outbox'), pg_total_relation_size('moenda_inbox'),
+	err := r.Pool.QueryRow(ctx, `SELECT pg_total_relation_size('watermill_outbox'), pg_total_relation_size('moenda_inbox'),
 		COALESCE((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'watermill_outbox'), 0)`).Scan(&s.outbox, &s.inbox, &s.outboxDeadRows)
 	return s, err
 }
@@ -57,7 +59,7 @@ func bloatSoak(ctx context.Context, r *run) error {
 	// steady state to compare with.
 	total, rate := r.scale(300_000, 50_000), 2000
 	r.injected("%d events at %d/s from 4 writers, 50 to a transaction, with outbox retention 20 s every 10 s and inbox retention 2 min every 10 s; the tables' sizes read every 10 s", total, rate)
-	if err := r.start(ctx, 1); err != nil {
+	if err := r.Start(ctx, 1); err != nil {
 		return err
 	}
 	tx, err := r.directTransactor()
@@ -112,7 +114,7 @@ func bloatSoak(ctx context.Context, r *run) error {
 	// Sample on while the consumer catches up, then three retention
 	// cycles more.
 	for ctx.Err() == nil {
-		if r.busy(ctx) == "" {
+		if r.Busy(ctx) == "" {
 			break
 		}
 		_ = r.wait(ctx, 5*time.Second)
@@ -123,7 +125,7 @@ func bloatSoak(ctx context.Context, r *run) error {
 	r.judgeSizes(readings)
 	var vacuums int64
 	var on bool
-	err = r.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')::bool,
+	err = r.Pool.QueryRow(ctx, `SELECT current_setting('autovacuum')::bool,
 		COALESCE((SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'watermill_outbox'), 0)`).Scan(&on, &vacuums)
 	if err == nil && !on {
 		r.cannotCheck("autovacuum", "the server runs with autovacuum = off (a server setting; the sizes above are what the relay's retention keeps)")
@@ -135,17 +137,17 @@ func bloatSoak(ctx context.Context, r *run) error {
 
 // directBatch commits n events in one transaction, and records them.
 func (r *run) directBatch(ctx context.Context, tx *postgres.Transactor, writer, first, n int) error {
-	var ops []Op
+	var ops []harness.Op
 	var events []event.Event
 	for seq := first; seq < first+n; seq++ {
-		id := EventID(r.dbName, writer, seq)
-		op := Op{Outcome: Invoked, Writer: writer, Seq: seq, EventID: id, Kind: Good, At: time.Now()}
-		if err := r.hist.Add(Line{Op: op}); err != nil {
+		id := harness.EventID(r.DBName, writer, seq)
+		op := harness.Op{Outcome: harness.Invoked, Writer: writer, Seq: seq, EventID: id, Kind: harness.Good, At: time.Now()}
+		if err := r.History.Add(harness.Line{Op: op}); err != nil {
 			return err
 		}
-		payload, _ := json.Marshal(probe.Payload{Writer: writer, Seq: seq})
+		payload, _ := json.Marshal(faultprobe.Payload{Writer: writer, Seq: seq})
 		ops = append(ops, op)
-		events = append(events, event.Event{ID: id, Name: probe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload})
+		events = append(events, event.Event{ID: id, Name: faultprobe.Event, OccurredAt: time.Now().UTC(), Source: "faults", Payload: payload})
 	}
 	if err := tx.InTx(ctx, func(ctx context.Context, x handlers.Tx) error { return x.Publish(ctx, events...) }); err != nil {
 		// A lost answer to the commit leaves no business row to look
@@ -153,8 +155,8 @@ func (r *run) directBatch(ctx context.Context, tx *postgres.Transactor, writer, 
 		return fmt.Errorf("soak writer %d: %w", writer, err)
 	}
 	for _, op := range ops {
-		op.Outcome, op.At = OK, time.Now()
-		if err := r.hist.Add(Line{Op: op}); err != nil {
+		op.Outcome, op.At = harness.OK, time.Now()
+		if err := r.History.Add(harness.Line{Op: op}); err != nil {
 			return err
 		}
 	}

@@ -1,12 +1,10 @@
 package faults
 
 import (
-	"bufio"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/moenda/moenda/app/harness"
 )
 
 // usage is what a node holds: goroutines, open files and resident
@@ -16,39 +14,19 @@ type usage struct {
 	rss             int64
 }
 
-// readUsage scrapes nd's /metrics.
-func readUsage(nd *node) (usage, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.addr + "/metrics")
+// readUsage reads nd's /metrics.
+func readUsage(nd *harness.Node) (usage, error) {
+	m, err := nd.Metrics()
 	if err != nil {
 		return usage{}, err
 	}
-	defer resp.Body.Close()
-	var u usage
-	seen := 0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			continue
-		}
-		switch f[0] {
-		case "go_goroutines":
-			u.goroutines, seen = int(v), seen+1
-		case "process_open_fds":
-			u.fds, seen = int(v), seen+1
-		case "process_resident_memory_bytes":
-			u.rss, seen = int64(v), seen+1
-		}
+	_, g := m["go_goroutines"]
+	_, f := m["process_open_fds"]
+	_, r := m["process_resident_memory_bytes"]
+	if !g || !f || !r {
+		return usage{}, fmt.Errorf("node %s: /metrics lacks go_goroutines, process_open_fds or process_resident_memory_bytes", nd.Name)
 	}
-	if seen < 3 {
-		return u, fmt.Errorf("node %s: /metrics lacks go_goroutines, process_open_fds or process_resident_memory_bytes", nd.name)
-	}
-	return u, sc.Err()
+	return usage{goroutines: int(m["go_goroutines"]), fds: int(m["process_open_fds"]), rss: int64(m["process_resident_memory_bytes"])}, nil
 }
 
 // Bounds on what a node may hold at the end of a case, once drained,
@@ -80,9 +58,9 @@ func leaked(before, after usage) string {
 // baseline records what each running node holds, and the probe queue's
 // consumers, as the first fault strikes.
 func (r *run) baseline() {
-	r.before = map[*node]usage{}
-	for _, nd := range r.nodes {
-		if !nd.running() {
+	r.before = map[*harness.Node]usage{}
+	for _, nd := range r.Nodes {
+		if !nd.Running() {
 			continue
 		}
 		if u, err := readUsage(nd); err == nil {
@@ -108,9 +86,9 @@ func (r *run) judgeResources() {
 		r.judge(clauseResources, false, "no node's use was read when the first fault struck")
 		return
 	}
-	for _, nd := range r.nodes {
+	for _, nd := range r.Nodes {
 		before, ok := r.before[nd]
-		if !ok || !nd.running() || nd.restarted {
+		if !ok || !nd.Running() || nd.Restarted() {
 			continue
 		}
 		after, err := readUsage(nd)
@@ -119,10 +97,10 @@ func (r *run) judgeResources() {
 			continue
 		}
 		if l := leaked(before, after); l != "" {
-			r.judge(clauseResources, false, "node %s: %s", nd.name, l)
+			r.judge(clauseResources, false, "node %s: %s", nd.Name, l)
 			continue
 		}
-		r.judge(clauseResources, true, "node %s: goroutines %d → %d, open files %d → %d, RSS %s → %s", nd.name,
+		r.judge(clauseResources, true, "node %s: goroutines %d → %d, open files %d → %d, RSS %s → %s", nd.Name,
 			before.goroutines, after.goroutines, before.fds, after.fds, mib(before.rss), mib(after.rss))
 	}
 }
@@ -135,28 +113,4 @@ func (r *run) declares(key string) bool {
 		}
 	}
 	return false
-}
-
-// metric is the sum of the series of a metric nd serves; -1 when /metrics
-// does not answer.
-func (r *run) metric(nd *node, name string) float64 {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + nd.addr + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line != name && !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
 }

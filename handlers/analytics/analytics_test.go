@@ -44,7 +44,7 @@ func transactors(t *testing.T) map[string]func() handlers.Transactor {
 			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), migrations.Set{Name: "analytics", Files: Migrations()}); err != nil {
 				t.Fatal(err)
 			}
-			return postgres.NewTransactor(db.Pool, outbox.New(routeAll, watermill.NewSlogLogger(testenv.Logger())), nil)
+			return postgres.NewTransactor(db.Pool, outbox.New(routeAll, watermill.NewSlogLogger(testenv.Logger())))
 		},
 	}
 }

@@ -31,8 +31,9 @@ type Config struct {
 	JWTSecret string `koanf:"jwt_secret"`
 	// TokenValidade is how long a token is accepted after login.
 	TokenValidade time.Duration `koanf:"token_validade"`
-	// CustoSenha is the bcrypt cost of stored passwords: 12 costs about a
-	// quarter of a second per login here. Below 10 is for tests only.
+	// CustoSenha is the bcrypt cost of stored passwords: each step doubles
+	// a login's time (see BENCHMARKS.md, "locacoes: bcrypt's cost"). Below
+	// 10 is for tests only.
 	CustoSenha int `koanf:"custo_senha"`
 }
 

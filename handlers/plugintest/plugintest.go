@@ -45,7 +45,7 @@ func Stores(t testing.TB, routable func(string) error, sets ...migrations.Set) m
 				t.Fatal(err)
 			}
 			out := outbox.New(routable, watermill.NewSlogLogger(testenv.Logger()))
-			return Store{Tx: postgres.NewTransactor(db.Pool, out, nil), Committed: func() [][]byte {
+			return Store{Tx: postgres.NewTransactor(db.Pool, out), Committed: func() [][]byte {
 				rows, err := db.Pool.Query(context.Background(), `SELECT payload FROM watermill_outbox ORDER BY transaction_id, "offset"`)
 				if err != nil {
 					t.Fatal(err)

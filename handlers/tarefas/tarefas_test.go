@@ -90,7 +90,7 @@ func services(t *testing.T) map[string]func(routable func(string) error) (*Servi
 			}
 			out := outbox.New(routable, watermill.NewSlogLogger(testenv.Logger()))
 			svc := &Service{
-				tx:   postgres.NewTransactor(db.Pool, out, nil),
+				tx:   postgres.NewTransactor(db.Pool, out),
 				repo: func(tx handlers.Tx) Repository { return postgresRepository{tx: tx.Postgres()} },
 				now:  time.Now,
 			}

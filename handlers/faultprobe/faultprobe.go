@@ -1,11 +1,11 @@
-// Package probe is the consumer the fault-injection suite runs: it applies
+// Package faultprobe is the consumer the fault-injection suite runs: it applies
 // each good event with an effect that is deliberately not idempotent, and
 // fails every poison event, so that a lost event, a duplicate effect or a
 // poison event outside the dead-letter queue all show in its tables. It is
 // registered so that `moenda faults` can run it in its own serve
 // processes, and enabled in no environment: its events carry nothing of
 // use.
-package probe
+package faultprobe
 
 import (
 	"context"
@@ -21,16 +21,17 @@ import (
 	"github.com/moenda/moenda/handlers/event"
 )
 
-// Name is the plugin's name, for handlers.enabled.
+// Name is the plugin's name, for handlers.enabled. It keys the plugin's
+// migration history (moenda_migrations_faultprobe): keep it.
 const Name = "faultprobe"
 
 // Event is what the suite's writers publish through POST /v1/events.
-const Event = "faultprobe.evento.v1"
+const Event = "faultprobe.event.v1"
 
 // Exchange and Queue are where the probe's events go and are consumed.
 const (
-	Exchange = "faultprobe.eventos"
-	Queue    = "faultprobe.efeitos"
+	Exchange = "faultprobe.events"
+	Queue    = Name + "." + subscription
 )
 
 // Payload is the event's payload: who wrote it, in which order, and how
@@ -62,6 +63,9 @@ var ErrPoison = errors.New("faultprobe: poison event, failing as asked")
 // ErrTransient is how an event asked to fail its first deliveries fails.
 var ErrTransient = errors.New("faultprobe: failing this delivery as asked (fail_first)")
 
+// subscription names the probe's one subscription, and so its queue.
+const subscription = "effects"
+
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
@@ -72,7 +76,7 @@ func Plugin() handlers.Definition {
 		Publishes: []string{Event},
 		Exchange:  Exchange,
 		Subscriptions: []handlers.Subscription{
-			{Name: "efeitos", Events: []string{"faultprobe.#"}, Handles: []string{Event}},
+			{Name: subscription, Events: []string{Name + ".#"}, Handles: []string{Event}},
 		},
 		Migrations:    handlers.MigrationsDir(migrationFiles, "migrations"),
 		NeedsPostgres: true,
@@ -81,7 +85,7 @@ func Plugin() handlers.Definition {
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 	p := &probe{tx: deps.Tx, failed: map[string]int{}}
-	return handlers.Plugin{Handlers: map[string]handlers.HandlerFunc{"efeitos": p.apply}}, nil
+	return handlers.Plugin{Handlers: map[string]handlers.HandlerFunc{subscription: p.apply}}, nil
 }
 
 type probe struct {
@@ -92,9 +96,9 @@ type probe struct {
 	failed map[string]int
 }
 
-// contadorShards is how many rows the counter is split over (migration
+// counterShards is how many rows the counter is split over (migration
 // 00002); a delivery adds to the row its writer and sequence pick.
-const contadorShards = 16
+const counterShards = 16
 
 // apply writes the effect in the delivery's unit of work.
 func (p *probe) apply(ctx context.Context, e event.Event) error {
@@ -120,11 +124,11 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 		return ctx.Err()
 	}
 	return p.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		if _, err := tx.Postgres().Exec(ctx, `INSERT INTO faultprobe_efeitos (event_id, writer, seq, aggregate, nota) VALUES ($1, $2, $3, $4, $5)`,
+		if _, err := tx.Postgres().Exec(ctx, `INSERT INTO faultprobe_effects (event_id, writer, seq, aggregate, note) VALUES ($1, $2, $3, $4, $5)`,
 			e.ID, pl.Writer, pl.Seq, pl.Aggregate, pl.Note); err != nil {
 			return err
 		}
-		if _, err := tx.Postgres().Exec(ctx, `UPDATE faultprobe_contador SET n = n + 1 WHERE shard = $1`, (pl.Writer+pl.Seq)%contadorShards); err != nil {
+		if _, err := tx.Postgres().Exec(ctx, `UPDATE faultprobe_counter SET n = n + 1 WHERE shard = $1`, (pl.Writer+pl.Seq)%counterShards); err != nil {
 			return err
 		}
 		if pl.HoldMillis > 0 && !poll.Sleep(ctx, time.Duration(pl.HoldMillis)*time.Millisecond) {

@@ -1,4 +1,4 @@
-package faults
+package harness
 
 import (
 	"bufio"
@@ -49,7 +49,7 @@ type History struct {
 func CreateHistory(path string) (*History, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("faults: history: %w", err)
+		return nil, fmt.Errorf("harness: history: %w", err)
 	}
 	buf := bufio.NewWriter(f)
 	return &History{f: f, buf: buf, enc: json.NewEncoder(buf)}, nil
@@ -60,7 +60,7 @@ func (h *History) Add(l Line) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.enc.Encode(l); err != nil {
-		return fmt.Errorf("faults: history: %w", err)
+		return fmt.Errorf("harness: history: %w", err)
 	}
 	if l.Fault == "" {
 		if h.counts == nil {
@@ -84,7 +84,7 @@ func (h *History) Close() error {
 	defer h.mu.Unlock()
 	if err := h.buf.Flush(); err != nil {
 		_ = h.f.Close()
-		return fmt.Errorf("faults: history: %w", err)
+		return fmt.Errorf("harness: history: %w", err)
 	}
 	return h.f.Close()
 }
@@ -99,7 +99,7 @@ func ReadHistory(r io.Reader) (ops []Op, faults []Line, err error) {
 		case err == io.EOF:
 			return ops, faults, nil
 		case err != nil:
-			return nil, nil, fmt.Errorf("faults: history line %d: %w", len(ops)+len(faults)+1, err)
+			return nil, nil, fmt.Errorf("harness: history line %d: %w", len(ops)+len(faults)+1, err)
 		}
 		if l.Fault != "" {
 			faults = append(faults, l)
@@ -115,19 +115,19 @@ func ReadHistory(r io.Reader) (ops []Op, faults []Line, err error) {
 func WriteEffects(path string, effects []Effect) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("faults: effects: %w", err)
+		return fmt.Errorf("harness: effects: %w", err)
 	}
 	buf := bufio.NewWriter(f)
 	enc := json.NewEncoder(buf)
 	for _, e := range effects {
 		if err := enc.Encode(e); err != nil {
 			_ = f.Close()
-			return fmt.Errorf("faults: effects: %w", err)
+			return fmt.Errorf("harness: effects: %w", err)
 		}
 	}
 	if err := buf.Flush(); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("faults: effects: %w", err)
+		return fmt.Errorf("harness: effects: %w", err)
 	}
 	return f.Close()
 }

@@ -1,56 +1,52 @@
-package faults
+// Package scale measures moenda scaled out: separate serve processes of
+// each role (serve --role api|worker|relay) on a database and a vhost of
+// their own, from the harness the fault cases run on, with the same
+// writers through the API and the same checker at the end, so its
+// figures come with lost and duplicated effects counted. `moenda bench
+// scale` runs it.
+package scale
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/moenda/moenda/adapters/poll"
-	"github.com/moenda/moenda/app/faults/probe"
+	"github.com/moenda/moenda/app/harness"
+	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
-// The scale-out measurement runs on the fault cases' harness: serve
-// processes of each role (serve --role api|worker|relay) on a database
-// and a vhost of their own, the same writers through the API, and the
-// same checker at the end, so its figures come with lost and duplicated
-// effects counted.
-
-// ScaleSetup is one configuration the measurement runs: how many
+// Setup is one configuration the measurement runs: how many
 // deliveries each worker handles at once (amqp.prefetch), and how the
 // relay reads the outbox.
-type ScaleSetup struct {
+type Setup struct {
 	Prefetch int    `json:"prefetch"`
 	Reader   string `json:"reader"`
 }
 
-// ScaleSetups are the configurations measured: one delivery at a time per
+// Setups are the configurations measured: one delivery at a time per
 // worker, where the handler's 10 ms bound each worker and more workers
 // add throughput, and the default prefetch, where one worker already
 // runs 50 handlers at once and the machine's cores are the bound; the
 // default again with the polling relay, for the latency across processes
 // without logical replication's stream.
-var ScaleSetups = []ScaleSetup{{1, "auto"}, {50, "auto"}, {50, "poll"}}
+var Setups = []Setup{{1, "auto"}, {50, "auto"}, {50, "poll"}}
 
-// ScaleWorkers are the worker counts measured, one after the other on
+// Workers are the worker counts measured, one after the other on
 // one system.
-var ScaleWorkers = []int{1, 3}
+var Workers = []int{1, 3}
 
 // HandlerWork is what the measured handler takes per event.
 const HandlerWork = 10 * time.Millisecond
 
-// ScaleRow is one configuration with a number of workers: the backlog
+// Row is one configuration with a number of workers: the backlog
 // they handled and how fast, and the end-to-end latency at a steady rate.
-type ScaleRow struct {
-	ScaleSetup
+type Row struct {
+	Setup
 	Workers int `json:"workers"`
 	// Backlog is how many events waited in the outbox when the relay
 	// started; Handled is how many the workers applied per second, from
@@ -59,15 +55,15 @@ type ScaleRow struct {
 	Handled float64 `json:"handled_per_second"`
 	// Rate is the steady load of the latency phase, in acknowledged
 	// events per second, and Latency its acknowledgement to effect.
-	Rate    float64 `json:"rate"`
-	Latency Latency `json:"latency"`
+	Rate    float64         `json:"rate"`
+	Latency harness.Latency `json:"latency"`
 }
 
 // Stop is one SIGTERM under load: the role stopped, how long the process
 // took to exit, the handlers in flight finishing first, and how many
 // deliveries RabbitMQ handed out again once it was started again.
 type Stop struct {
-	ScaleSetup
+	Setup
 	Role string        `json:"role"`
 	Took time.Duration `json:"took"`
 	// Rate is the load while it stopped, in acknowledged events per
@@ -83,24 +79,24 @@ type Stop struct {
 	Redelivered int `json:"redelivered"`
 }
 
-// ScaleCheck is the checker's verdict on one configuration's run.
-type ScaleCheck struct {
-	ScaleSetup
-	Report Report `json:"report"`
+// Check is the checker's verdict on one configuration's run.
+type Check struct {
+	Setup
+	Report harness.Report `json:"report"`
 }
 
-// ScaleResult is the whole measurement.
-type ScaleResult struct {
-	Rows  []ScaleRow `json:"rows"`
-	Stops []Stop     `json:"stops"`
+// Result is the whole measurement.
+type Result struct {
+	Rows  []Row  `json:"rows"`
+	Stops []Stop `json:"stops"`
 	// Checks are the checker's verdicts, one per configuration.
-	Checks   []ScaleCheck `json:"checks"`
-	Problems []string     `json:"problems,omitempty"`
+	Checks   []Check  `json:"checks"`
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Valid reports whether every configuration lost nothing and applied
 // nothing twice, and nothing went wrong.
-func (s ScaleResult) Valid() bool {
+func (s Result) Valid() bool {
 	if len(s.Problems) > 0 {
 		return false
 	}
@@ -112,16 +108,31 @@ func (s ScaleResult) Valid() bool {
 	return true
 }
 
-// Scale measures each of ScaleSetups with one api, one relay and each
-// of ScaleWorkers workers, then stops a worker, the relay and the api
+// Options set a measurement.
+type Options struct {
+	// ServeBin is the moenda binary the nodes run.
+	ServeBin string
+	// PostgresURL and AMQPURL name the local servers; each configuration
+	// makes a database and a vhost of its own on them.
+	PostgresURL string
+	AMQPURL     string
+	// Dir keeps each configuration's history and node logs; a valid
+	// one's are removed.
+	Dir string
+	// Progress gets a line per phase.
+	Progress io.Writer
+}
+
+// Run measures each of Setups with one api, one relay and each
+// of Workers workers, then stops a worker, the relay and the api
 // with SIGTERM under load (a second api and a standby relay take over),
 // and checks that nothing was lost or applied twice.
-func Scale(ctx context.Context, opts Options) (ScaleResult, error) {
-	var out ScaleResult
-	if !loopback(opts.PostgresURL) || !loopback(opts.AMQPURL) {
-		return out, fmt.Errorf("%w: postgres.url and amqp.url must name 127.0.0.1, ::1 or localhost", errNotLoopback)
+func Run(ctx context.Context, opts Options) (Result, error) {
+	var out Result
+	if err := opts.system().CheckLocal(); err != nil {
+		return out, fmt.Errorf("bench scale: %w", err)
 	}
-	for _, setup := range ScaleSetups {
+	for _, setup := range Setups {
 		if ctx.Err() != nil {
 			return out, ctx.Err()
 		}
@@ -135,63 +146,56 @@ func Scale(ctx context.Context, opts Options) (ScaleResult, error) {
 	return out, nil
 }
 
+// system is what the harness needs of the options.
+func (o Options) system() harness.Config {
+	return harness.Config{ServeBin: o.ServeBin, PostgresURL: o.PostgresURL, AMQPURL: o.AMQPURL}
+}
+
 // scaleOverlay is the configuration of the measured nodes.
-func scaleOverlay(s ScaleSetup) string {
+func scaleOverlay(s Setup) string {
 	return fmt.Sprintf(`log: {level: warn, format: json}
-handlers: {enabled: [faultprobe]}
+handlers: {enabled: [%s]}
 amqp: {prefetch: %d}
 outbox: {reader: %s}
 router: {close_timeout: 10s}
-`, s.Prefetch, s.Reader)
+`, faultprobe.Name, s.Prefetch, s.Reader)
 }
 
 // scaleSetup measures one configuration on a system of its own.
-func scaleSetup(ctx context.Context, opts Options, setup ScaleSetup, out *ScaleResult) (err error) {
+func scaleSetup(ctx context.Context, opts Options, setup Setup, out *Result) (err error) {
 	dir := filepath.Join(opts.Dir, fmt.Sprintf("scale-prefetch%d-%s", setup.Prefetch, setup.Reader))
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	s, err := newSystem(ctx, opts, dir, scaleOverlay(setup), "")
+	s, err := harness.NewSystem(ctx, opts.system(), dir, scaleOverlay(setup), "")
 	if err != nil {
 		return fmt.Errorf("set up: %w", err)
 	}
-	defer s.close(context.WithoutCancel(ctx))
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(dir))
-	res := &Result{}
-	r := &run{drainBound: drainBound, system: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), result: res, gone: map[*node]bool{}}
-	m := &measure{run: r, setup: setup, progress: opts.Progress}
+	defer s.Close(context.WithoutCancel(ctx))
+	m := &measure{System: s, setup: setup, progress: opts.Progress}
 	if err := m.phases(ctx); err != nil {
-		_, _ = r.stopWriting()
+		_, _ = m.stopWriting()
 		out.Rows = append(out.Rows, m.rows...) // what was measured before, without latencies
 		return err
 	}
-	if _, err := r.stopWriting(); err != nil {
+	if _, err := m.stopWriting(); err != nil {
 		return fmt.Errorf("writers: %w", err)
 	}
-	seen, err := r.observe(ctx)
+	seen, obs, err := s.Observe(ctx, harness.DrainBound, nil)
+	m.problems = append(m.problems, obs.Problems...)
 	if err != nil {
 		return fmt.Errorf("observe: %w", err)
 	}
-	if err := s.hist.Close(); err != nil {
-		return err
-	}
-	ops, _, err := readHistoryFile(s.histAt)
+	ops, _, err := s.CloseHistory()
 	if err != nil {
 		return err
 	}
-	report := Check(ops, seen)
-	out.Checks = append(out.Checks, ScaleCheck{ScaleSetup: setup, Report: report})
+	report := harness.Check(ops, seen)
+	out.Checks = append(out.Checks, Check{Setup: setup, Report: report})
 	for i := range m.rows {
-		m.rows[i].Latency = Latencies(within(ops, m.windows[i]), seen.Effects)
+		m.rows[i].Latency = harness.Latencies(within(ops, m.windows[i]), seen.Effects)
 	}
 	out.Rows = append(out.Rows, m.rows...)
 	out.Stops = append(out.Stops, m.stops...)
-	out.Problems = append(out.Problems, res.Problems...)
-	if report.Valid && len(res.Problems) == 0 {
+	out.Problems = append(out.Problems, m.problems...)
+	if report.Valid && len(m.problems) == 0 {
 		_ = os.RemoveAll(dir)
 	} else {
 		out.Problems = append(out.Problems, "kept "+dir)
@@ -203,8 +207,8 @@ func scaleSetup(ctx context.Context, opts Options, setup ScaleSetup, out *ScaleR
 type window struct{ from, to time.Time }
 
 // within returns the operations acknowledged in w.
-func within(ops []Op, w window) []Op {
-	var in []Op
+func within(ops []harness.Op, w window) []harness.Op {
+	var in []harness.Op
 	for _, op := range ops {
 		if !op.At.Before(w.from) && op.At.Before(w.to) {
 			in = append(in, op)
@@ -215,10 +219,12 @@ func within(ops []Op, w window) []Op {
 
 // measure is one configuration's measurement in progress.
 type measure struct {
-	*run
-	setup    ScaleSetup
+	*harness.System
+	setup    Setup
 	progress io.Writer
-	rows     []ScaleRow
+	writing  *harness.Writers
+	problems []string
+	rows     []Row
 	windows  []window // each row's latency phase
 	phase    int      // the writers' phases so far: each writes events of its own
 	stops    []Stop
@@ -235,26 +241,26 @@ const (
 	stopLoadFor     = 5 * time.Second
 )
 
-// phases measures each of ScaleWorkers in turn, then the stops.
+// phases measures each of Workers in turn, then the stops.
 func (m *measure) phases(ctx context.Context) error {
-	if _, err := m.startRole(ctx, "api", 1); err != nil {
+	if _, err := m.StartRole(ctx, "api", 1); err != nil {
 		return err
 	}
-	relays, err := m.startRole(ctx, "relay", 1)
+	relays, err := m.StartRole(ctx, "relay", 1)
 	if err != nil {
 		return err
 	}
 	relay := relays[0]
 	running := 0
-	for _, workers := range ScaleWorkers {
-		if _, err := m.startRole(ctx, "worker", workers-running); err != nil {
+	for _, workers := range Workers {
+		if _, err := m.StartRole(ctx, "worker", workers-running); err != nil {
 			return err
 		}
 		running = workers
-		row := ScaleRow{ScaleSetup: m.setup, Workers: workers}
+		row := Row{Setup: m.setup, Workers: workers}
 		// With the relay stopped, the events wait in the outbox; once it
 		// starts, it fills the queue far faster than the handlers empty it.
-		if _, err := relay.stop(time.Minute); err != nil {
+		if _, err := m.Stop(relay, time.Minute); err != nil {
 			return err
 		}
 		row.Backlog = m.backlog(workers)
@@ -262,8 +268,8 @@ func (m *measure) phases(ctx context.Context) error {
 		if err := m.writeUntil(ctx, row.Backlog); err != nil {
 			return err
 		}
-		target := m.acknowledged()
-		if err := m.system.run(ctx, relay); err != nil {
+		target := m.Acknowledged()
+		if err := m.Restart(ctx, relay); err != nil {
 			return err
 		}
 		rate, err := m.handledRate(ctx, from, target)
@@ -296,9 +302,9 @@ func (m *measure) backlog(workers int) int {
 // writeUntil writes events as fast as the writers go until n more are
 // acknowledged.
 func (m *measure) writeUntil(ctx context.Context, n int) error {
-	target := m.acknowledged() + n
-	m.write(ctx, m.workload(backlogWriters, 0))
-	for m.acknowledged() < target {
+	target := m.Acknowledged() + n
+	m.writing = m.Write(ctx, m.workload(backlogWriters, 0))
+	for m.Acknowledged() < target {
 		if !poll.Sleep(ctx, 50*time.Millisecond) {
 			return ctx.Err()
 		}
@@ -309,10 +315,10 @@ func (m *measure) writeUntil(ctx context.Context, n int) error {
 
 // workload is the writers of a new phase of the measurement: good events,
 // each taking the handler HandlerWork.
-func (m *measure) workload(writers int, interval time.Duration) Workload {
+func (m *measure) workload(writers int, interval time.Duration) harness.Workload {
 	m.phase++
-	return Workload{RunID: fmt.Sprintf(":phase%d", m.phase), Writers: writers, Interval: interval, Payload: func(writer, seq int, _ Kind) any {
-		return probe.Payload{Writer: writer, Seq: seq, WorkMillis: int(HandlerWork / time.Millisecond)}
+	return harness.Workload{RunID: fmt.Sprintf(":phase%d", m.phase), Writers: writers, Interval: interval, Payload: func(writer, seq int, _ harness.Kind) any {
+		return faultprobe.Payload{Writer: writer, Seq: seq, WorkMillis: int(HandlerWork / time.Millisecond)}
 	}}
 }
 
@@ -324,9 +330,9 @@ func (m *measure) handledRate(ctx context.Context, from time.Time, target int) (
 	for {
 		var total, n int
 		var span float64
-		err := m.pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT event_id) FROM faultprobe_efeitos), count(*),
+		err := m.Pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT event_id) FROM faultprobe_effects), count(*),
 			COALESCE(extract(epoch FROM max(applied_at) - min(applied_at)), 0)::float8
-			FROM faultprobe_efeitos WHERE applied_at >= $1`, from).Scan(&total, &n, &span)
+			FROM faultprobe_effects WHERE applied_at >= $1`, from).Scan(&total, &n, &span)
 		if err != nil {
 			return 0, err
 		}
@@ -348,15 +354,15 @@ func (m *measure) handledRate(ctx context.Context, from time.Time, target int) (
 // steadyLoad runs the steady writers for latencyDuration and returns the
 // window and how many events were acknowledged in it.
 func (m *measure) steadyLoad(ctx context.Context) (window, int, error) {
-	before := m.acknowledged()
+	before := m.Acknowledged()
 	w := window{from: time.Now()}
-	m.write(ctx, m.workload(steadyWriters, steadyInterval))
-	if err := m.wait(ctx, latencyDuration); err != nil {
+	m.writing = m.Write(ctx, m.workload(steadyWriters, steadyInterval))
+	if err := wait(ctx, latencyDuration); err != nil {
 		return w, 0, err
 	}
 	_, err := m.stopWriting()
 	w.to = time.Now()
-	return w, m.acknowledged() - before, err
+	return w, m.Acknowledged() - before, err
 }
 
 // stopUnderLoad starts a second api and a standby relay, then, under a
@@ -365,97 +371,90 @@ func (m *measure) steadyLoad(ctx context.Context) (window, int, error) {
 // timing each exit, and starts each again, as a deploy does, counting the
 // deliveries redelivered meanwhile.
 func (m *measure) stopUnderLoad(ctx context.Context) error {
-	if _, err := m.startRole(ctx, "api", 1); err != nil {
+	if _, err := m.StartRole(ctx, "api", 1); err != nil {
 		return err
 	}
-	if _, err := m.startRole(ctx, "relay", 1); err != nil {
+	if _, err := m.StartRole(ctx, "relay", 1); err != nil {
 		return err
 	}
-	before, began := m.acknowledged(), time.Now()
+	before, began := m.Acknowledged(), time.Now()
 	handled := m.rows[len(m.rows)-1].Handled
-	m.write(ctx, m.workload(backlogWriters, time.Duration(float64(backlogWriters)/(handled/2)*float64(time.Second))))
+	m.writing = m.Write(ctx, m.workload(backlogWriters, time.Duration(float64(backlogWriters)/(handled/2)*float64(time.Second))))
 	for _, role := range []string{"worker", "relay", "api"} {
-		if err := m.wait(ctx, stopLoadFor); err != nil {
+		if err := wait(ctx, stopLoadFor); err != nil {
 			return err
 		}
 		nd := m.first(role)
-		m.scrape(nd)
-		rate := float64(m.acknowledged()-before) / time.Since(began).Seconds()
+		rate := float64(m.Acknowledged()-before) / time.Since(began).Seconds()
 		counted := m.redelivered()
-		took, err := nd.stop(time.Minute)
+		took, err := m.Stop(nd, time.Minute)
 		if err != nil {
 			return err
 		}
-		m.gone[nd] = true
-		if _, err := m.startRole(ctx, role, 1); err != nil {
+		if _, err := m.StartRole(ctx, role, 1); err != nil {
 			return err
 		}
-		if err := m.wait(ctx, stopLoadFor); err != nil {
+		if err := wait(ctx, stopLoadFor); err != nil {
 			return err
 		}
 		again := 0
 		for n, c := range m.redelivered() {
 			again += c - counted[n]
 		}
-		m.stops = append(m.stops, Stop{ScaleSetup: m.setup, Role: role, Took: took, Rate: rate, Redelivered: again})
+		m.stops = append(m.stops, Stop{Setup: m.setup, Role: role, Took: took, Rate: rate, Redelivered: again})
 	}
 	return nil
 }
 
 // redelivered reads moenda_messages_redelivered_total from each running
 // worker.
-func (m *measure) redelivered() map[*node]int {
-	counts := map[*node]int{}
-	for _, nd := range m.nodes {
-		if nd.role != "worker" || !nd.running() {
+func (m *measure) redelivered() map[*harness.Node]int {
+	counts := map[*harness.Node]int{}
+	for _, nd := range m.Nodes {
+		if nd.Role != "worker" || !nd.Running() {
 			continue
 		}
-		n, err := metricSum(nd, "moenda_messages_redelivered_total")
+		metrics, err := nd.Metrics()
 		if err != nil {
-			m.problem("%s: metrics: %v", nd.name, err)
+			m.problems = append(m.problems, fmt.Sprintf("%s: metrics: %v", nd.Name, err))
 			continue
 		}
-		counts[nd] = n
+		counts[nd] = int(metrics["moenda_messages_redelivered_total"])
 	}
 	return counts
 }
 
-// metricSum adds up the samples of the metric name that nd serves.
-func metricSum(nd *node, name string) (int, error) {
-	resp, err := http.Get("http://" + nd.addr + "/metrics")
-	if err != nil {
-		return 0, err
+// stopWriting stops the phase's writers, if any, and waits for their
+// last commands.
+func (m *measure) stopWriting() (map[harness.Outcome]int, error) {
+	if m.writing == nil {
+		return nil, nil
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	sum := 0
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %w", line, err)
-			}
-			sum += int(v)
-		}
+	w := m.writing
+	m.writing = nil
+	return w.Stop()
+}
+
+// wait sleeps d unless ctx ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	if !poll.Sleep(ctx, d) {
+		return ctx.Err()
 	}
-	return sum, sc.Err()
+	return nil
 }
 
 // first is the first running node of role.
-func (m *measure) first(role string) *node {
-	for _, nd := range m.nodes {
-		if nd.role == role && nd.running() {
+func (m *measure) first(role string) *harness.Node {
+	for _, nd := range m.Nodes {
+		if nd.Role == role && nd.Running() {
 			return nd
 		}
 	}
 	return nil
 }
 
-// ScaleMarkdown writes the measurement as a section of BENCHMARKS.md.
-func ScaleMarkdown(w io.Writer, res ScaleResult, command string) error {
+// Markdown writes the measurement as a section of BENCHMARKS.md.
+func Markdown(w io.Writer, res Result, command string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Scale-out\n\nGenerated by `%s`, which rewrites this section only. ", command)
 	fmt.Fprintf(&b, "Separate `serve` processes on this machine: one `--role api`, one `--role relay`, and 1 then 3 `--role worker`, "+

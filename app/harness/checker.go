@@ -1,11 +1,12 @@
-// Package faults proves moenda's promise under injected faults: every
-// event committed with its business row reaches its subscriber, is handled
-// once, and never disappears. A workload records what it attempted in a
-// history kept outside the system under test; a nemesis injects faults;
-// once they are healed and the system has drained, the checker compares
-// what was confirmed with what came out, in the manner of Jepsen's
-// set-full and total-queue checkers.
-package faults
+// Package harness runs moenda as its operators do, to test and measure
+// it: `moenda serve` processes (nodes) on a database and a vhost of their
+// own, running the fault probe; writers that publish through the API and
+// record every command in a history kept outside the system under test;
+// and, once the system has drained, a checker that compares what was
+// confirmed with what came out, in the manner of Jepsen's set-full and
+// total-queue checkers. `moenda faults` injects faults into it; `moenda
+// bench scale` measures it.
+package harness
 
 import (
 	"slices"
@@ -247,7 +248,7 @@ func Check(history []Op, seen Observed) Report {
 // an event of the same aggregate with a higher sequence number: each
 // aggregate's events come from one writer, in its order.
 func orderViolations(effects []Effect, confirmed map[string]Op) []string {
-	first := firstEffects(effects)
+	first := FirstEffects(effects)
 	byAggregate := map[string][]Op{}
 	for id := range first {
 		if op, ok := confirmed[id]; ok && op.Aggregate != "" {

@@ -1,4 +1,4 @@
-package faults
+package harness
 
 import (
 	"slices"
@@ -31,8 +31,8 @@ func (r Recovery) Recovered(bound time.Duration) bool { return r.Took >= 0 && r.
 // was first applied.
 type lagged struct{ acked, applied time.Time }
 
-// firstEffects is when each event was first applied.
-func firstEffects(effects []Effect) map[string]time.Time {
+// FirstEffects is when each event was first applied.
+func FirstEffects(effects []Effect) map[string]time.Time {
 	first := map[string]time.Time{}
 	for _, e := range effects {
 		if t, ok := first[e.EventID]; !ok || e.AppliedAt.Before(t) {
@@ -45,7 +45,7 @@ func firstEffects(effects []Effect) map[string]time.Time {
 // appliedGood pairs each good event's acknowledgement with its first
 // effect, in the order of acknowledgement.
 func appliedGood(ops []Op, effects []Effect) []lagged {
-	first := firstEffects(effects)
+	first := FirstEffects(effects)
 	var out []lagged
 	for _, op := range ops {
 		if op.Outcome == OK && op.Kind == Good {

@@ -1,0 +1,120 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/moenda/moenda/adapters/transport"
+)
+
+var _ transport.Transport = (*Transport)(nil)
+
+// Transport is RabbitMQ as moenda uses it. Each part (the consumer, the
+// failure publisher, each destination, the readiness probe, the depth
+// reader) has a connection of its own to one of the cluster's nodes, made
+// on first use and made again when its node goes away.
+type Transport struct {
+	cfg   Config
+	set   transport.Settings
+	probe *probe
+
+	mu       sync.Mutex
+	consumer *transport.Consumer
+	depths   *DepthReader
+	closers  []func() error
+}
+
+// NewTransport returns the transport of the cluster cfg names, carrying
+// set.Topology (the part of the layout declared on RabbitMQ). It connects
+// nothing yet.
+func NewTransport(cfg Config, set transport.Settings) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if set.Topology == nil || set.Logger == nil {
+		return nil, errors.New("amqp: the topology and the logger are required")
+	}
+	n, err := newNodes(cfg.Nodes())
+	if err != nil {
+		return nil, fmt.Errorf("amqp: %w", err)
+	}
+	return &Transport{cfg: cfg, set: set, probe: &probe{nodes: n}}, nil
+}
+
+// Declare declares the topology's exchanges, queues and bindings.
+func (t *Transport) Declare(ctx context.Context) error {
+	return Declare(ctx, t.cfg.Nodes(), t.set.Topology)
+}
+
+// Consumer returns the subscriber, with amqp.prefetch, and the failure
+// sink, whose copies the broker confirms one by one; the same pair on
+// every call.
+func (t *Transport) Consumer() (transport.Consumer, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.consumer != nil {
+		return *t.consumer, nil
+	}
+	sub, err := NewSubscriber(t.cfg.Nodes(), t.cfg.Prefetch, t.set.CloseTimeout, t.set.Logger)
+	if err != nil {
+		return transport.Consumer{}, err
+	}
+	failures, err := NewBatchPublisher(t.cfg.Nodes(), "moenda failures", 1, t.set.Topology)
+	if err != nil {
+		return transport.Consumer{}, errors.Join(err, sub.Close())
+	}
+	t.closers = append(t.closers, sub.Close, failures.Close)
+	t.consumer = &transport.Consumer{Subscriber: sub, Sink: FailureSink{pub: failures, top: t.set.Topology}}
+	return *t.consumer, nil
+}
+
+// Destination returns a publisher with pipelined confirms, up to
+// set.ConfirmWindow in flight.
+func (t *Transport) Destination(name string) (transport.Destination, error) {
+	dest, err := NewBatchPublisher(t.cfg.Nodes(), name, t.set.ConfirmWindow, t.set.Topology)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	t.closers = append(t.closers, dest.Close)
+	t.mu.Unlock()
+	return dest, nil
+}
+
+// Ready reports whether RabbitMQ answers, dialling within ctx. It asks on
+// a connection of its own, kept open from call to call and dialled again
+// only once the broker closed it: watermill-amqp's IsConnected races with
+// its reconnect loop (upstream ThreeDotsLabs/watermill#693), and the
+// other connections reconnect by themselves once the broker is back.
+func (t *Transport) Ready(ctx context.Context) error { return t.probe.check(ctx) }
+
+// Depths returns the ready messages of each named queue that exists.
+func (t *Transport) Depths(_ context.Context, queues []string) (map[string]int, error) {
+	t.mu.Lock()
+	if t.depths == nil {
+		d, err := NewDepthReader(t.cfg.Nodes())
+		if err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
+		t.depths = d
+		t.closers = append(t.closers, d.Close)
+	}
+	d := t.depths
+	t.mu.Unlock()
+	return d.Depths(queues)
+}
+
+// Close closes every connection, the last made first.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var errs []error
+	for i := len(t.closers) - 1; i >= 0; i-- {
+		errs = append(errs, t.closers[i]())
+	}
+	t.closers = nil
+	return errors.Join(append(errs, t.probe.close())...)
+}
