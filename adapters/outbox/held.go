@@ -26,7 +26,7 @@ type heldBack struct {
 
 // check runs at most every heldCheckInterval, after an empty read from
 // pos on conn.
-func (h *heldBack) check(ctx context.Context, r *Relay, conn *pgx.Conn, pos position) error {
+func (h *heldBack) check(ctx context.Context, p *polling, conn *pgx.Conn, pos position) error {
 	if time.Since(h.checked) < heldCheckInterval {
 		return nil
 	}
@@ -34,7 +34,7 @@ func (h *heldBack) check(ctx context.Context, r *Relay, conn *pgx.Conn, pos posi
 	var pid int32
 	var db, state, query string
 	var open float64
-	r.queries.Add(1)
+	p.queries.Add(1)
 	err := conn.QueryRow(ctx, `
 		SELECT a.pid, COALESCE(a.datname, ''), COALESCE(a.state, ''), COALESCE(EXTRACT(EPOCH FROM now() - a.xact_start), 0)::float8,
 			left(COALESCE(a.query, ''), 200)
@@ -52,7 +52,7 @@ func (h *heldBack) check(ctx context.Context, r *Relay, conn *pgx.Conn, pos posi
 	}
 	if pid == h.pid && pid != h.warned {
 		h.warned = pid
-		r.logger.Warn("outbox relay: committed events wait behind a transaction that is still open: the polling reader reads only rows older than "+
+		p.logger.Warn("outbox relay: committed events wait behind a transaction that is still open: the polling reader reads only rows older than "+
 			"the oldest transaction open on the server, in any database; end it, or use outbox.reader: logical, which does not wait",
 			"blocking_pid", pid, "database", db, "state", state, "open_for", time.Duration(open*float64(time.Second)).Round(time.Second), "query", query)
 	}

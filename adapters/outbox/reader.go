@@ -118,16 +118,16 @@ func (r *Relay) decide(ctx context.Context) (string, error) {
 	if recorded == ReaderPoll {
 		return ReaderPoll, nil
 	}
-	err = CanStream(ctx, r.pool)
+	chosen, why, err := serverReader(ctx, r.pool)
 	switch {
-	case err == nil:
-		return ReaderLogical, nil
-	case ctx.Err() != nil:
-		return "", ctx.Err()
-	case !cannotStream(err):
+	case err != nil && ctx.Err() != nil:
+		return "", err
+	case err != nil:
 		return "", fmt.Errorf("could not check whether the server streams the outbox; deciding nothing until it can be: %w", err)
+	case chosen == ReaderLogical:
+		return ReaderLogical, nil
 	case recorded == ReaderLogical:
-		return "", &standBy{"the group reads logical (recorded with its position), but this process cannot stream: " + err.Error() +
+		return "", &standBy{"the group reads logical (recorded with its position), but this process cannot stream: " + why.Error() +
 			"; it stands by. Give this process's role what streaming needs, or set outbox.reader: poll to switch the group to polling"}
 	}
 	r.state.mu.Lock()
@@ -135,7 +135,7 @@ func (r *Relay) decide(ctx context.Context) (string, error) {
 	r.state.warned = true
 	r.state.mu.Unlock()
 	if warn {
-		warnPolling(r.logger, err)
+		warnPolling(r.logger, why)
 	}
 	return ReaderPoll, nil
 }
@@ -178,16 +178,16 @@ func (r *Relay) lockHeld(ctx context.Context) (bool, error) {
 	return held, nil
 }
 
-// claimPoll records poll as the group's reader through conn, the session
+// claim records poll as the group's reader through conn, the session
 // holding the relay lock, unless the group reads logical and this relay
 // is auto, or a relay streams the group's slot; then it returns a
 // *standBy. Holding the lock keeps a logical relay from recording its
-// reader meanwhile (claimStream), and a relay that streams the slot
+// reader meanwhile (logical.claim), and a relay that streams the slot
 // keeps this one from recording poll: one statement checks and records.
-func (r *Relay) claimPoll(ctx context.Context, conn *pgx.Conn) error {
+func (p *polling) claim(ctx context.Context, conn *pgx.Conn) error {
 	var reader string
 	var slot *string
-	r.queries.Add(1)
+	p.queries.Add(1)
 	err := conn.QueryRow(ctx, `WITH streaming AS (`+streamedSQL+`),
 		claimed AS (
 			INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id, reader)
@@ -197,9 +197,9 @@ func (r *Relay) claimPoll(ctx context.Context, conn *pgx.Conn) error {
 			  AND NOT EXISTS (SELECT 1 FROM streaming)
 			RETURNING reader)
 		SELECT COALESCE((SELECT reader FROM claimed), (SELECT reader FROM watermill_offsets_outbox WHERE consumer_group = $1), ''),
-			(SELECT slot_name FROM streaming LIMIT 1)`, r.cfg.ConsumerGroup, r.cfg.Reader == ReaderPoll).Scan(&reader, &slot)
+			(SELECT slot_name FROM streaming LIMIT 1)`, p.cfg.ConsumerGroup, p.cfg.Reader == ReaderPoll).Scan(&reader, &slot)
 	if err != nil {
-		return fmt.Errorf("record the reader of %s: %w", r.cfg.ConsumerGroup, err)
+		return fmt.Errorf("record the reader of %s: %w", p.cfg.ConsumerGroup, err)
 	}
 	switch {
 	case reader == ReaderPoll:
@@ -210,48 +210,48 @@ func (r *Relay) claimPoll(ctx context.Context, conn *pgx.Conn) error {
 	return &standBy{"the group reads " + reader + " (recorded with its position); this relay would poll"}
 }
 
-// claimStream records logical as the group's reader, once the relay
+// claim records logical as the group's reader, once the relay
 // streams the group's slot, or returns a *standBy: the group reads poll
 // and this relay is auto, or a polling relay leads the group (it holds
 // the relay lock, which recording takes).
-func (r *Relay) claimStream(ctx context.Context) error {
-	recorded, err := r.recordedReader(ctx)
+func (l *logical) claim(ctx context.Context) error {
+	recorded, err := l.recordedReader(ctx)
 	switch {
 	case err != nil:
 		return err
 	case recorded == ReaderLogical:
 		return nil
-	case recorded == ReaderPoll && r.cfg.Reader != ReaderLogical:
+	case recorded == ReaderPoll && l.cfg.Reader != ReaderLogical:
 		return &standBy{"the group reads poll (recorded with its position); this relay would stream"}
 	}
-	lock, err := r.pool.Acquire(ctx)
+	lock, err := l.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("record the reader of %s: %w", r.cfg.ConsumerGroup, err)
+		return fmt.Errorf("record the reader of %s: %w", l.cfg.ConsumerGroup, err)
 	}
 	defer lock.Release()
 	var locked bool
-	r.queries.Add(1)
-	if err := lock.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(r.cfg.ConsumerGroup)).Scan(&locked); err != nil {
-		return fmt.Errorf("record the reader of %s: %w", r.cfg.ConsumerGroup, err)
+	l.queries.Add(1)
+	if err := lock.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(l.cfg.ConsumerGroup)).Scan(&locked); err != nil {
+		return fmt.Errorf("record the reader of %s: %w", l.cfg.ConsumerGroup, err)
 	}
 	if !locked {
 		return &standBy{"a polling relay of the group leads it; this relay would stream"}
 	}
 	defer func() {
-		_, _ = lock.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", LockKey(r.cfg.ConsumerGroup))
+		_, _ = lock.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", LockKey(l.cfg.ConsumerGroup))
 	}()
-	r.queries.Add(1)
+	l.queries.Add(1)
 	tag, err := lock.Exec(ctx, `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id, reader)
 		VALUES ($1, 0, '0', 'logical') ON CONFLICT (consumer_group) DO UPDATE SET reader = 'logical'
-		WHERE watermill_offsets_outbox.reader IS DISTINCT FROM 'poll' OR $2`, r.cfg.ConsumerGroup, r.cfg.Reader == ReaderLogical)
+		WHERE watermill_offsets_outbox.reader IS DISTINCT FROM 'poll' OR $2`, l.cfg.ConsumerGroup, l.cfg.Reader == ReaderLogical)
 	if err != nil {
-		return fmt.Errorf("record the reader of %s: %w", r.cfg.ConsumerGroup, err)
+		return fmt.Errorf("record the reader of %s: %w", l.cfg.ConsumerGroup, err)
 	}
 	if tag.RowsAffected() == 0 { // a polling relay recorded poll since, and stopped
 		return &standBy{"the group reads poll (recorded with its position); this relay would stream"}
 	}
 	if recorded == ReaderPoll {
-		r.logger.Info("outbox relay: switched the group from polling to streaming (outbox.reader: logical)")
+		l.logger.Info("outbox relay: switched the group from polling to streaming (outbox.reader: logical)")
 	}
 	return nil
 }

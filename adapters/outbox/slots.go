@@ -28,24 +28,42 @@ const publication = "moenda_outbox"
 // ReaderLogical is refused, with the fix, when the server cannot stream.
 // A check that could not be made (the server unreachable a moment)
 // decides nothing: it is returned, to be retried. A relay given
-// ReaderAuto decides for its group itself (see Relay.decide).
+// ReaderAuto decides for its group itself, the same way (see Relay.decide).
 func ChooseReader(ctx context.Context, pool *pgxpool.Pool, reader string, logger *slog.Logger) (string, error) {
 	if reader == ReaderPoll {
 		return ReaderPoll, nil
 	}
-	err := CanStream(ctx, pool)
+	chosen, why, err := serverReader(ctx, pool)
 	switch {
-	case err == nil:
-		return ReaderLogical, nil
-	case ctx.Err() != nil:
-		return "", ctx.Err()
-	case !cannotStream(err):
+	case err != nil && ctx.Err() != nil:
+		return "", err
+	case err != nil:
 		return "", fmt.Errorf("outbox.reader is %s, and whether the server streams could not be checked (try again): %w", reader, err)
+	case chosen == ReaderLogical:
+		return ReaderLogical, nil
 	case reader == ReaderLogical:
-		return "", fmt.Errorf("outbox.reader is logical, but %w", err)
+		return "", fmt.Errorf("outbox.reader is logical, but %w", why)
 	}
-	warnPolling(logger, err)
+	warnPolling(logger, why)
 	return ReaderPoll, nil
+}
+
+// serverReader is the reader the server of pool allows: ReaderLogical
+// when it can stream the outbox, ReaderPoll when it answers that it
+// cannot, with why. A check that could not be made is err, and decides
+// nothing: a connection that failed a moment would otherwise choose a
+// reader for the group's whole life.
+func serverReader(ctx context.Context, pool *pgxpool.Pool) (reader string, why, err error) {
+	why = CanStream(ctx, pool)
+	switch {
+	case why == nil:
+		return ReaderLogical, nil, nil
+	case ctx.Err() != nil:
+		return "", nil, ctx.Err()
+	case !cannotStream(why):
+		return "", nil, why
+	}
+	return ReaderPoll, why, nil
 }
 
 // warnPolling is the WARN of an auto reader that polls because the server

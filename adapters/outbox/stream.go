@@ -15,11 +15,11 @@ import (
 	"github.com/moenda/moenda/adapters/poll"
 )
 
-// The logical reader streams the outbox's inserts from a replication slot
-// of its consumer group, through the pgoutput plugin: PostgreSQL decodes
-// each transaction at its commit, in commit order, so a transaction still
-// open anywhere holds back nothing that has committed, and two commits
-// leave in the order they happened.
+// logical is the reader that streams the outbox's inserts from a
+// replication slot of its consumer group, through the pgoutput plugin:
+// PostgreSQL decodes each transaction at its commit, in commit order, so a
+// transaction still open anywhere holds back nothing that has committed,
+// and two commits leave in the order they happened.
 //
 // The slot is the leadership: PostgreSQL lets one connection stream a
 // slot at a time, so of the replicas of a group one streams and the others
@@ -40,6 +40,9 @@ import (
 // created after the group has a position first reads from the table the
 // rows after it that committed before the slot's consistent point (the
 // backfill), then streams: switching readers either way skips nothing.
+type logical struct{ *Relay }
+
+var _ reader = (*logical)(nil)
 
 // pluginArgs asks pgoutput for the outbox's publication, with values in
 // binary: the payload arrives as it was written, not hex-encoded.
@@ -117,24 +120,24 @@ func (p streamPosition) skip(rows []outboxRow) ([]outboxRow, streamPosition) {
 // ready reports whether the slot can be streamed as it is.
 func (s slotState) ready() bool { return s.recorded && s.exists && !s.lost }
 
-// streamSession takes the group's slot, or stands by while another
+// session takes the group's slot, or stands by while another
 // replica streams it, then relays from it until ctx ends or it fails.
-func (r *Relay) streamSession(ctx context.Context) error {
-	conn, err := replicationConn(ctx, r.pool)
+func (l *logical) session(ctx context.Context) error {
+	conn, err := replicationConn(ctx, l.pool)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	st, err := r.takeSlot(ctx, conn)
+	st, err := l.takeSlot(ctx, conn)
 	if err != nil || ctx.Err() != nil {
 		return err
 	}
-	if err := r.claimStream(ctx); err != nil {
+	if err := l.claim(ctx); err != nil {
 		return err // the slot is let go with conn
 	}
-	r.active.Store(true)
-	defer r.active.Store(false)
-	err = r.stream(ctx, conn, st)
+	l.active.Store(true)
+	defer l.active.Store(false)
+	err = l.stream(ctx, conn, st)
 	if err != nil && conn.IsClosed() && !errors.Is(err, errLockLost) {
 		// The slot is released when its connection ends.
 		err = fmt.Errorf("%w: %w", errLockLost, err)
@@ -145,14 +148,14 @@ func (r *Relay) streamSession(ctx context.Context) error {
 // takeSlot starts streaming the group's slot on conn, creating it first
 // if needed, and returns its state; it waits while another replica
 // streams it, and returns nothing once ctx ends.
-func (r *Relay) takeSlot(ctx context.Context, conn *pgconn.PgConn) (slotState, error) {
+func (l *logical) takeSlot(ctx context.Context, conn *pgconn.PgConn) (slotState, error) {
 	for {
-		st, err := r.slotState(ctx)
+		st, err := l.slotState(ctx)
 		if err != nil {
 			return st, err
 		}
 		if !st.ready() {
-			created, err := r.createSlot(ctx, conn)
+			created, err := l.createSlot(ctx, conn)
 			if err != nil {
 				return st, err
 			}
@@ -172,7 +175,7 @@ func (r *Relay) takeSlot(ctx context.Context, conn *pgconn.PgConn) (slotState, e
 				return st, fmt.Errorf("stream slot %s: %w", st.name, err)
 			}
 		}
-		if !poll.Sleep(ctx, r.cfg.PollInterval) {
+		if !poll.Sleep(ctx, l.cfg.PollInterval) {
 			return st, nil
 		}
 	}
@@ -185,34 +188,34 @@ func hasCode(err error, code string) bool {
 }
 
 // slotState reads the group's slot.
-func (r *Relay) slotState(ctx context.Context) (slotState, error) {
-	st := slotState{name: slotName(r.pool.Config().ConnConfig.Database, r.cfg.ConsumerGroup)}
+func (l *logical) slotState(ctx context.Context) (slotState, error) {
+	st := slotState{name: slotName(l.pool.Config().ConnConfig.Database, l.cfg.ConsumerGroup)}
 	var backfill, sample, published *string
-	r.queries.Add(1)
-	err := r.pool.QueryRow(ctx, `
+	l.queries.Add(1)
+	err := l.pool.QueryRow(ctx, `
 		SELECT COALESCE(s.slot_name, $2), s.consumer_group IS NOT NULL, r.slot_name IS NOT NULL, COALESCE(r.active, false),
 			COALESCE(r.wal_status = 'lost', false), s.backfill::text, COALESCE(s.backfill_transaction_id::text::bigint, 0),
 			COALESCE(s.backfill_offset, 0), s.sample_lsn::text,
 			s.published_lsn::text, COALESCE(s.published_transaction_id::text::bigint, 0), COALESCE(s.published_rows, 0)
 		FROM (SELECT 1) one
 		LEFT JOIN moenda_outbox_slots s ON s.consumer_group = $1
-		LEFT JOIN pg_replication_slots r ON r.slot_name = COALESCE(s.slot_name, $2)`, r.cfg.ConsumerGroup, st.name).
+		LEFT JOIN pg_replication_slots r ON r.slot_name = COALESCE(s.slot_name, $2)`, l.cfg.ConsumerGroup, st.name).
 		Scan(&st.name, &st.recorded, &st.exists, &st.active, &st.lost, &backfill, &st.backfilled.txID, &st.backfilled.offset, &sample,
 			&published, &st.published.txID, &st.published.rows)
 	if err != nil {
-		return st, fmt.Errorf("replication slot of %s: %w", r.cfg.ConsumerGroup, err)
+		return st, fmt.Errorf("replication slot of %s: %w", l.cfg.ConsumerGroup, err)
 	}
 	if backfill != nil {
 		st.backfill = *backfill
 	}
 	if sample != nil {
 		if st.sampleLSN, err = pglogrepl.ParseLSN(*sample); err != nil {
-			return st, fmt.Errorf("replication slot of %s: %w", r.cfg.ConsumerGroup, err)
+			return st, fmt.Errorf("replication slot of %s: %w", l.cfg.ConsumerGroup, err)
 		}
 	}
 	if published != nil {
 		if st.published.lsn, err = pglogrepl.ParseLSN(*published); err != nil {
-			return st, fmt.Errorf("replication slot of %s: %w", r.cfg.ConsumerGroup, err)
+			return st, fmt.Errorf("replication slot of %s: %w", l.cfg.ConsumerGroup, err)
 		}
 	}
 	return st, nil
@@ -224,56 +227,56 @@ func (r *Relay) slotState(ctx context.Context) (slotState, error) {
 // relay lock meanwhile, so it never runs beside a creator or a polling
 // relay of the group. A slot left behind without a record, or that
 // PostgreSQL invalidated, is dropped and created again.
-func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
-	lock, err := r.pool.Acquire(ctx)
+func (l *logical) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, error) {
+	lock, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("create slot: %w", err)
 	}
 	defer lock.Release()
 	var locked bool
-	r.queries.Add(1)
-	if err := lock.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(r.cfg.ConsumerGroup)).Scan(&locked); err != nil || !locked {
+	l.queries.Add(1)
+	if err := lock.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(l.cfg.ConsumerGroup)).Scan(&locked); err != nil || !locked {
 		return false, err
 	}
 	defer func() {
-		_, _ = lock.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", LockKey(r.cfg.ConsumerGroup))
+		_, _ = lock.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", LockKey(l.cfg.ConsumerGroup))
 	}()
-	st, err := r.slotState(ctx)
+	st, err := l.slotState(ctx)
 	if err != nil || st.ready() {
 		return err == nil, err
 	}
 	switch {
 	case st.lost:
-		r.logger.Error("outbox relay: PostgreSQL invalidated replication slot "+st.name+" (it removed WAL the slot needed: max_slot_wal_keep_size);"+
+		l.logger.Error("outbox relay: PostgreSQL invalidated replication slot "+st.name+" (it removed WAL the slot needed: max_slot_wal_keep_size);"+
 			" creating it again and reading the outbox table from the group's position: events after it may be delivered twice, none is lost", "slot", st.name)
 	case st.exists:
-		r.logger.Warn("outbox relay: replication slot "+st.name+" has no record of what it owes (a relay stopped while creating it); creating it again", "slot", st.name)
+		l.logger.Warn("outbox relay: replication slot "+st.name+" has no record of what it owes (a relay stopped while creating it); creating it again", "slot", st.name)
 	case st.recorded:
-		r.logger.Warn("outbox relay: replication slot "+st.name+" is gone (dropped); creating it again and reading the outbox table from the group's position:"+
+		l.logger.Warn("outbox relay: replication slot "+st.name+" is gone (dropped); creating it again and reading the outbox table from the group's position:"+
 			" events after it may be delivered twice, none is lost", "slot", st.name)
 	}
 	if st.exists {
 		var owner string
-		r.queries.Add(1)
+		l.queries.Add(1)
 		err := lock.QueryRow(ctx, `SELECT consumer_group FROM moenda_outbox_slots WHERE slot_name = $1 AND consumer_group <> $2`,
-			st.name, r.cfg.ConsumerGroup).Scan(&owner)
+			st.name, l.cfg.ConsumerGroup).Scan(&owner)
 		if err == nil {
 			return false, fmt.Errorf("replication slot %s is consumer group %q's: this group neither takes nor drops it; give one of the groups another name", st.name, owner)
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return false, fmt.Errorf("replication slot %s: %w", st.name, err)
 		}
-		r.queries.Add(1)
+		l.queries.Add(1)
 		if _, err := lock.Exec(ctx, "SELECT pg_drop_replication_slot($1)", st.name); err != nil {
 			return false, fmt.Errorf("drop replication slot %s: %w", st.name, err)
 		}
 	}
-	r.queries.Add(1)
+	l.queries.Add(1)
 	if _, err := lock.Exec(ctx, `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
-		VALUES ($1, 0, '0') ON CONFLICT (consumer_group) DO NOTHING`, r.cfg.ConsumerGroup); err != nil {
+		VALUES ($1, 0, '0') ON CONFLICT (consumer_group) DO NOTHING`, l.cfg.ConsumerGroup); err != nil {
 		return false, fmt.Errorf("outbox position: %w", err)
 	}
-	r.logger.Info("outbox relay: creating replication slot; PostgreSQL first waits for the write transactions open on the server to end", "slot", st.name)
+	l.logger.Info("outbox relay: creating replication slot; PostgreSQL first waits for the write transactions open on the server to end", "slot", st.name)
 	created, err := pglogrepl.CreateReplicationSlot(ctx, conn, st.name, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
@@ -283,7 +286,7 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, erro
 	// now. The rows the table owes are those after the group's position
 	// that it sees; the stream brings every later commit.
 	err = pgx.BeginTxFunc(ctx, lock, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		r.queries.Add(2)
+		l.queries.Add(2)
 		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+created.SnapshotName+"'"); err != nil {
 			return err
 		}
@@ -293,13 +296,13 @@ func (r *Relay) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, erro
 			ON CONFLICT (consumer_group) DO UPDATE SET slot_name = EXCLUDED.slot_name, backfill = EXCLUDED.backfill,
 				backfill_transaction_id = EXCLUDED.backfill_transaction_id, backfill_offset = EXCLUDED.backfill_offset,
 				sample_xmin = NULL, sample_lsn = NULL, published_lsn = NULL, published_transaction_id = NULL, published_rows = 0,
-				created_at = now()`, r.cfg.ConsumerGroup, st.name)
+				created_at = now()`, l.cfg.ConsumerGroup, st.name)
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("record replication slot %s: %w", st.name, err)
 	}
-	r.logger.Info("outbox relay: created replication slot", "slot", st.name, "consistent_point", created.ConsistentPoint)
+	l.logger.Info("outbox relay: created replication slot", "slot", st.name, "consistent_point", created.ConsistentPoint)
 	return true, nil
 }
 
@@ -322,12 +325,12 @@ type streamItem struct {
 // stream, but the rows in hand are still published and recorded, and
 // PostgreSQL is told how far the slot may move (see finishing), so a relay
 // stopped under load leaves nothing for the next one to publish again.
-func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) error {
+func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) error {
 	work, cancel := finishing(ctx)
 	defer cancel()
 	// The slot may be behind what the relays published: tell PostgreSQL
 	// at once.
-	rc := &receiver{conn: conn, items: make(chan streamItem), batch: r.cfg.BatchSize,
+	rc := &receiver{conn: conn, items: make(chan streamItem), batch: l.cfg.BatchSize,
 		flush: st.published.lsn, dirty: st.published.lsn != 0}
 	rctx, stop := context.WithCancel(work)
 	done := make(chan error, 1)
@@ -353,11 +356,11 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 	defer func() { _ = end() }()
 	fence := slotFence{slot: st.name, pid: conn.PID()}
 	if st.backfill != "" {
-		if err := r.backfill(ctx, work, fence, st); err != nil || ctx.Err() != nil {
+		if err := l.backfill(ctx, work, fence, st); err != nil || ctx.Err() != nil {
 			return err
 		}
 	}
-	r.logger.Info("outbox relay active", "reader", ReaderLogical, "slot", st.name)
+	l.logger.Info("outbox relay active", "reader", ReaderLogical, "slot", st.name)
 
 	sample, fresh := st.sampleLSN, false // fresh: rows published since the sample
 	at, skip := resume(st.published)
@@ -378,7 +381,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 			rows, skip = skip.skip(rows)
 		}
 		if len(rows) > 0 {
-			p, err := r.publish(work, rows)
+			p, err := l.publish(work, rows)
 			if err != nil {
 				return err
 			}
@@ -389,7 +392,7 @@ func (r *Relay) stream(ctx context.Context, conn *pgconn.PgConn, st slotState) e
 		}
 		promote := upTo != 0 && sample != 0 && upTo >= sample
 		if len(it.rows) > 0 || promote || (upTo != 0 && sample == 0 && fresh) {
-			next, err := r.settle(work, fence, upTo, promote, upTo != 0 && fresh && (promote || sample == 0), at, parked)
+			next, err := l.settle(work, fence, upTo, promote, upTo != 0 && fresh && (promote || sample == 0), at, parked)
 			if err != nil {
 				return err
 			}
@@ -429,13 +432,13 @@ const fenceCTE = `fence AS (SELECT 1 FROM pg_replication_slots WHERE slot_name =
 // or began after it) takes a new sample too, whether or not this session
 // published them: a relay that took over, or went idle, would otherwise
 // leave the position behind them for good.
-func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, promote, sample bool, at streamPosition, parked []parkedRow) (pglogrepl.LSN, error) {
-	r.queries.Add(1)
+func (l *logical) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, promote, sample bool, at streamPosition, parked []parkedRow) (pglogrepl.LSN, error) {
+	l.queries.Add(1)
 	var held bool
 	var next *string
 	// One UPDATE of the slot's row takes the sample and records at: two
 	// would change the same row in one statement.
-	err := r.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
+	err := l.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
 		`+parkedCTE(10, "fence")+`,
 		promoted AS (
 			UPDATE watermill_offsets_outbox p SET last_processed_transaction_id = s.sample_xmin, offset_acked = 0
@@ -454,7 +457,7 @@ func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, 
 			WHERE s.consumer_group = $1 AND s.backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
 			RETURNING CASE WHEN slot.take THEN s.sample_lsn::text END AS sample_lsn)
 		SELECT EXISTS (SELECT 1 FROM fence), (SELECT sample_lsn FROM sampled)`,
-		append([]any{r.cfg.ConsumerGroup, fence.slot, fence.pid, end.String(), promote, sample,
+		append([]any{l.cfg.ConsumerGroup, fence.slot, fence.pid, end.String(), promote, sample,
 			at.lsn.String(), fmt.Sprint(at.txID), at.rows}, parkedColumns(parked)...)...).Scan(&held, &next)
 	if err != nil {
 		return 0, fmt.Errorf("record the stream's position: %w", err)
@@ -473,20 +476,20 @@ func (r *Relay) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN, 
 // how far it got, then moves the group's position past every transaction
 // that snapshot saw end. Its statements run in work; once ctx ends it
 // stops between batches.
-func (r *Relay) backfill(ctx, work context.Context, fence slotFence, st slotState) error {
+func (l *logical) backfill(ctx, work context.Context, fence slotFence, st slotState) error {
 	from := st.backfilled
-	r.logger.Info("outbox relay: reading the rows committed before the slot was created from the table", "slot", st.name,
+	l.logger.Info("outbox relay: reading the rows committed before the slot was created from the table", "slot", st.name,
 		"from_transaction_id", from.txID, "from_offset", from.offset)
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.queries.Add(1)
-		rows, err := r.pool.Query(work, `
+		l.queries.Add(1)
+		rows, err := l.pool.Query(work, `
 			SELECT transaction_id::text::bigint AS tx_id, "offset", uuid, payload, metadata FROM watermill_outbox
 			WHERE (transaction_id, "offset") > ($1::text::xid8, $2) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
 			ORDER BY transaction_id, "offset"
-			LIMIT $4`, fmt.Sprint(from.txID), from.offset, st.backfill, r.cfg.BatchSize)
+			LIMIT $4`, fmt.Sprint(from.txID), from.offset, st.backfill, l.cfg.BatchSize)
 		if err != nil {
 			return fmt.Errorf("backfill: %w", err)
 		}
@@ -497,20 +500,20 @@ func (r *Relay) backfill(ctx, work context.Context, fence slotFence, st slotStat
 		if len(found) == 0 {
 			break
 		}
-		parked, err := r.publish(work, found)
+		parked, err := l.publish(work, found)
 		if err != nil {
 			return err
 		}
 		from = found[len(found)-1].position
-		r.queries.Add(1)
+		l.queries.Add(1)
 		var held bool
-		err = r.pool.QueryRow(work, `WITH `+fenceCTE+`,
+		err = l.pool.QueryRow(work, `WITH `+fenceCTE+`,
 			`+parkedCTE(6, "fence")+`,
 			moved AS (
 				UPDATE moenda_outbox_slots SET backfill_transaction_id = $4::text::xid8, backfill_offset = $5
 				WHERE consumer_group = $1 AND EXISTS (SELECT 1 FROM fence))
 			SELECT EXISTS (SELECT 1 FROM fence)`,
-			append([]any{r.cfg.ConsumerGroup, fence.slot, fence.pid, fmt.Sprint(from.txID), from.offset}, parkedColumns(parked)...)...).Scan(&held)
+			append([]any{l.cfg.ConsumerGroup, fence.slot, fence.pid, fmt.Sprint(from.txID), from.offset}, parkedColumns(parked)...)...).Scan(&held)
 		if err != nil {
 			return fmt.Errorf("backfill: record progress: %w", err)
 		}
@@ -518,15 +521,15 @@ func (r *Relay) backfill(ctx, work context.Context, fence slotFence, st slotStat
 			return fmt.Errorf("backfill: slot %s: %w", fence.slot, errLockLost)
 		}
 	}
-	r.queries.Add(1)
-	tag, err := r.pool.Exec(work, `WITH `+fenceCTE+`,
+	l.queries.Add(1)
+	tag, err := l.pool.Exec(work, `WITH `+fenceCTE+`,
 		owed AS (SELECT pg_snapshot_xmin(backfill) AS xmin FROM moenda_outbox_slots
 			WHERE consumer_group = $1 AND backfill IS NOT NULL AND EXISTS (SELECT 1 FROM fence)),
 		moved AS (
 			UPDATE watermill_offsets_outbox p SET last_processed_transaction_id = owed.xmin, offset_acked = 0
 			FROM owed WHERE p.consumer_group = $1 AND owed.xmin > p.last_processed_transaction_id)
 		UPDATE moenda_outbox_slots SET backfill = NULL WHERE consumer_group = $1 AND backfill IS NOT NULL AND EXISTS (SELECT 1 FROM fence)`,
-		r.cfg.ConsumerGroup, fence.slot, fence.pid)
+		l.cfg.ConsumerGroup, fence.slot, fence.pid)
 	if err != nil {
 		return fmt.Errorf("backfill: finish: %w", err)
 	}
