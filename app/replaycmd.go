@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/app/replay"
 	"github.com/moenda/moenda/handlers"
@@ -142,7 +142,7 @@ func (r *resources) fillEmbedded(ctx context.Context) error {
 	go func() { _ = relay.Run(relayCtx); close(done) }()
 	r.onClose(func() error { stop(); <-done; return nil })
 	r.logger.Info("replay: filling the embedded cluster from the outbox")
-	return poll.Until(ctx, time.Hour, "the outbox to be relayed into the embedded cluster", func() (bool, error) {
+	return await.Until(ctx, time.Hour, "the outbox to be relayed into the embedded cluster", func() (bool, error) {
 		return outbox.CaughtUp(ctx, r.pool, cfg.ConsumerGroup)
 	})
 }

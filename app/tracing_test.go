@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/configs"
 )
@@ -47,7 +47,7 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 	// every ancestor of it have ended, so the chain is whole.
 	var chain []string
 	var missing string
-	err = poll.Until(context.Background(), 10*time.Second, "the handler's span and its ancestors", func() (bool, error) {
+	err = await.Until(context.Background(), 10*time.Second, "the handler's span and its ancestors", func() (bool, error) {
 		chain, missing = ancestry(rec.Ended(), "process notificacoes.tarefas-concluidas")
 		return chain != nil && missing == "", nil
 	})

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 )
 
 // wakeChannel is the PostgreSQL notification channel on which writers in
@@ -56,7 +56,7 @@ func (n *Notifier) Run(ctx context.Context) {
 		if _, err := n.pool.Exec(ctx, "SELECT pg_notify($1, '')", wakeChannel); err != nil && ctx.Err() == nil {
 			n.logger.Debug("outbox: could not notify the relay; its idle poll will find the rows", "error", err)
 		}
-		if !poll.Sleep(ctx, notifyGap) {
+		if !await.Sleep(ctx, notifyGap) {
 			return
 		}
 	}
@@ -73,7 +73,7 @@ func (r *Relay) listen(ctx context.Context) {
 			return
 		}
 		r.logger.Debug("outbox relay: not listening for commits elsewhere; will try again", "error", err, "retry_in", r.cfg.RetryInterval)
-		poll.Sleep(ctx, r.cfg.RetryInterval)
+		await.Sleep(ctx, r.cfg.RetryInterval)
 	}
 }
 

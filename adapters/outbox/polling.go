@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 )
 
 // polling is the reader that polls the outbox table. It keeps
@@ -62,7 +62,7 @@ func (p *polling) session(ctx context.Context) error {
 		if locked {
 			break
 		}
-		if !poll.Sleep(ctx, p.cfg.PollInterval) { // another replica relays
+		if !await.Sleep(ctx, p.cfg.PollInterval) { // another replica relays
 			return nil
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -129,7 +129,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		var sb *standBy
 		if errors.As(err, &sb) {
 			r.standingBy(sb.reason)
-			poll.Sleep(ctx, r.cfg.PollInterval)
+			await.Sleep(ctx, r.cfg.PollInterval)
 			continue
 		}
 		if errors.Is(err, errLockLost) {
@@ -137,7 +137,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		} else {
 			r.logger.Error("outbox relay: will retry", "error", err, "retry_in", r.cfg.RetryInterval)
 		}
-		poll.Sleep(ctx, r.cfg.RetryInterval)
+		await.Sleep(ctx, r.cfg.RetryInterval)
 	}
 	return nil
 }
@@ -230,7 +230,7 @@ func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]parkedRow, err
 		r.logger.Error("outbox relay: will publish again only the events the broker did not take",
 			"failed", n, "of", len(msgs), "error", err, "retry_in", r.cfg.RetryInterval)
 		keys, msgs, from = keys[:n], msgs[:n], from[:n]
-		if !poll.Sleep(ctx, r.cfg.RetryInterval) {
+		if !await.Sleep(ctx, r.cfg.RetryInterval) {
 			return nil, fmt.Errorf("publish %d events: %w", n, err)
 		}
 	}

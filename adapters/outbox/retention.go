@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 )
 
 // Prune deletes the outbox rows that every consumer group in groups has
@@ -69,7 +69,7 @@ func Prune(ctx context.Context, pool *pgxpool.Pool, groups []string, cutoff time
 			return total, ctx.Err()
 		}
 		from = last
-		if !poll.Sleep(ctx, pruneRest*time.Since(began)) {
+		if !await.Sleep(ctx, pruneRest*time.Since(began)) {
 			return total, ctx.Err()
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 )
 
 // publication is the outbox's publication, created by the migrations.
@@ -245,7 +245,7 @@ func retireSlot(ctx context.Context, pool *pgxpool.Pool, group string, patience 
 	until := time.Now().Add(patience)
 	for {
 		err = DropSlot(ctx, pool, name)
-		if !errors.Is(err, errSlotInUse) || time.Now().After(until) || !poll.Sleep(ctx, 100*time.Millisecond) {
+		if !errors.Is(err, errSlotInUse) || time.Now().After(until) || !await.Sleep(ctx, 100*time.Millisecond) {
 			return name, err
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 )
 
 // logical is the reader that streams the outbox's inserts from a
@@ -175,7 +175,7 @@ func (l *logical) takeSlot(ctx context.Context, conn *pgconn.PgConn) (slotState,
 				return st, fmt.Errorf("stream slot %s: %w", st.name, err)
 			}
 		}
-		if !poll.Sleep(ctx, l.cfg.PollInterval) {
+		if !await.Sleep(ctx, l.cfg.PollInterval) {
 			return st, nil
 		}
 	}

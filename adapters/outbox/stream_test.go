@@ -20,8 +20,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -357,7 +357,7 @@ func slotGone(t *testing.T, s *stack, remove func(slot string)) {
 	logs := newRecords(slog.LevelInfo)
 	s.run(t, "relay", s.newRelay(t, s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, slog.New(logs)))
 	s.commit(t, 50, want)
-	err := poll.Until(context.Background(), 30*time.Second, "every event", func() (bool, error) { n, _ := distinct(got(), want); return n == len(want), nil })
+	err := await.Until(context.Background(), 30*time.Second, "every event", func() (bool, error) { n, _ := distinct(got(), want); return n == len(want), nil })
 	if err != nil {
 		n, _ := distinct(got(), want)
 		slots, serr := outbox.Slots(context.Background(), s.db.Pool)

@@ -25,8 +25,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/kafka"
-	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -298,7 +298,7 @@ func Rabbitmqctl(t testing.TB, args ...string) string {
 // Eventually polls cond until it holds, failing the test when timeout passes.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if err := poll.Until(context.Background(), timeout, what, func() (bool, error) { return cond(), nil }); err != nil {
+	if err := await.Until(context.Background(), timeout, what, func() (bool, error) { return cond(), nil }); err != nil {
 		t.Fatal(err)
 	}
 }

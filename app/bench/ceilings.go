@@ -10,7 +10,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/handlers"
 )
 
@@ -70,7 +70,7 @@ func rawAMQP(ctx context.Context, e *env, r *Result) error {
 				return err
 			}
 		case <-time.After(30 * time.Second):
-			return fmt.Errorf("consume: %w", poll.ErrTimeout)
+			return fmt.Errorf("consume: %w", await.ErrTimeout)
 		}
 	}
 	r.add(Row{Name: rowConsume, Value: float64(n) / time.Since(began).Seconds(), Unit: "msg/s"}, 0, 0)

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -186,7 +186,7 @@ func (e *env) waitCaughtUp(ctx context.Context, relay *outbox.Relay, reader stri
 	if err := e.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&wal); err != nil {
 		return err
 	}
-	return poll.Until(ctx, 5*time.Minute, "the relay to catch up", func() (bool, error) {
+	return await.Until(ctx, 5*time.Minute, "the relay to catch up", func() (bool, error) {
 		done, err := outbox.CaughtUp(ctx, e.pool, e.set.Outbox.ConsumerGroup)
 		if !done || err != nil || reader != outbox.ReaderLogical {
 			return done, err
@@ -259,7 +259,7 @@ func (e *env) arrivals(ctx context.Context) (wait func(n int) (float64, error), 
 					first = time.Now()
 				}
 			case <-time.After(time.Minute):
-				return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, poll.ErrTimeout)
+				return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, await.ErrTimeout)
 			}
 		}
 		return float64(n-1) / time.Since(first).Seconds(), nil

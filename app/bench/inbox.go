@@ -9,7 +9,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -148,7 +148,7 @@ func (e *env) rawInbox(ctx context.Context, n int) (float64, error) {
 		rate = float64(n) / time.Since(began).Seconds()
 	case err = <-failed:
 	case <-time.After(5 * time.Minute):
-		err = fmt.Errorf("handled %d of %d: %w", done.Load(), n, poll.ErrTimeout)
+		err = fmt.Errorf("handled %d of %d: %w", done.Load(), n, await.ErrTimeout)
 	}
 	cancel()
 	// Closing the channel waits for the broker's answer without a bound,
@@ -198,7 +198,7 @@ func (e *env) routeEffects(ctx context.Context, healthy int, poison map[string]b
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	case <-time.After(5 * time.Minute):
-		return 0, fmt.Errorf("committed %d of %d: %w", committed.Load(), healthy, poll.ErrTimeout)
+		return 0, fmt.Errorf("committed %d of %d: %w", committed.Load(), healthy, await.ErrTimeout)
 	}
 }
 

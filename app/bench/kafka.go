@@ -16,9 +16,9 @@ import (
 	wkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/kafka"
 	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/app/replay"
 	"github.com/moenda/moenda/handlers"
@@ -261,7 +261,7 @@ func (k *kafkaBench) relay(ctx context.Context, e *env, n int) (float64, error) 
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	case <-time.After(5 * time.Minute):
-		return 0, fmt.Errorf("the Kafka relay published %d of %d rows: %w", counted.sent.Load(), n, poll.ErrTimeout)
+		return 0, fmt.Errorf("the Kafka relay published %d of %d rows: %w", counted.sent.Load(), n, await.ErrTimeout)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -140,7 +140,7 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	if foreign {
 		endForeign() // the offered load is over: the transaction ends
 	}
-	if err := poll.Until(ctx, time.Minute, "every event handled", func() (bool, error) { return count.Load() >= int64(total), nil }); err != nil {
+	if err := await.Until(ctx, time.Minute, "every event handled", func() (bool, error) { return count.Load() >= int64(total), nil }); err != nil {
 		return nil, fmt.Errorf("handled %d of %d events: %w", count.Load(), total, err)
 	}
 	var lat []time.Duration

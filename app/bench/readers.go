@@ -6,8 +6,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/handlers"
 )
@@ -95,7 +95,7 @@ func (e *env) openSlot(ctx context.Context, group string) error {
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx) }()
 	defer func() { stop(); <-done }()
-	return poll.Until(ctx, time.Minute, "the slot of "+group, func() (bool, error) { return relay.Active(), nil })
+	return await.Until(ctx, time.Minute, "the slot of "+group, func() (bool, error) { return relay.Active(), nil })
 }
 
 // discard is a destination that confirms everything at once.

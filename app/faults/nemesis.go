@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 
 	"github.com/moenda/moenda/app/harness"
 )
@@ -65,7 +65,7 @@ func bootBroker(ctx context.Context) error {
 		if _, err = harness.Rabbitmqctl(ctx, "await_startup"); err == nil {
 			return nil
 		}
-		if !poll.Sleep(ctx, time.Second) {
+		if !await.Sleep(ctx, time.Second) {
 			return ctx.Err()
 		}
 	}

@@ -24,7 +24,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 
 	"github.com/moenda/moenda/app/harness"
 )
@@ -342,7 +342,7 @@ func (r *run) stopWriting() (map[harness.Outcome]int, error) {
 
 // wait sleeps d unless ctx ends first.
 func (r *run) wait(ctx context.Context, d time.Duration) error {
-	if !poll.Sleep(ctx, d) {
+	if !await.Sleep(ctx, d) {
 		return ctx.Err()
 	}
 	return nil
@@ -385,7 +385,7 @@ func (r *run) watchConsumers(ctx context.Context) (stop func()) {
 				_ = conn.Close()
 			}
 		}()
-		for poll.Sleep(ctx, 250*time.Millisecond) {
+		for await.Sleep(ctx, 250*time.Millisecond) {
 			n := 0
 			if conn == nil || conn.IsClosed() {
 				conn, _ = amqp091.DialConfig(r.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(time.Second),

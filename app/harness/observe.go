@@ -12,8 +12,8 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
-	"github.com/moenda/moenda/adapters/poll"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/faultprobe"
 )
@@ -214,7 +214,7 @@ func (s *System) drain(ctx context.Context, bound time.Duration) error {
 		if quiet >= 2 {
 			return nil
 		}
-		if !poll.Sleep(ctx, time.Second) {
+		if !await.Sleep(ctx, time.Second) {
 			return ctx.Err()
 		}
 	}

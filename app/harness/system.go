@@ -20,7 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers/faultprobe"
 )
@@ -263,7 +263,7 @@ func (nd *Node) waitReady(ctx context.Context, bound time.Duration) error {
 				return nil
 			}
 		}
-		if !poll.Sleep(ctx, 100*time.Millisecond) {
+		if !await.Sleep(ctx, 100*time.Millisecond) {
 			return ctx.Err()
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 )
 
 // Workload drives the real HTTP API: each writer publishes the probe's
@@ -62,7 +62,7 @@ func (w Workload) Run(ctx context.Context) (map[Outcome]int, error) {
 				mu.Lock()
 				counts[outcome]++
 				mu.Unlock()
-				if !poll.Sleep(ctx, w.Interval) {
+				if !await.Sleep(ctx, w.Interval) {
 					return
 				}
 			}
@@ -91,7 +91,7 @@ func (w Workload) one(ctx context.Context, writer, seq int) (Outcome, error) {
 	op.Outcome = Indeterminate
 	for attempt := 0; attempt < max(w.Attempts, 1) && op.Outcome == Indeterminate; attempt++ {
 		op.Outcome = w.send(sendCtx, w.Bases[(writer+attempt)%len(w.Bases)], op.Correlation, body)
-		if op.Outcome == Indeterminate && !poll.Sleep(sendCtx, time.Duration(attempt+1)*200*time.Millisecond) {
+		if op.Outcome == Indeterminate && !await.Sleep(sendCtx, time.Duration(attempt+1)*200*time.Millisecond) {
 			break
 		}
 	}

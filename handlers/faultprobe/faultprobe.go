@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -121,7 +121,7 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 			return ErrTransient
 		}
 	}
-	if pl.WorkMillis > 0 && !poll.Sleep(ctx, time.Duration(pl.WorkMillis)*time.Millisecond) {
+	if pl.WorkMillis > 0 && !await.Sleep(ctx, time.Duration(pl.WorkMillis)*time.Millisecond) {
 		return ctx.Err()
 	}
 	return p.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
@@ -132,7 +132,7 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 		if _, err := tx.Postgres().Exec(ctx, `UPDATE faultprobe_counter SET n = n + 1 WHERE shard = $1`, (pl.Writer+pl.Seq)%counterShards); err != nil {
 			return err
 		}
-		if pl.HoldMillis > 0 && !poll.Sleep(ctx, time.Duration(pl.HoldMillis)*time.Millisecond) {
+		if pl.HoldMillis > 0 && !await.Sleep(ctx, time.Duration(pl.HoldMillis)*time.Millisecond) {
 			return ctx.Err()
 		}
 		return nil

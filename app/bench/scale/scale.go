@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/app/harness"
 	"github.com/moenda/moenda/handlers/faultprobe"
 )
@@ -305,7 +305,7 @@ func (m *measure) writeUntil(ctx context.Context, n int) error {
 	target := m.Acknowledged() + n
 	m.writing = m.Write(ctx, m.workload(backlogWriters, 0))
 	for m.Acknowledged() < target {
-		if !poll.Sleep(ctx, 50*time.Millisecond) {
+		if !await.Sleep(ctx, 50*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
@@ -345,7 +345,7 @@ func (m *measure) handledRate(ctx context.Context, from time.Time, target int) (
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("%d of %d events applied after 5 minutes", total, target)
 		}
-		if !poll.Sleep(ctx, 200*time.Millisecond) {
+		if !await.Sleep(ctx, 200*time.Millisecond) {
 			return 0, ctx.Err()
 		}
 	}
@@ -437,7 +437,7 @@ func (m *measure) stopWriting() (map[harness.Outcome]int, error) {
 
 // wait sleeps d unless ctx ends first.
 func wait(ctx context.Context, d time.Duration) error {
-	if !poll.Sleep(ctx, d) {
+	if !await.Sleep(ctx, d) {
 		return ctx.Err()
 	}
 	return nil

@@ -1,7 +1,7 @@
-// Package poll waits for a condition that something else makes true: a
+// Package await waits for a condition that something else makes true: a
 // queue draining, a row arriving. Tests and the benchmark wait the same way,
 // so a wait that times out reads the same in both.
-package poll
+package await
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package poll_test
+package await_test
 
 import (
 	"context"
@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moenda/moenda/adapters/poll"
+	"github.com/moenda/moenda/adapters/await"
 )
 
 func TestUntilReturnsOnceTheConditionHolds(t *testing.T) {
 	calls := 0
-	err := poll.Until(context.Background(), time.Second, "three calls", func() (bool, error) {
+	err := await.Until(context.Background(), time.Second, "three calls", func() (bool, error) {
 		calls++
 		return calls == 3, nil
 	})
@@ -22,15 +22,15 @@ func TestUntilReturnsOnceTheConditionHolds(t *testing.T) {
 
 func TestUntilStopsAtTheFirstError(t *testing.T) {
 	boom := errors.New("boom")
-	err := poll.Until(context.Background(), time.Second, "x", func() (bool, error) { return false, boom })
+	err := await.Until(context.Background(), time.Second, "x", func() (bool, error) { return false, boom })
 	if !errors.Is(err, boom) {
 		t.Fatalf("err=%v, want boom", err)
 	}
 }
 
 func TestUntilTimesOutNamingWhatItAwaited(t *testing.T) {
-	err := poll.Until(context.Background(), 30*time.Millisecond, "the queue to drain", func() (bool, error) { return false, nil })
-	if !errors.Is(err, poll.ErrTimeout) || err.Error() != "waiting 30ms for the queue to drain: timed out" {
+	err := await.Until(context.Background(), 30*time.Millisecond, "the queue to drain", func() (bool, error) { return false, nil })
+	if !errors.Is(err, await.ErrTimeout) || err.Error() != "waiting 30ms for the queue to drain: timed out" {
 		t.Fatalf("err=%v", err)
 	}
 }
@@ -38,7 +38,7 @@ func TestUntilTimesOutNamingWhatItAwaited(t *testing.T) {
 func TestUntilEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := poll.Until(ctx, time.Minute, "x", func() (bool, error) { return false, nil })
+	err := await.Until(ctx, time.Minute, "x", func() (bool, error) { return false, nil })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err=%v, want context.Canceled", err)
 	}
