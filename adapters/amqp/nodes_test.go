@@ -2,7 +2,6 @@ package amqp
 
 import (
 	"context"
-	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -116,15 +115,7 @@ func TestNewNodesRefusesWhatCannotBeDialed(t *testing.T) {
 // a node that refuses connections.
 func deadURL(t *testing.T, base string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return withHost(t, base, addr)
+	return withHost(t, base, testenv.ClosedAddr(t))
 }
 
 func withHost(t *testing.T, base, host string) string {

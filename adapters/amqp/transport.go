@@ -16,14 +16,12 @@ var _ transport.Transport = (*Transport)(nil)
 // reader) has a connection of its own to one of the cluster's nodes, made
 // on first use and made again when its node goes away.
 type Transport struct {
-	cfg   Config
-	set   transport.Settings
-	probe *probe
-
-	mu       sync.Mutex
-	consumer *transport.Consumer
-	depths   *DepthReader
-	closers  []func() error
+	cfg      Config
+	set      transport.Settings
+	probe    *probe
+	consumer func() (transport.Consumer, error)
+	depths   func() (*DepthReader, error)
+	closers  transport.Closers
 }
 
 // NewTransport returns the transport of the cluster cfg names, carrying
@@ -40,7 +38,16 @@ func NewTransport(cfg Config, set transport.Settings) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
-	return &Transport{cfg: cfg, set: set, probe: &probe{nodes: n}}, nil
+	t := &Transport{cfg: cfg, set: set, probe: &probe{nodes: n}}
+	t.consumer = sync.OnceValues(t.connectConsumer)
+	t.depths = sync.OnceValues(func() (*DepthReader, error) {
+		d, err := NewDepthReader(cfg.Nodes())
+		if err == nil {
+			t.closers.Add(d.Close)
+		}
+		return d, err
+	})
+	return t, nil
 }
 
 // Declare declares the topology's exchanges, queues and bindings.
@@ -51,12 +58,9 @@ func (t *Transport) Declare(ctx context.Context) error {
 // Consumer returns the subscriber, with amqp.prefetch, and the failure
 // sink, whose copies the broker confirms one by one; the same pair on
 // every call.
-func (t *Transport) Consumer() (transport.Consumer, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.consumer != nil {
-		return *t.consumer, nil
-	}
+func (t *Transport) Consumer() (transport.Consumer, error) { return t.consumer() }
+
+func (t *Transport) connectConsumer() (transport.Consumer, error) {
 	sub, err := NewSubscriber(t.cfg.Nodes(), t.cfg.Prefetch, t.set.CloseTimeout, t.set.Logger)
 	if err != nil {
 		return transport.Consumer{}, err
@@ -65,9 +69,9 @@ func (t *Transport) Consumer() (transport.Consumer, error) {
 	if err != nil {
 		return transport.Consumer{}, errors.Join(err, sub.Close())
 	}
-	t.closers = append(t.closers, sub.Close, failures.Close)
-	t.consumer = &transport.Consumer{Subscriber: sub, Sink: FailureSink{pub: failures, top: t.set.Topology}}
-	return *t.consumer, nil
+	t.closers.Add(sub.Close)
+	t.closers.Add(failures.Close)
+	return transport.Consumer{Subscriber: sub, Sink: FailureSink{pub: failures, top: t.set.Topology}}, nil
 }
 
 // Destination returns a publisher with pipelined confirms, up to
@@ -77,9 +81,7 @@ func (t *Transport) Destination(name string) (transport.Destination, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	t.closers = append(t.closers, dest.Close)
-	t.mu.Unlock()
+	t.closers.Add(dest.Close)
 	return dest, nil
 }
 
@@ -92,29 +94,14 @@ func (t *Transport) Ready(ctx context.Context) error { return t.probe.check(ctx)
 
 // Depths returns the ready messages of each named queue that exists.
 func (t *Transport) Depths(_ context.Context, queues []string) (map[string]int, error) {
-	t.mu.Lock()
-	if t.depths == nil {
-		d, err := NewDepthReader(t.cfg.Nodes())
-		if err != nil {
-			t.mu.Unlock()
-			return nil, err
-		}
-		t.depths = d
-		t.closers = append(t.closers, d.Close)
+	d, err := t.depths()
+	if err != nil {
+		return nil, err
 	}
-	d := t.depths
-	t.mu.Unlock()
 	return d.Depths(queues)
 }
 
 // Close closes every connection, the last made first.
 func (t *Transport) Close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var errs []error
-	for i := len(t.closers) - 1; i >= 0; i-- {
-		errs = append(errs, t.closers[i]())
-	}
-	t.closers = nil
-	return errors.Join(append(errs, t.probe.close())...)
+	return errors.Join(t.closers.Close(), t.probe.close())
 }

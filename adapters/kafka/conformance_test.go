@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -31,7 +30,7 @@ func TestTransportConformance(t *testing.T) {
 	transporttest.Run(t, transporttest.Features{
 		Unreachable: func(t *testing.T, top *topology.Topology, queues []string) transport.Transport {
 			cfg := k.Config
-			cfg.Brokers = []string{closedAddr(t)}
+			cfg.Brokers = []string{testenv.ClosedAddr(t)}
 			return newTransport(t, cfg, top, queues)
 		},
 	}, func(t *testing.T, top *topology.Topology, queues []string) transporttest.Subject {
@@ -74,18 +73,4 @@ func readTopic(t *testing.T, cfg kafka.Config, queue string) <-chan *message.Mes
 		}()
 	}
 	return out
-}
-
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }

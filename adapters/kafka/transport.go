@@ -16,15 +16,13 @@ var _ transport.Transport = (*Transport)(nil)
 // parts connect on first use and again after a failure, so a process
 // starts while Kafka is away.
 type Transport struct {
-	cfg    Config
-	set    transport.Settings
-	queues []string
-	group  func(queue string) string
-	probe  *Prober
-
-	mu       sync.Mutex
-	consumer *transport.Consumer
-	closers  []func() error
+	cfg      Config
+	set      transport.Settings
+	queues   []string
+	group    func(queue string) string
+	probe    *Prober
+	consumer func() (transport.Consumer, error)
+	closers  transport.Closers
 }
 
 // NewTransport returns the transport of cfg's cluster for the queues that
@@ -37,7 +35,9 @@ func NewTransport(cfg Config, set transport.Settings, queues []string, group fun
 	if set.Topology == nil || set.Logger == nil || group == nil {
 		return nil, errors.New("kafka: the topology, the logger and the group naming are required")
 	}
-	return &Transport{cfg: cfg, set: set, queues: slices.Clone(queues), group: group, probe: NewProber(cfg)}, nil
+	t := &Transport{cfg: cfg, set: set, queues: slices.Clone(queues), group: group, probe: NewProber(cfg)}
+	t.consumer = sync.OnceValues(t.connectConsumer)
+	return t, nil
 }
 
 // Declare does nothing: each producer creates the topics it writes when
@@ -48,13 +48,10 @@ func (t *Transport) Declare(context.Context) error { return nil }
 
 // Consumer returns a subscriber whose queues read in their consumer groups,
 // and a producer for the failure copies; the same pair on every call.
-func (t *Transport) Consumer() (transport.Consumer, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.consumer != nil {
-		return *t.consumer, nil
-	}
-	failures, err := NewProducer(t.cfg, t.set.Topology, Topics(t.set.Topology, t.queues), "moenda failures", t.set.Logger)
+func (t *Transport) Consumer() (transport.Consumer, error) { return t.consumer() }
+
+func (t *Transport) connectConsumer() (transport.Consumer, error) {
+	failures, err := t.producer("moenda failures")
 	if err != nil {
 		return transport.Consumer{}, err
 	}
@@ -62,9 +59,9 @@ func (t *Transport) Consumer() (transport.Consumer, error) {
 	if err != nil {
 		return transport.Consumer{}, errors.Join(err, failures.Close())
 	}
-	t.closers = append(t.closers, failures.Close, sub.Close)
-	t.consumer = &transport.Consumer{Subscriber: sub, Sink: failures}
-	return *t.consumer, nil
+	t.closers.Add(failures.Close)
+	t.closers.Add(sub.Close)
+	return transport.Consumer{Subscriber: sub, Sink: failures}, nil
 }
 
 // Destination returns an idempotent producer with acks=all.
@@ -73,9 +70,7 @@ func (t *Transport) Destination(name string) (transport.Destination, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.mu.Lock()
-	t.closers = append(t.closers, p.Close)
-	t.mu.Unlock()
+	t.closers.Add(p.Close)
 	return p, nil
 }
 
@@ -94,12 +89,5 @@ func (t *Transport) Depths(context.Context, []string) (map[string]int, error) {
 
 // Close closes every client, the last made first.
 func (t *Transport) Close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var errs []error
-	for i := len(t.closers) - 1; i >= 0; i-- {
-		errs = append(errs, t.closers[i]())
-	}
-	t.closers = nil
-	return errors.Join(append(errs, t.probe.Close())...)
+	return errors.Join(t.closers.Close(), t.probe.Close())
 }

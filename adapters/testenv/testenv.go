@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -332,4 +333,19 @@ func Kafka(t testing.TB) KafkaCluster {
 	t.Cleanup(c.Close)
 	cfg.Brokers = c.ListenAddrs()
 	return KafkaCluster{Config: cfg, Fake: c}
+}
+
+// ClosedAddr is a loopback host:port nothing listens on, for a broker
+// that is away.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return addr
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -85,3 +86,29 @@ type Settings struct {
 // can finish and be answered; the last tenth lets the answers (a requeue,
 // as a rule) reach the broker.
 func Grace(closeTimeout time.Duration) time.Duration { return closeTimeout - closeTimeout/10 }
+
+// Closers closes what a transport opened, the last opened first. It is
+// safe for concurrent use.
+type Closers struct {
+	mu  sync.Mutex
+	fns []func() error
+}
+
+// Add adds fn to what Close runs.
+func (c *Closers) Add(fn func() error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fns = append(c.fns, fn)
+}
+
+// Close runs every fn added, the last added first, and forgets them.
+func (c *Closers) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		errs = append(errs, c.fns[i]())
+	}
+	c.fns = nil
+	return errors.Join(errs...)
+}
