@@ -33,15 +33,6 @@ import (
 	"github.com/moenda/moenda/router"
 )
 
-// Broker kinds.
-const (
-	BrokerAMQP   = "amqp"
-	BrokerKafka  = "kafka"
-	BrokerMemory = "memory"
-)
-
-var brokerKinds = []string{BrokerAMQP, BrokerKafka, BrokerMemory}
-
 // Config is the resolved configuration: the packages' defaults, then
 // configs/base.yaml, then configs/<env>.yaml, then --config files, then
 // MOENDA_* variables.
@@ -168,27 +159,6 @@ type AnalyticsKafkaConfig struct {
 // usesKafka reports whether anything in this configuration talks to Kafka.
 func (c *Config) usesKafka() bool {
 	return c.Broker.Kind == BrokerKafka || c.Analytics.Kafka.Enabled
-}
-
-// maxEventBytes is the largest event the outbox takes: outbox.max_event_bytes,
-// or when that is 0 the least of what the configured brokers take
-// (kafka.max_record_bytes less the record's framing when anything
-// publishes to Kafka, RabbitMQ's default max_message_size with the AMQP
-// broker); 0, any size, with the memory broker.
-func (c *Config) maxEventBytes() int {
-	if c.Outbox.MaxEventBytes > 0 {
-		return c.Outbox.MaxEventBytes
-	}
-	limit := 0
-	if c.Broker.Kind == BrokerAMQP {
-		limit = amqp.MaxMessageBytes
-	}
-	if c.usesKafka() {
-		if k := c.Kafka.MaxEventBytes(); limit == 0 || k < limit {
-			limit = k
-		}
-	}
-	return limit
 }
 
 // kafkaRelayGroup is the outbox position of the relay that feeds Kafka.

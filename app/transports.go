@@ -13,6 +13,36 @@ import (
 	"github.com/moenda/moenda/adapters/transport"
 )
 
+// Broker kinds: broker.kind names the transport of an environment.
+const (
+	BrokerAMQP   = "amqp"
+	BrokerKafka  = "kafka"
+	BrokerMemory = "memory"
+)
+
+var brokerKinds = []string{BrokerAMQP, BrokerKafka, BrokerMemory}
+
+// maxEventBytes is the largest event the outbox takes: outbox.max_event_bytes,
+// or when that is 0 the least of what the configured brokers take
+// (kafka.max_record_bytes less the record's framing when anything
+// publishes to Kafka, RabbitMQ's default max_message_size with the AMQP
+// broker); 0, any size, with the memory broker.
+func (c *Config) maxEventBytes() int {
+	if c.Outbox.MaxEventBytes > 0 {
+		return c.Outbox.MaxEventBytes
+	}
+	limit := 0
+	if c.Broker.Kind == BrokerAMQP {
+		limit = amqp.MaxMessageBytes
+	}
+	if c.usesKafka() {
+		if k := c.Kafka.MaxEventBytes(); limit == 0 || k < limit {
+			limit = k
+		}
+	}
+	return limit
+}
+
 // newTransport is the one place a broker kind becomes its adapter. Each
 // transport carries its part of top: RabbitMQ the layout declared there
 // (RabbitTopology), Kafka the queues that read it (kafkaReaders).
