@@ -68,8 +68,8 @@ func ev(name, payload string) event.Event {
 	return e
 }
 
-// routes tells whether the subscription receives and handles e.
-func routes(e event.Event) bool {
+// received tells whether the subscription receives and handles e.
+func received(e event.Event) bool {
 	s := Plugin().Subscriptions[0]
 	return slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) &&
 		(len(s.Handles) == 0 || slices.Contains(s.Handles, e.Name))
@@ -97,7 +97,7 @@ func TestSpec(t *testing.T) {
 		"pedido.criado.v1": true, "pedido.criado.v2": true, "pedido.pago.v1": true, "pedido.cancelado.v1": true,
 		"pedido.criado.v9": true, "pedido.item.devolvido.v1": true, "produto.criado.v1": false, "pedidos.criado.v1": false,
 	} {
-		if got := routes(event.Event{Name: name}); got != want {
+		if got := received(event.Event{Name: name}); got != want {
 			t.Errorf("%s reaches the handler: %v, want %v", name, got, want)
 		}
 	}
@@ -201,7 +201,7 @@ func TestWithThePublisher(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if routes(e) {
+				if received(e) {
 					if err := f.deliver(e); err != nil {
 						t.Fatalf("deliver %s: %v", e.Name, err)
 					}

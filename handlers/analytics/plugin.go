@@ -43,7 +43,7 @@ func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{subscription: svc.handle},
 		Batches:  map[string]handlers.BatchHandlerFunc{subscription: svc.handleBatch},
-		Routes:   api{svc: svc, logger: deps.Logger}.routes,
+		Routes:   routes(svc, deps.Logger),
 		Rewind:   svc.rewind,
 	}, nil
 }

@@ -90,9 +90,9 @@ func cancelado(pedido int64) event.Event {
 	return ev(EventPedidoCancelado, fmt.Sprintf(`{"pedidoId":%d,"itens":[{"produtoId":7,"quantidade":2}]}`, pedido))
 }
 
-// routes tells whether the subscription receives and handles e: its
+// received tells whether the subscription receives and handles e: its
 // bindings' patterns, then Handles.
-func routes(e event.Event) bool {
+func received(e event.Event) bool {
 	s := Plugin().Subscriptions[0]
 	return slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) && slices.Contains(s.Handles, e.Name)
 }
@@ -123,7 +123,7 @@ func TestSpec(t *testing.T) {
 		"pedido.criado.v1": true, "pedido.criado.v2": true, "pedido.cancelado.v1": true,
 		"pedido.pago.v1": false, "pedido.criado.v3": false, "pedido.criado.extra.v1": false,
 	} {
-		if got := routes(event.Event{Name: name}); got != want {
+		if got := received(event.Event{Name: name}); got != want {
 			t.Errorf("%s reaches the handler: %v, want %v", name, got, want)
 		}
 	}
@@ -329,7 +329,7 @@ func TestWithThePublisher(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if !routes(e) {
+					if !received(e) {
 						continue
 					}
 					if err := f.deliver(e); err != nil {

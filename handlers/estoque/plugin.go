@@ -58,6 +58,6 @@ func buildWithClock(deps handlers.Deps, now func() time.Time) (handlers.Plugin, 
 	svc := newService(deps.Tx, now)
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{SubPedidos: svc.handle},
-		Routes:   api{svc: svc, logger: deps.Logger}.routes,
+		Routes:   routes(svc, deps.Logger),
 	}, nil
 }
