@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"reflect"
 	"slices"
@@ -74,7 +73,7 @@ func (f *fixture) ficha(id string) Ficha {
 func reached(e event.Event) []string {
 	var subs []string
 	for _, s := range Plugin().Subscriptions {
-		if slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) && slices.Contains(s.Handles, e.Name) {
+		if plugintest.Reaches(s, e) {
 			subs = append(subs, s.Name)
 		}
 	}
@@ -116,15 +115,7 @@ func TestSpec(t *testing.T) {
 	if !reflect.DeepEqual(queues, wantQueues) {
 		t.Fatalf("queues %v, want %v", queues, wantQueues)
 	}
-	if _, err := fs.Stat(def.Migrations, "00001_car.sql"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handlers.NewRegistry(def); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()}); err != nil {
-		t.Fatal(err)
-	}
+	plugintest.CheckDefinition(t, def, "00001_car.sql")
 
 	// The seed's bindings: * is one word.
 	routing := []struct {

@@ -3,7 +3,6 @@ package estoque
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -92,10 +91,7 @@ func cancelado(pedido int64) event.Event {
 
 // received tells whether the subscription receives and handles e: its
 // bindings' patterns, then Handles.
-func received(e event.Event) bool {
-	s := Plugin().Subscriptions[0]
-	return slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) && slices.Contains(s.Handles, e.Name)
-}
+func received(e event.Event) bool { return plugintest.Reaches(Plugin().Subscriptions[0], e) }
 
 func TestSpec(t *testing.T) {
 	def := Plugin()
@@ -110,15 +106,7 @@ func TestSpec(t *testing.T) {
 		!reflect.DeepEqual(s.Handles, []string{"pedido.criado.v1", "pedido.criado.v2", "pedido.cancelado.v1"}) {
 		t.Fatalf("subscription %+v", s)
 	}
-	if _, err := fs.Stat(def.Migrations, "00001_estoque.sql"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handlers.NewRegistry(def, pedidos.Plugin()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()}); err != nil {
-		t.Fatal(err)
-	}
+	plugintest.CheckDefinition(t, def, "00001_estoque.sql", pedidos.Plugin())
 	for name, want := range map[string]bool{
 		"pedido.criado.v1": true, "pedido.criado.v2": true, "pedido.cancelado.v1": true,
 		"pedido.pago.v1": false, "pedido.criado.v3": false, "pedido.criado.extra.v1": false,
