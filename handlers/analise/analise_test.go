@@ -3,11 +3,9 @@ package analise
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/pedidos"
@@ -68,12 +65,8 @@ func ev(name, payload string) event.Event {
 	return e
 }
 
-// routes tells whether the subscription receives and handles e.
-func routes(e event.Event) bool {
-	s := Plugin().Subscriptions[0]
-	return slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) &&
-		(len(s.Handles) == 0 || slices.Contains(s.Handles, e.Name))
-}
+// received tells whether the subscription receives and handles e.
+func received(e event.Event) bool { return plugintest.Reaches(Plugin().Subscriptions[0], e) }
 
 func TestSpec(t *testing.T) {
 	def := Plugin()
@@ -84,20 +77,12 @@ func TestSpec(t *testing.T) {
 	if def.Queue(s) != "analise.pedidos" || !reflect.DeepEqual(s.Events, []string{"pedido.#"}) || len(s.Handles) != 0 {
 		t.Fatalf("subscription %+v, queue %s", s, def.Queue(s))
 	}
-	if _, err := fs.Stat(def.Migrations, "00001_analise.sql"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handlers.NewRegistry(def, pedidos.Plugin()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()}); err != nil {
-		t.Fatal(err)
-	}
+	plugintest.CheckDefinition(t, def, "00001_analise.sql", pedidos.Plugin())
 	for name, want := range map[string]bool{
 		"pedido.criado.v1": true, "pedido.criado.v2": true, "pedido.pago.v1": true, "pedido.cancelado.v1": true,
 		"pedido.criado.v9": true, "pedido.item.devolvido.v1": true, "produto.criado.v1": false, "pedidos.criado.v1": false,
 	} {
-		if got := routes(event.Event{Name: name}); got != want {
+		if got := received(event.Event{Name: name}); got != want {
 			t.Errorf("%s reaches the handler: %v, want %v", name, got, want)
 		}
 	}
@@ -201,7 +186,7 @@ func TestWithThePublisher(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if routes(e) {
+				if received(e) {
 					if err := f.deliver(e); err != nil {
 						t.Fatalf("deliver %s: %v", e.Name, err)
 					}

@@ -13,9 +13,6 @@ import (
 	"github.com/moenda/moenda/handlers"
 )
 
-// Config is the plugin's section, handlers.analise; it has no keys yet.
-type Config struct{}
-
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
@@ -36,10 +33,10 @@ func Plugin() handlers.Definition {
 			Events: []string{"pedido.#"},
 		}},
 		Migrations: Migrations(),
-	}, Config{}, build)
+	}, struct{}{}, build) // no settings: handlers.analise has no keys
 }
 
-func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
+func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 	return buildWithClock(deps, time.Now)
 }
 
@@ -48,6 +45,6 @@ func buildWithClock(deps handlers.Deps, now func() time.Time) (handlers.Plugin, 
 	svc := newService(deps.Tx, now)
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{SubPedidos: svc.registrar},
-		Routes:   api{svc: svc, logger: deps.Logger}.routes,
+		Routes:   routes(svc, deps.Logger),
 	}, nil
 }

@@ -2,7 +2,6 @@ package analise
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -52,6 +51,14 @@ type dados struct {
 	PedidoID *int64 `json:"pedidoId"`
 }
 
+// Validate refuses a pedidoId that is not positive; none at all is fine.
+func (d dados) Validate() error {
+	if d.PedidoID != nil && *d.PedidoID <= 0 {
+		return fmt.Errorf("pedidoId %d is not positive", *d.PedidoID)
+	}
+	return nil
+}
+
 // registrar (analise.pedidos) records e once, by its event id. A payload
 // that is not a JSON object, or whose pedidoId is not a positive integer,
 // is permanent: retrying cannot fix it.
@@ -61,22 +68,13 @@ func (s *Service) registrar(ctx context.Context, e event.Event) error {
 		return event.Permanent(fmt.Errorf("analise: event %s: %w", e.ID, err))
 	}
 	var d dados
-	if err := json.Unmarshal(e.Payload, &d); err != nil {
-		return permanent(e, err)
-	}
-	if d.PedidoID != nil && *d.PedidoID <= 0 {
-		return permanent(e, fmt.Errorf("pedidoId %d is not positive", *d.PedidoID))
+	if err := event.DecodePayload(e, &d, dados.Validate); err != nil {
+		return err
 	}
 	r := Registro{EventID: e.ID, Tipo: name.Base, Versao: name.Version, PedidoID: d.PedidoID, OcorridoEm: e.OccurredAt.UTC().Truncate(time.Microsecond)}
 	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		return s.repo(tx).Add(ctx, r, s.now().UTC().Truncate(time.Microsecond))
 	})
-}
-
-// permanent marks a payload retrying cannot fix: the message is
-// dead-lettered at once.
-func permanent(e event.Event, err error) error {
-	return event.Permanent(fmt.Errorf("analise: payload of %s %s: %w", e.Name, e.ID, err))
 }
 
 // Resumo counts what was recorded.

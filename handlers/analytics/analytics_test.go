@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -141,12 +140,7 @@ func TestSpec(t *testing.T) {
 		def.Queue(def.Subscriptions[0]) != "analytics.metricas" || !reflect.DeepEqual(def.Subscriptions[0].Events, []string{"#"}) {
 		t.Fatalf("spec = %+v", def.Spec)
 	}
-	if _, err := fs.Stat(def.Migrations, "00001_eventos.sql"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handlers.NewRegistry(def); err != nil {
-		t.Fatal(err)
-	}
+	plugintest.CheckDefinition(t, def, "00001_eventos.sql")
 }
 
 func TestCountsOnEveryStore(t *testing.T) {

@@ -15,25 +15,12 @@ import (
 	"github.com/moenda/moenda/handlers/httpjson"
 )
 
-type api struct {
-	svc    *service
-	logger *slog.Logger
-}
-
-func (a api) routes(r chi.Router) {
-	r.Get("/analytics/contagens", a.contagens)
-}
-
-// contagens answers GET /analytics/contagens with 200 and the counts, of
-// one UTC day when dia=AAAA-MM-DD is given.
-func (a api) contagens(w http.ResponseWriter, r *http.Request) {
-	dia, err := diaParam(r)
-	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
+// routes mounts GET /analytics/contagens, which answers 200 and the
+// counts, of one UTC day when dia=AAAA-MM-DD is given.
+func routes(svc *service, logger *slog.Logger) func(chi.Router) {
+	return func(r chi.Router) {
+		r.Get("/analytics/contagens", httpjson.Param(logger, http.StatusOK, diaParam, svc.contagens))
 	}
-	c, err := a.svc.contagens(r.Context(), dia)
-	httpjson.Respond(w, r, a.logger, http.StatusOK, c, err)
 }
 
 // diaParam reads the optional dia of the query string. A parameter other

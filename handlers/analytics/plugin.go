@@ -12,9 +12,6 @@ import (
 	"github.com/moenda/moenda/handlers"
 )
 
-// Config is the plugin's section, handlers.analytics; it has no keys yet.
-type Config struct{}
-
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
@@ -35,15 +32,15 @@ func Plugin() handlers.Definition {
 		},
 		Migrations: Migrations(),
 		Replayable: true,
-	}, Config{}, build)
+	}, struct{}{}, build) // no settings: handlers.analytics has no keys
 }
 
-func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
+func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 	svc := &service{tx: deps.Tx, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{subscription: svc.handle},
 		Batches:  map[string]handlers.BatchHandlerFunc{subscription: svc.handleBatch},
-		Routes:   api{svc: svc, logger: deps.Logger}.routes,
+		Routes:   routes(svc, deps.Logger),
 		Rewind:   svc.rewind,
 	}, nil
 }

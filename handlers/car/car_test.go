@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"reflect"
 	"slices"
@@ -69,12 +68,12 @@ func (f *fixture) ficha(id string) Ficha {
 	return out
 }
 
-// routes lists the subscriptions a published event reaches and whose
+// reached lists the subscriptions a published event reaches and whose
 // handler handles it: the bindings' topic patterns, then Handles.
-func routes(e event.Event) []string {
+func reached(e event.Event) []string {
 	var subs []string
 	for _, s := range Plugin().Subscriptions {
-		if slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) && slices.Contains(s.Handles, e.Name) {
+		if plugintest.Reaches(s, e) {
 			subs = append(subs, s.Name)
 		}
 	}
@@ -88,7 +87,7 @@ func (f *fixture) pump() {
 	for es := f.Events(); f.delivered < len(es); es = f.Events() {
 		e := es[f.delivered]
 		f.delivered++
-		for _, sub := range routes(e) {
+		for _, sub := range reached(e) {
 			if err := f.Deliver(sub, e); err != nil {
 				f.t.Fatalf("deliver %s to %s: %v", e.Name, sub, err)
 			}
@@ -116,15 +115,7 @@ func TestSpec(t *testing.T) {
 	if !reflect.DeepEqual(queues, wantQueues) {
 		t.Fatalf("queues %v, want %v", queues, wantQueues)
 	}
-	if _, err := fs.Stat(def.Migrations, "00001_car.sql"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handlers.NewRegistry(def); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()}); err != nil {
-		t.Fatal(err)
-	}
+	plugintest.CheckDefinition(t, def, "00001_car.sql")
 
 	// The seed's bindings: * is one word.
 	routing := []struct {
@@ -139,7 +130,7 @@ func TestSpec(t *testing.T) {
 		{"processo.submetido.v2", nil}, // bound, but a version no handler lists
 	}
 	for _, tt := range routing {
-		if got := routes(event.Event{Name: tt.name}); !slices.Equal(got, tt.subs) {
+		if got := reached(event.Event{Name: tt.name}); !slices.Equal(got, tt.subs) {
 			t.Errorf("%s reaches %v, want %v", tt.name, got, tt.subs)
 		}
 	}
@@ -469,7 +460,7 @@ func TestSameEventTwiceHasOneEffect(t *testing.T) {
 			for _, e := range f.Events() {
 				again := e
 				again.ID = uuid.NewString()
-				for _, sub := range routes(e) {
+				for _, sub := range reached(e) {
 					if sub == SubNotificacao {
 						continue // one notification per event, by design
 					}

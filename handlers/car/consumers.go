@@ -2,7 +2,6 @@ package car
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -18,22 +17,11 @@ import (
 // redelivery the inbox let through changes nothing. Database errors are
 // returned as they are: the platform retries them.
 
-// decode reads e's payload into p and checks it with valid.
-func decode[P any](e event.Event, p *P, valid func(P) error) error {
-	if err := json.Unmarshal(e.Payload, p); err != nil {
-		return permanent(e, err)
-	}
-	if err := valid(*p); err != nil {
-		return permanent(e, err)
-	}
-	return nil
-}
-
 // atribuirAnalista (processos.analista) assigns the next analyst in turn
 // to a submitted processo; a processo keeps its first analyst.
 func (s *Service) atribuirAnalista(ctx context.Context, e event.Event) error {
 	var p Referencia
-	if err := decode(e, &p, Referencia.Validate); err != nil {
+	if err := event.DecodePayload(e, &p, Referencia.Validate); err != nil {
 		return err
 	}
 	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
@@ -45,7 +33,7 @@ func (s *Service) atribuirAnalista(ctx context.Context, e event.Event) error {
 // requerente per event.
 func (s *Service) notificar(ctx context.Context, e event.Event) error {
 	var p Referencia
-	if err := decode(e, &p, Referencia.Validate); err != nil {
+	if err := event.DecodePayload(e, &p, Referencia.Validate); err != nil {
 		return err
 	}
 	var texto string
@@ -66,7 +54,7 @@ func (s *Service) notificar(ctx context.Context, e event.Event) error {
 // solicitarOCR (documentos.ocr) creates the documento's OCR job, pending.
 func (s *Service) solicitarOCR(ctx context.Context, e event.Event) error {
 	var p DocumentoAnexado
-	err := decode(e, &p, func(p DocumentoAnexado) error {
+	err := event.DecodePayload(e, &p, func(p DocumentoAnexado) error {
 		if err := p.Referencia.Validate(); err != nil {
 			return err
 		}
@@ -84,7 +72,7 @@ func (s *Service) solicitarOCR(ctx context.Context, e event.Event) error {
 // regular processo with SICAR.
 func (s *Service) solicitarSICAR(ctx context.Context, e event.Event) error {
 	var p Referencia
-	if err := decode(e, &p, Referencia.Validate); err != nil {
+	if err := event.DecodePayload(e, &p, Referencia.Validate); err != nil {
 		return err
 	}
 	req := SICAR{Status: SICARSolicitada, MunicipioIBGE: p.MunicipioIBGE, SolicitadaEm: s.clock()}
@@ -98,7 +86,7 @@ func (s *Service) solicitarSICAR(ctx context.Context, e event.Event) error {
 // delivered, with the time, for the requerente's page to show.
 func (s *Service) entregarMensagem(ctx context.Context, e event.Event) error {
 	var p MensagemWeb
-	err := decode(e, &p, func(p MensagemWeb) error {
+	err := event.DecodePayload(e, &p, func(p MensagemWeb) error {
 		if err := p.Referencia.Validate(); err != nil {
 			return err
 		}

@@ -11,83 +11,22 @@ import (
 	"github.com/moenda/moenda/handlers/httpjson"
 )
 
-type api struct {
-	svc    *Service
-	logger *slog.Logger
-}
-
-func (a api) routes(r chi.Router) {
-	r.Post("/processos", a.submeter)
-	r.Get("/processos/{id}", a.buscar)
-	r.Post("/processos/{id}/regularizar", a.regularizar)
-	r.Post("/processos/{id}/documentos", a.anexar)
-	r.Post("/processos/{id}/mensagens", a.enviar)
-}
-
-// submeter answers POST /processos with 201 and the processo.
-func (a api) submeter(w http.ResponseWriter, r *http.Request) {
-	var cmd SubmeterProcesso
-	if !httpjson.Decode(w, r, &cmd) {
-		return
+// routes mounts the processo's endpoints; each answers 404 for a
+// processo that does not exist.
+func routes(svc *Service, logger *slog.Logger) func(chi.Router) {
+	return func(r chi.Router) {
+		// 201 and the processo.
+		r.Post("/processos", httpjson.Command(logger, http.StatusCreated, svc.Submeter))
+		// 200 and the processo with the consumers' effects.
+		r.Get("/processos/{id}", httpjson.Param(logger, http.StatusOK, pathID, svc.Buscar))
+		// 200 and the processo, regular; repeating it changes nothing.
+		r.Post("/processos/{id}/regularizar", httpjson.Param(logger, http.StatusOK, pathID, svc.Regularizar))
+		// 201 and the documento; its OCR job is null until the ocr consumer
+		// creates it.
+		r.Post("/processos/{id}/documentos", httpjson.ParamCommand(logger, http.StatusCreated, pathID, svc.Anexar))
+		// 201 and the mensagem, not yet delivered (entregue_em null).
+		r.Post("/processos/{id}/mensagens", httpjson.ParamCommand(logger, http.StatusCreated, pathID, svc.Enviar))
 	}
-	p, err := a.svc.Submeter(r.Context(), cmd)
-	httpjson.Respond(w, r, a.logger, http.StatusCreated, p, err)
-}
-
-// buscar answers GET /processos/{id} with 200 and the processo with the
-// consumers' effects, or 404.
-func (a api) buscar(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
-	}
-	f, err := a.svc.Buscar(r.Context(), id)
-	httpjson.Respond(w, r, a.logger, http.StatusOK, f, err)
-}
-
-// regularizar answers POST /processos/{id}/regularizar with 200 and the
-// processo, regular; repeating it changes nothing.
-func (a api) regularizar(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
-	}
-	p, err := a.svc.Regularizar(r.Context(), id)
-	httpjson.Respond(w, r, a.logger, http.StatusOK, p, err)
-}
-
-// anexar answers POST /processos/{id}/documentos with 201 and the
-// documento; its OCR job is null until the ocr consumer creates it.
-func (a api) anexar(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
-	}
-	var cmd AnexarDocumento
-	if !httpjson.Decode(w, r, &cmd) {
-		return
-	}
-	d, err := a.svc.Anexar(r.Context(), id, cmd)
-	httpjson.Respond(w, r, a.logger, http.StatusCreated, d, err)
-}
-
-// enviar answers POST /processos/{id}/mensagens with 201 and the
-// mensagem, not yet delivered (entregue_em null).
-func (a api) enviar(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
-	}
-	var cmd EnviarMensagem
-	if !httpjson.Decode(w, r, &cmd) {
-		return
-	}
-	m, err := a.svc.Enviar(r.Context(), id, cmd)
-	httpjson.Respond(w, r, a.logger, http.StatusCreated, m, err)
 }
 
 // pathID reads the processo id in the path, in its canonical form.

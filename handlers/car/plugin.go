@@ -99,6 +99,6 @@ func buildWithClock(cfg Config, deps handlers.Deps, now func() time.Time) (handl
 			SubSICAR:       svc.solicitarSICAR,
 			SubMensagens:   svc.entregarMensagem,
 		},
-		Routes: api{svc: svc, logger: deps.Logger}.routes,
+		Routes: routes(svc, deps.Logger),
 	}, nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/moenda/moenda/handlers"
-	"github.com/moenda/moenda/handlers/event"
 )
 
 // Bounds of the text fields, in characters.
@@ -219,10 +218,4 @@ func checkText(field, v string, max int) error {
 		return fmt.Errorf("%w: %s tem mais de %d caracteres", ErrInvalida, field, max)
 	}
 	return nil
-}
-
-// permanent marks a payload retrying cannot fix: the message is
-// dead-lettered at once.
-func permanent(e event.Event, err error) error {
-	return event.Permanent(fmt.Errorf("car: payload of %s %s: %w", e.Name, e.ID, err))
 }

@@ -3,7 +3,6 @@ package estoque
 import (
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -90,12 +89,9 @@ func cancelado(pedido int64) event.Event {
 	return ev(EventPedidoCancelado, fmt.Sprintf(`{"pedidoId":%d,"itens":[{"produtoId":7,"quantidade":2}]}`, pedido))
 }
 
-// routes tells whether the subscription receives and handles e: its
+// received tells whether the subscription receives and handles e: its
 // bindings' patterns, then Handles.
-func routes(e event.Event) bool {
-	s := Plugin().Subscriptions[0]
-	return slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) && slices.Contains(s.Handles, e.Name)
-}
+func received(e event.Event) bool { return plugintest.Reaches(Plugin().Subscriptions[0], e) }
 
 func TestSpec(t *testing.T) {
 	def := Plugin()
@@ -110,20 +106,12 @@ func TestSpec(t *testing.T) {
 		!reflect.DeepEqual(s.Handles, []string{"pedido.criado.v1", "pedido.criado.v2", "pedido.cancelado.v1"}) {
 		t.Fatalf("subscription %+v", s)
 	}
-	if _, err := fs.Stat(def.Migrations, "00001_estoque.sql"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handlers.NewRegistry(def, pedidos.Plugin()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()}); err != nil {
-		t.Fatal(err)
-	}
+	plugintest.CheckDefinition(t, def, "00001_estoque.sql", pedidos.Plugin())
 	for name, want := range map[string]bool{
 		"pedido.criado.v1": true, "pedido.criado.v2": true, "pedido.cancelado.v1": true,
 		"pedido.pago.v1": false, "pedido.criado.v3": false, "pedido.criado.extra.v1": false,
 	} {
-		if got := routes(event.Event{Name: name}); got != want {
+		if got := received(event.Event{Name: name}); got != want {
 			t.Errorf("%s reaches the handler: %v, want %v", name, got, want)
 		}
 	}
@@ -329,7 +317,7 @@ func TestWithThePublisher(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if !routes(e) {
+					if !received(e) {
 						continue
 					}
 					if err := f.deliver(e); err != nil {

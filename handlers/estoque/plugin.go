@@ -14,9 +14,6 @@ import (
 	"github.com/moenda/moenda/handlers"
 )
 
-// Config is the plugin's section, handlers.estoque; it has no keys yet.
-type Config struct{}
-
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
@@ -46,10 +43,10 @@ func Plugin() handlers.Definition {
 			Handles: []string{EventPedidoCriadoV1, EventPedidoCriadoV2, EventPedidoCancelado},
 		}},
 		Migrations: Migrations(),
-	}, Config{}, build)
+	}, struct{}{}, build) // no settings: handlers.estoque has no keys
 }
 
-func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
+func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 	return buildWithClock(deps, time.Now)
 }
 
@@ -58,6 +55,6 @@ func buildWithClock(deps handlers.Deps, now func() time.Time) (handlers.Plugin, 
 	svc := newService(deps.Tx, now)
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{SubPedidos: svc.handle},
-		Routes:   api{svc: svc, logger: deps.Logger}.routes,
+		Routes:   routes(svc, deps.Logger),
 	}, nil
 }

@@ -2,7 +2,6 @@ package estoque
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -35,7 +34,7 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 	switch e.Name {
 	case EventPedidoCriadoV1, EventPedidoCriadoV2:
 		var p pedidoCriado
-		if err := decode(e, &p, pedidoCriado.Validate); err != nil {
+		if err := event.DecodePayload(e, &p, pedidoCriado.Validate); err != nil {
 			return err
 		}
 		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
@@ -43,7 +42,7 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 		})
 	case EventPedidoCancelado:
 		var p pedidoCancelado
-		if err := decode(e, &p, pedidoCancelado.Validate); err != nil {
+		if err := event.DecodePayload(e, &p, pedidoCancelado.Validate); err != nil {
 			return err
 		}
 		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
@@ -52,23 +51,6 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 	default: // the subscription's Handles keep others away
 		return event.Permanent(fmt.Errorf("estoque: does not handle %s (event %s)", e.Name, e.ID))
 	}
-}
-
-// decode reads e's payload into p and checks it with valid.
-func decode[P any](e event.Event, p *P, valid func(P) error) error {
-	if err := json.Unmarshal(e.Payload, p); err != nil {
-		return permanent(e, err)
-	}
-	if err := valid(*p); err != nil {
-		return permanent(e, err)
-	}
-	return nil
-}
-
-// permanent marks a payload retrying cannot fix: the message is
-// dead-lettered at once.
-func permanent(e event.Event, err error) error {
-	return event.Permanent(fmt.Errorf("estoque: payload of %s %s: %w", e.Name, e.ID, err))
 }
 
 // Reserva returns the pedido's reservation; ErrNaoEncontrada when the

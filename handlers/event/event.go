@@ -226,6 +226,20 @@ func (p permanentError) Unwrap() error { return p.err }
 // message to its dead-letter queue at once, with err as the reason.
 func Permanent(err error) error { return Reject(ReasonPermanent, err) }
 
+// DecodePayload reads e's payload into p and checks it with valid (nil:
+// no check). A payload that does not decode or is not valid is marked
+// Permanent, as retrying cannot fix it; the error names the event.
+func DecodePayload[P any](e Event, p *P, valid func(P) error) error {
+	err := json.Unmarshal(e.Payload, p)
+	if err == nil && valid != nil {
+		err = valid(*p)
+	}
+	if err != nil {
+		return Permanent(fmt.Errorf("payload of %s %s: %w", e.Name, e.ID, err))
+	}
+	return nil
+}
+
 // Reject is Permanent with a reason class other than "permanent".
 func Reject(reason string, err error) error {
 	if err == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -316,6 +317,39 @@ func TestFormatFormerNames(t *testing.T) {
 		var f Format
 		if err := f.UnmarshalText([]byte(in)); err != nil || f != want {
 			t.Errorf("%s read as %q (%v), want %q", in, f, err, want)
+		}
+	}
+}
+
+func TestDecodePayload(t *testing.T) {
+	type payload struct {
+		N int `json:"n"`
+	}
+	positive := func(p payload) error {
+		if p.N <= 0 {
+			return errors.New("n is not positive")
+		}
+		return nil
+	}
+	e := Event{ID: "e1", Name: "x.criado.v1"}
+	for _, tt := range []struct {
+		body, err string
+	}{
+		{`{"n":1}`, ""},
+		{`{"n":0}`, "payload of x.criado.v1 e1: n is not positive"},
+		{`[1]`, "payload of x.criado.v1 e1: json: cannot unmarshal array into Go value of type event.payload"},
+	} {
+		e.Payload = json.RawMessage(tt.body)
+		var p payload
+		err := DecodePayload(e, &p, positive)
+		if tt.err == "" {
+			if err != nil || p.N != 1 {
+				t.Errorf("%s: %+v, %v", tt.body, p, err)
+			}
+			continue
+		}
+		if err == nil || err.Error() != tt.err || !IsPermanent(err) {
+			t.Errorf("%s: error %v, want %q, permanent", tt.body, err, tt.err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ package httpjson
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,6 +88,64 @@ func Respond(w http.ResponseWriter, r *http.Request, logger *slog.Logger, status
 		return
 	}
 	Write(w, status, v)
+}
+
+// The route helpers below answer a route that only hands its input to a
+// use case: each reads the input (answering bad input as Decode or Fail
+// does), runs use, and answers its result with status, or its error as
+// Fail does. A route that does more than that writes its handler itself.
+
+// Run answers a route whose use case needs nothing from the request.
+func Run[Out any](logger *slog.Logger, status int, use func(context.Context) (Out, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		out, err := use(r.Context())
+		Respond(w, r, logger, status, out, err)
+	}
+}
+
+// Command answers a route whose input is the JSON body, decoded into an
+// In as Decode does.
+func Command[In, Out any](logger *slog.Logger, status int, use func(context.Context, In) (Out, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var in In
+		if !Decode(w, r, &in) {
+			return
+		}
+		out, err := use(r.Context(), in)
+		Respond(w, r, logger, status, out, err)
+	}
+}
+
+// Param answers a route whose input read parses from the request (a path
+// parameter, the query string); read's error is answered as Fail does.
+func Param[In, Out any](logger *slog.Logger, status int, read func(*http.Request) (In, error), use func(context.Context, In) (Out, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		in, err := read(r)
+		if err != nil {
+			Fail(w, r, logger, err)
+			return
+		}
+		out, err := use(r.Context(), in)
+		Respond(w, r, logger, status, out, err)
+	}
+}
+
+// ParamCommand answers a route that sends a command, the JSON body, to
+// what read parses from the request (the resource the path names).
+func ParamCommand[In, Cmd, Out any](logger *slog.Logger, status int, read func(*http.Request) (In, error), use func(context.Context, In, Cmd) (Out, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		in, err := read(r)
+		if err != nil {
+			Fail(w, r, logger, err)
+			return
+		}
+		var cmd Cmd
+		if !Decode(w, r, &cmd) {
+			return
+		}
+		out, err := use(r.Context(), in, cmd)
+		Respond(w, r, logger, status, out, err)
+	}
 }
 
 // Decode reads a command strictly into v: unknown fields (a misspelt key)

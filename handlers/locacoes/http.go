@@ -23,7 +23,8 @@ func (a api) routes(r chi.Router) {
 	r.Post("/auth/login", a.entrar)
 	r.Group(func(r chi.Router) {
 		r.Use(a.svc.tokens.authenticated)
-		r.Get("/carros", a.carros)
+		// 200 and the catalog.
+		r.Get("/carros", httpjson.Run(a.logger, http.StatusOK, a.svc.carros))
 		r.Post("/rentals", a.solicitar)
 		r.Get("/rentals/{id}", a.buscar)
 		r.Post("/rentals/{id}/devolucao", a.devolver)
@@ -60,12 +61,6 @@ func (a api) entrar(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Respond(w, r, a.logger, http.StatusOK, t, err)
-}
-
-// carros answers GET /carros with the catalog.
-func (a api) carros(w http.ResponseWriter, r *http.Request) {
-	cs, err := a.svc.carros(r.Context())
-	httpjson.Respond(w, r, a.logger, http.StatusOK, cs, err)
 }
 
 // solicitar answers POST /rentals with 202 and the rental, PENDENTE: the

@@ -1,7 +1,6 @@
 package pedidos
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,55 +11,20 @@ import (
 	"github.com/moenda/moenda/handlers/httpjson"
 )
 
-type api struct {
-	svc    *Service
-	logger *slog.Logger
-}
-
-func (a api) routes(r chi.Router) {
-	r.Post("/pedidos", a.criar)
-	r.Get("/pedidos/{id}", a.buscar)
-	r.Post("/pedidos/{id}/pagar", a.pagar)
-	r.Post("/pedidos/{id}/cancelar", a.cancelar)
-}
-
-// criar answers POST /pedidos with 201 and the pedido.
-func (a api) criar(w http.ResponseWriter, r *http.Request) {
-	var cmd CriarPedido
-	if !httpjson.Decode(w, r, &cmd) {
-		return
+// routes mounts the pedido's endpoints. Each answers 200 and the pedido
+// unless it says otherwise, and 404 for a pedido that does not exist.
+func routes(svc *Service, logger *slog.Logger) func(chi.Router) {
+	return func(r chi.Router) {
+		// 201 and the new pedido.
+		r.Post("/pedidos", httpjson.Command(logger, http.StatusCreated, svc.Criar))
+		r.Get("/pedidos/{id}", httpjson.Param(logger, http.StatusOK, pathID, svc.Buscar))
+		// The pedido, paid; repeating it changes nothing; 409 when the
+		// pedido was cancelled.
+		r.Post("/pedidos/{id}/pagar", httpjson.Param(logger, http.StatusOK, pathID, svc.Pagar))
+		// The pedido, cancelled; repeating it changes nothing; 409 when the
+		// pedido was paid.
+		r.Post("/pedidos/{id}/cancelar", httpjson.Param(logger, http.StatusOK, pathID, svc.Cancelar))
 	}
-	p, err := a.svc.Criar(r.Context(), cmd)
-	httpjson.Respond(w, r, a.logger, http.StatusCreated, p, err)
-}
-
-// buscar answers GET /pedidos/{id} with 200 and the pedido, or 404.
-func (a api) buscar(w http.ResponseWriter, r *http.Request) {
-	a.answer(w, r, a.svc.Buscar)
-}
-
-// pagar answers POST /pedidos/{id}/pagar with 200 and the pedido, paid;
-// repeating it changes nothing; 409 when the pedido was cancelled.
-func (a api) pagar(w http.ResponseWriter, r *http.Request) {
-	a.answer(w, r, a.svc.Pagar)
-}
-
-// cancelar answers POST /pedidos/{id}/cancelar with 200 and the pedido,
-// cancelled; repeating it changes nothing; 409 when the pedido was paid.
-func (a api) cancelar(w http.ResponseWriter, r *http.Request) {
-	a.answer(w, r, a.svc.Cancelar)
-}
-
-// answer runs a use case on the pedido named in the path and answers 200
-// with what it returns.
-func (a api) answer(w http.ResponseWriter, r *http.Request, use func(ctx context.Context, id int64) (Pedido, error)) {
-	id, err := pathID(r)
-	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
-	}
-	p, err := use(r.Context(), id)
-	httpjson.Respond(w, r, a.logger, http.StatusOK, p, err)
 }
 
 // pathID reads the pedido id in the path.

@@ -3,7 +3,6 @@ package pedidos
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -57,15 +56,8 @@ func TestSpec(t *testing.T) {
 	if !reflect.DeepEqual(def.Publishes, want) {
 		t.Fatalf("publishes %v, want %v", def.Publishes, want)
 	}
-	if _, err := fs.Stat(def.Migrations, "00001_pedidos.sql"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := handlers.NewRegistry(def); err != nil {
-		t.Fatal(err)
-	}
-	p, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()})
-	if err != nil || p.Routes == nil {
-		t.Fatalf("Build = %+v, %v", p, err)
+	if p := plugintest.CheckDefinition(t, def, "00001_pedidos.sql"); p.Routes == nil {
+		t.Fatalf("Build = %+v", p)
 	}
 }
 

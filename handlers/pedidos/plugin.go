@@ -75,5 +75,5 @@ func buildWithClock(cfg Config, deps handlers.Deps, now func() time.Time) (handl
 		return handlers.Plugin{}, err
 	}
 	svc := newService(deps.Tx, slices.Clone(cfg.VersoesCriado), now)
-	return handlers.Plugin{Routes: api{svc: svc, logger: deps.Logger}.routes}, nil
+	return handlers.Plugin{Routes: routes(svc, deps.Logger)}, nil
 }

@@ -22,7 +22,8 @@ type api struct {
 
 func (a api) routes(r chi.Router) {
 	r.Get("/tarefas", a.listar)
-	r.Post("/tarefas", a.criar)
+	// 201 and the task.
+	r.Post("/tarefas", httpjson.Command(a.logger, http.StatusCreated, a.svc.Criar))
 	r.Get("/tarefas/{id}", a.buscar)
 	r.Patch("/tarefas/{id}/concluir", a.concluir)
 }
@@ -40,16 +41,6 @@ func (a api) listar(w http.ResponseWriter, r *http.Request) {
 	limite := int(min(p["limite"], MaxLimite+1)) // over MaxLimite is refused all the same, and cannot wrap
 	page, err := a.svc.Listar(r.Context(), ListarTarefas{UsuarioID: p["usuario_id"], Limite: limite, AntesDe: p["antes_de"]})
 	httpjson.Respond(w, r, a.logger, http.StatusOK, page, err)
-}
-
-// criar answers POST /tarefas with 201 and the task.
-func (a api) criar(w http.ResponseWriter, r *http.Request) {
-	var cmd CriarTarefa
-	if !httpjson.Decode(w, r, &cmd) {
-		return
-	}
-	t, err := a.svc.Criar(r.Context(), cmd)
-	httpjson.Respond(w, r, a.logger, http.StatusCreated, t, err)
 }
 
 // buscar answers GET /tarefas/{id}?usuario_id=N with 200 and the task, or

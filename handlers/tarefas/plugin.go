@@ -11,9 +11,6 @@ import (
 	"github.com/moenda/moenda/handlers"
 )
 
-// Config is the plugin's section, handlers.tarefas; it has no keys yet.
-type Config struct{}
-
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
@@ -27,10 +24,10 @@ func Plugin() handlers.Definition {
 		Publishes:  []string{EventTarefaConcluida},
 		Exchange:   "eventos.dominio", // seed 002
 		Migrations: Migrations(),
-	}, Config{}, build)
+	}, struct{}{}, build) // no settings: handlers.tarefas has no keys
 }
 
-func build(_ Config, deps handlers.Deps) (handlers.Plugin, error) {
+func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 	svc := &Service{tx: deps.Tx, now: time.Now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
 	return handlers.Plugin{Routes: api{svc: svc, logger: deps.Logger}.routes}, nil
 }

@@ -1,0 +1,40 @@
+package plugintest
+
+import (
+	"io/fs"
+	"slices"
+	"testing"
+
+	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// CheckDefinition checks what the platform needs of a plugin's definition
+// before it runs it: its migrations hold migration (a file name), it
+// registers beside others (the plugins whose events it reads), and its
+// default configuration builds over a unit of work in memory. It returns
+// the plugin built.
+func CheckDefinition(t testing.TB, def handlers.Definition, migration string, others ...handlers.Definition) handlers.Plugin {
+	t.Helper()
+	if _, err := fs.Stat(def.Migrations, migration); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handlers.NewRegistry(append([]handlers.Definition{def}, others...)...); err != nil {
+		t.Fatal(err)
+	}
+	p, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: Memory()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Reaches tells whether a published e reaches the subscription and its
+// handler handles it: one of the bindings' topic patterns matches, then
+// Handles lists e (an empty Handles takes every event).
+func Reaches(s handlers.Subscription, e event.Event) bool {
+	return slices.ContainsFunc(s.Events, func(p string) bool { return topology.Match(p, e.RoutingKey()) }) &&
+		(len(s.Handles) == 0 || slices.Contains(s.Handles, e.Name))
+}
