@@ -284,15 +284,22 @@ func (l *logical) createSlot(ctx context.Context, conn *pgconn.PgConn) (bool, er
 	}
 	// The exported snapshot lives until conn's next command: record it
 	// now. The rows the table owes are those after the group's position
-	// that it sees; the stream brings every later commit.
+	// that it sees; the stream brings every later commit. PostgreSQL moves
+	// its xmax only past commits it decoded while creating the slot, so a
+	// transaction that took an id and rolled back meanwhile can leave xmin
+	// above xmax ("9:7:"), which pg_snapshot's input refuses. Such a
+	// snapshot sees exactly the transactions below xmin: it is recorded as
+	// xmin:xmin:, which sees the same and reads back.
 	err = pgx.BeginTxFunc(ctx, lock, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		l.queries.Add(2)
 		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+created.SnapshotName+"'"); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO moenda_outbox_slots (consumer_group, slot_name, backfill, backfill_transaction_id, backfill_offset)
-			SELECT $1::text, $2::text, pg_current_snapshot(), last_processed_transaction_id, COALESCE(offset_acked, 0)
-			FROM watermill_offsets_outbox WHERE consumer_group = $1::text
+			SELECT $1::text, $2::text,
+				CASE WHEN pg_snapshot_xmax(s) < pg_snapshot_xmin(s) THEN format('%1$s:%1$s:', pg_snapshot_xmin(s))::pg_snapshot ELSE s END,
+				last_processed_transaction_id, COALESCE(offset_acked, 0)
+			FROM watermill_offsets_outbox, pg_current_snapshot() s WHERE consumer_group = $1::text
 			ON CONFLICT (consumer_group) DO UPDATE SET slot_name = EXCLUDED.slot_name, backfill = EXCLUDED.backfill,
 				backfill_transaction_id = EXCLUDED.backfill_transaction_id, backfill_offset = EXCLUDED.backfill_offset,
 				sample_xmin = NULL, sample_lsn = NULL, published_lsn = NULL, published_transaction_id = NULL, published_rows = 0,
@@ -475,7 +482,10 @@ func (l *logical) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN
 // group's position that st.backfill sees), a batch at a time, recording
 // how far it got, then moves the group's position past every transaction
 // that snapshot saw end. Its statements run in work; once ctx ends it
-// stops between batches.
+// stops between batches. The snapshot is read where it is recorded, never
+// through its text: one recorded with xmin above xmax (before createSlot
+// wrote it as xmin:xmin:) has a text pg_snapshot's input refuses, yet
+// pg_visible_in_snapshot reads it right, as the transactions below xmin.
 func (l *logical) backfill(ctx, work context.Context, fence slotFence, st slotState) error {
 	from := st.backfilled
 	l.logger.Info("outbox relay: reading the rows committed before the slot was created from the table", "slot", st.name,
@@ -487,9 +497,10 @@ func (l *logical) backfill(ctx, work context.Context, fence slotFence, st slotSt
 		l.queries.Add(1)
 		rows, err := l.pool.Query(work, `
 			SELECT transaction_id::text::bigint AS tx_id, "offset", uuid, payload, metadata FROM watermill_outbox
-			WHERE (transaction_id, "offset") > ($1::text::xid8, $2) AND pg_visible_in_snapshot(transaction_id, $3::pg_snapshot)
+			WHERE (transaction_id, "offset") > ($1::text::xid8, $2)
+			  AND pg_visible_in_snapshot(transaction_id, (SELECT backfill FROM moenda_outbox_slots WHERE consumer_group = $3))
 			ORDER BY transaction_id, "offset"
-			LIMIT $4`, fmt.Sprint(from.txID), from.offset, st.backfill, l.cfg.BatchSize)
+			LIMIT $4`, fmt.Sprint(from.txID), from.offset, l.cfg.ConsumerGroup, l.cfg.BatchSize)
 		if err != nil {
 			return fmt.Errorf("backfill: %w", err)
 		}
