@@ -100,7 +100,7 @@ func Cases() []Case {
 			must(clauseOnce, "client retries with the same event_id create exactly one business row and one effect"),
 			recoveredWithin("relay and consumers resume ≤ 10 s"),
 		}},
-		{ID: "T07", Title: "database sessions killed", Quick: true, Run: sessionsKilled, Holds: []Clause{
+		{ID: "T07", Title: "database sessions killed", Run: sessionsKilled, Holds: []Clause{
 			must(clauseRolledBack, "rolled-back consumer transactions leave no effect and no inbox claim; the message is redelivered"),
 		}},
 		{ID: "T08", Title: "consumer crash mid-handler", Quick: true, Run: consumerCrash, Holds: []Clause{
