@@ -119,8 +119,11 @@ func (s *stack) commitBulk(t *testing.T, n, perTx int, want map[string]bool) {
 // committed before its slot existed, which it reads from the table, loses
 // none: the next one resumes from the progress recorded after each batch.
 // (TestRelayKilledMidTransactionRepeatsAtMostTheBatchInHand kills one
-// while it streams.)
+// while it streams.) Its slot exists only once every write transaction on
+// the server has ended, which other tests' never all do: run alone, with
+// TEST_POSTGRES_ALONE=1 (.ci/test).
 func TestLogicalRelayKilledWhileDrainingLosesNothing(t *testing.T) {
+	testenv.PostgresAlone(t)
 	s := newStack(t)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
 	want := map[string]bool{}
