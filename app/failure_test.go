@@ -143,8 +143,11 @@ func envelope(t *testing.T, id, name string, o probeOrder) []byte {
 	return body
 }
 
-// While one message waits 2 s for its redelivery, the queue goes on: 1,000
-// healthy events are handled before it comes back.
+// While one message waits 30 s for its redelivery, the queue goes on:
+// 1,000 healthy events are handled and the waiting one is still away. The
+// delay is long so that the verdict does not hang on how fast a busy
+// machine handles the thousand; that a delayed copy comes back after its
+// delay is TestAlwaysFailingFollowsTheScheduleThenDeadLetters' to show.
 func TestAWaitingMessageBlocksNothing(t *testing.T) {
 	s := newProbeStack(t)
 	p := s.start(t)
@@ -156,19 +159,19 @@ func TestAWaitingMessageBlocksNothing(t *testing.T) {
 		healthy[i] = uuid.NewString()
 		publishRaw(t, ch, "probe.wait.hit", healthy[i], envelope(t, healthy[i], "probe.wait.hit.v1", probeOrder{}), nil)
 	}
-	testenv.Eventually(t, 30*time.Second, "the poison event, handled at its second delivery", func() bool { return len(s.runs.of(poison)) == 2 })
-	back := s.runs.of(poison)[1]
-	if wait := back.Sub(s.runs.of(poison)[0]); wait < 2*time.Second {
-		t.Fatalf("the poison event came back after %s, before its 2 s delay", wait)
-	}
-	late := 0
-	for _, id := range healthy {
-		if r := s.runs.of(id); len(r) != 1 || !r[0].Before(back) {
-			late++
+	testenv.Eventually(t, 25*time.Second, "the healthy events, handled", func() bool {
+		for _, id := range healthy {
+			if len(s.runs.of(id)) != 1 {
+				return false
+			}
 		}
+		return true
+	})
+	if n := len(s.runs.of(poison)); n != 1 {
+		t.Fatalf("the waiting event ran %d times before its 30 s delay ended, want 1", n)
 	}
-	if late > 0 {
-		t.Fatalf("%d of 1000 healthy events were not handled before the waiting one came back", late)
+	if n := p.stats.Queue("probe.wait").RetriedLater.Load(); n != 1 {
+		t.Fatalf("%d events sent to wait, want 1", n)
 	}
 }
 

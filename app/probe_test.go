@@ -109,7 +109,7 @@ func probePlugin(runs *probeRuns) handlers.Definition {
 
 // probeConfig is the test environment with the probe plugin alone, on an
 // exchange of its own; probe.slow redelivers after 200, 400 and 800 ms
-// and probe.wait after 2 s, both with no immediate retries.
+// and probe.wait after 30 s, both with no immediate retries.
 const probeConfig = `log: {level: info}
 postgres: {url: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"}
 outbox: {poll_interval: 200ms, retry_interval: 50ms}
@@ -126,7 +126,7 @@ topology:
     - queue: probe.slow
       failure: {immediate_retries: 0, delays: [200ms, 400ms, 800ms]}
     - queue: probe.wait
-      failure: {immediate_retries: 0, delays: [2s]}
+      failure: {immediate_retries: 0, delays: [30s]}
 `
 
 // probeFiles are the shipped configs plus the probe environment.
