@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
@@ -358,26 +356,7 @@ func TestAReadOnlyDatabaseSpendsNoAttempt(t *testing.T) {
 	s := newProbeStack(t)
 	p := s.start(t)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
-	ctx := context.Background()
-	var name string
-	if err := s.db.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	name = pgx.Identifier{name}.Sanitize()
-	admin, err := pgx.Connect(ctx, testenv.SharePostgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
-			t.Errorf("give the database back: %v", err)
-		}
-	})
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	p.pool.Reset() // new sessions take the database's setting
+	writable := readOnly(t, p.pool)
 
 	e, err := event.New("probe.work.hit.v1", "test", probeOrder{})
 	if err != nil {
@@ -396,10 +375,7 @@ func TestAReadOnlyDatabaseSpendsNoAttempt(t *testing.T) {
 		t.Fatalf("on a read-only database: %d retries through the broker, %d dead letters, %d handled; want the event waiting in its queue",
 			st.RetriedLater.Load(), len(dead()), st.Handled.Load())
 	}
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
-		t.Fatal(err)
-	}
-	p.pool.Reset()
+	writable()
 	testenv.Eventually(t, 40*time.Second, "the event handled once the database takes writes", func() bool { return s.effects(t, e.ID) == 1 })
 	if st.RetriedLater.Load() != 0 || len(dead()) != 0 {
 		t.Fatalf("%d retries through the broker, %d dead letters", st.RetriedLater.Load(), len(dead()))
