@@ -367,50 +367,80 @@ func TestKafkaRetryTopicsFollowTheScheduleThenDeadLetter(t *testing.T) {
 	}
 }
 
-// A record that is not an envelope goes to the DLQ topic at once, and the
-// records behind it in its partition are handled: a poison record never
-// blocks its partition.
-func TestKafkaPoisonRecordDoesNotBlockItsPartition(t *testing.T) {
+// kafkaProbe is the probe stack on Kafka, up and with probe.events
+// created, for tests that write records as a producer of their own would
+// and read probe.work's dead letters.
+type kafkaProbe struct {
+	*probeStack
+	k    testenv.KafkaCluster
+	dead func() []*sarama.ConsumerMessage
+}
+
+// startKafkaProbe starts the probe stack on Kafka with the settings extra
+// and waits for a first event to be handled: the platform is up and the
+// topic exists.
+func startKafkaProbe(t *testing.T, extra ...string) kafkaProbe {
+	t.Helper()
 	s := newProbeStack(t)
 	k := s.onKafka(t)
+	s.extra = append(s.extra, extra...)
 	p := s.start(t)
 	dead := topicReader(t, k, "probe.work.dlq")
-	publish(t, p, "probe.work.hit.v1", probeOrder{}) // the platform is up and the topic exists
+	publish(t, p, "probe.work.hit.v1", probeOrder{})
 	testenv.Eventually(t, 30*time.Second, "the first event handled", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
+	return kafkaProbe{probeStack: s, k: k, dead: dead}
+}
 
+// record is a probe.work.hit.v1 record of probe.events with body, as
+// another producer writes it: all such records share a key, so they
+// share a partition.
+func (kp kafkaProbe) record(id string, body []byte) *sarama.ProducerMessage {
+	return &sarama.ProducerMessage{Topic: kp.k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
+		Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
+}
+
+// sendAhead sends the records ahead, then five good ones behind them in
+// their partition, and waits for the five to be handled: what is ahead
+// does not block its partition.
+func (kp kafkaProbe) sendAhead(t *testing.T, what string, ahead ...*sarama.ProducerMessage) {
+	t.Helper()
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	sc.Producer.Return.Successes = true
-	prod, err := sarama.NewSyncProducer(k.Config.Brokers, sc)
+	prod, err := sarama.NewSyncProducer(kp.k.Config.Brokers, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	rec := func(id string, body []byte) *sarama.ProducerMessage {
-		return &sarama.ProducerMessage{Topic: k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
-			Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
-	}
-	poison := uuid.NewString()
-	msgs := []*sarama.ProducerMessage{rec(poison, []byte("{not json"))}
+	msgs := ahead
 	var behind []string
 	for range 5 {
 		id := uuid.NewString()
 		behind = append(behind, id)
-		msgs = append(msgs, rec(id, envelope(t, id, "probe.work.hit.v1", probeOrder{})))
+		msgs = append(msgs, kp.record(id, envelope(t, id, "probe.work.hit.v1", probeOrder{})))
 	}
 	if err := prod.SendMessages(msgs); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the 5 records behind the poison handled", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the 5 records behind "+what+" handled", func() bool {
 		for _, id := range behind {
-			if s.effects(t, id) != 1 {
+			if kp.effects(t, id) != 1 {
 				return false
 			}
 		}
 		return true
 	})
-	testenv.Eventually(t, 10*time.Second, "the dead letter", func() bool { return len(dead()) == 1 })
-	d := dead()[0]
+}
+
+// A record that is not an envelope goes to the DLQ topic at once, and the
+// records behind it in its partition are handled: a poison record never
+// blocks its partition.
+func TestKafkaPoisonRecordDoesNotBlockItsPartition(t *testing.T) {
+	kp := startKafkaProbe(t)
+	poison := uuid.NewString()
+	kp.sendAhead(t, "the poison", kp.record(poison, []byte("{not json")))
+	testenv.Eventually(t, 10*time.Second, "the dead letter", func() bool { return len(kp.dead()) == 1 })
+	d := kp.dead()[0]
 	if header(d, event.HeaderReason) != event.ReasonDecode || header(d, event.HeaderQueue) != "probe.work" || header(d, event.HeaderEventID) != poison || string(d.Value) != "{not json" {
 		t.Fatalf("dead letter: headers %v, body %q", d.Headers, d.Value)
 	}
