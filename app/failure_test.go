@@ -30,6 +30,22 @@ func publishRaw(t *testing.T, ch *amqp091.Channel, key, id string, body []byte, 
 	}
 }
 
+// exhaustRetries publishes a probe.slow event that fails every time, waits
+// for its dead letter (dead counts them) and a second more for a second
+// one or a further run to show, and returns the event's id and the times
+// of its runs, which must be four: the first and one after each delay.
+func exhaustRetries(t *testing.T, s *probeStack, p running, dead func() int) (string, []time.Time) {
+	t.Helper()
+	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
+	testenv.Eventually(t, 30*time.Second, "the dead letter", func() bool { return dead() > 0 })
+	time.Sleep(time.Second) // no second dead letter, no further run
+	runs := s.runs.of(id)
+	if len(runs) != 4 {
+		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
+	}
+	return id, runs
+}
+
 func TestFailTwiceThenSucceedWithinTheImmediateTier(t *testing.T) {
 	s := newProbeStack(t)
 	p := s.start(t)
@@ -54,19 +70,11 @@ func TestAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T) {
 	forEachQueueType(t, testAlwaysFailingFollowsTheScheduleThenDeadLetters)
 }
 
-func testAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T, typ, setting string) {
-	s := newProbeStack(t)
-	s.extra = append(s.extra, setting)
+func testAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T, s *probeStack, typ string) {
 	p := s.start(t)
 	requireQueueTypes(t, s.vhost.Name, typ)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.slow.dlq")
-	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
-	testenv.Eventually(t, 15*time.Second, "the dead letter", func() bool { return len(dead()) > 0 })
-	time.Sleep(time.Second) // no second dead letter, no further run
-	runs := s.runs.of(id)
-	if len(runs) != 4 {
-		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
-	}
+	id, runs := exhaustRetries(t, s, p, func() int { return len(dead()) })
 	delays := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
 	queues := declaredQueues(t, s.vhost.Name)
 	for _, d := range delays {
@@ -180,9 +188,7 @@ func TestMalformedMessagesAreDeadLetteredAtOnce(t *testing.T) {
 	forEachQueueType(t, testMalformedMessagesAreDeadLetteredAtOnce)
 }
 
-func testMalformedMessagesAreDeadLetteredAtOnce(t *testing.T, typ, setting string) {
-	s := newProbeStack(t)
-	s.extra = append(s.extra, setting)
+func testMalformedMessagesAreDeadLetteredAtOnce(t *testing.T, s *probeStack, typ string) {
 	p := s.start(t)
 	requireQueueTypes(t, s.vhost.Name, typ)
 	ch := testenv.Channel(t, s.vhost.URL)
@@ -235,9 +241,7 @@ func TestConcurrentDuplicatesHaveOneEffect(t *testing.T) {
 	forEachQueueType(t, testConcurrentDuplicatesHaveOneEffect)
 }
 
-func testConcurrentDuplicatesHaveOneEffect(t *testing.T, typ, setting string) {
-	s := newProbeStack(t)
-	s.extra = append(s.extra, setting)
+func testConcurrentDuplicatesHaveOneEffect(t *testing.T, s *probeStack, typ string) {
 	a, b := s.start(t), s.start(t)
 	requireQueueTypes(t, s.vhost.Name, typ)
 	ch := testenv.Channel(t, s.vhost.URL)

@@ -71,6 +71,14 @@ func counted(t *testing.T, base string) int {
 	return n
 }
 
+// concludeCounted concludes n tasks of user on a platform whose analytics
+// projection has counted none yet, and waits for it to count the n.
+func concludeCounted(t *testing.T, base string, user, n int) {
+	t.Helper()
+	concludeTasks(t, base, user, n)
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("the projection to count %d conclusions", n), func() bool { return counted(t, base) == n })
+}
+
 // facts is the projection's rows, as event id -> day, read from the
 // database.
 func facts(t *testing.T, url string) map[string]string {
@@ -110,16 +118,14 @@ func TestTarefasOverKafka(t *testing.T) {
 
 func TestAnalyticsReadsRabbitMQWithTheFlagOff(t *testing.T) {
 	p, _ := startAMQP(t)
-	concludeTasks(t, p.base, 3, 5)
-	testenv.Eventually(t, 20*time.Second, "the projection to count 5 conclusions", func() bool { return counted(t, p.base) == 5 })
+	concludeCounted(t, p.base, 3, 5)
 }
 
 func TestAnalyticsReadsKafkaBesideRabbitMQ(t *testing.T) {
 	k := testenv.Kafka(t)
 	_, vhost, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
 	p := start(t, "test", environ...)
-	concludeTasks(t, p.base, 4, 20)
-	testenv.Eventually(t, 30*time.Second, "the projection to count 20 conclusions", func() bool { return counted(t, p.base) == 20 })
+	concludeCounted(t, p.base, 4, 20)
 	testenv.Eventually(t, 30*time.Second, "20 notifications over RabbitMQ", func() bool { return strings.Count(p.logs.String(), "foi concluída pelo usuário 4") == 20 })
 	// Nobody reads analytics.metricas on RabbitMQ, so it is not declared
 	// there: it would only fill up.
@@ -335,13 +341,7 @@ func TestKafkaRetryTopicsFollowTheScheduleThenDeadLetter(t *testing.T) {
 	k := s.onKafka(t)
 	p := s.start(t)
 	dead := topicReader(t, k, "probe.slow.dlq")
-	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
-	testenv.Eventually(t, 30*time.Second, "the dead letter", func() bool { return len(dead()) > 0 })
-	time.Sleep(time.Second) // no second dead letter, no further run
-	runs := s.runs.of(id)
-	if len(runs) != 4 {
-		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
-	}
+	id, runs := exhaustRetries(t, s, p, func() int { return len(dead()) })
 	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
 		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want*2 {
 			t.Errorf("redelivery %d came after %s, want %s (-30%%, +100%%)", i+1, gap, want)
@@ -464,8 +464,7 @@ func TestKafkaAwayRabbitMQGoesOnAndAnalyticsCatchesUp(t *testing.T) {
 	_, _, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
 	p := start(t, "test", environ...)
 	notified := func() int { return strings.Count(p.logs.String(), "foi concluída pelo usuário 6") }
-	concludeTasks(t, p.base, 6, 5)
-	testenv.Eventually(t, 30*time.Second, "5 counted", func() bool { return counted(t, p.base) == 5 })
+	concludeCounted(t, p.base, 6, 5)
 
 	port := k.Config.Brokers[0][strings.LastIndex(k.Config.Brokers[0], ":")+1:]
 	k.Fake.Close()
@@ -539,8 +538,7 @@ func TestReplayDuringLiveTrafficMatchesARebuild(t *testing.T) {
 	k := testenv.Kafka(t)
 	db, _, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
 	p := start(t, "test", environ...)
-	concludeTasks(t, p.base, 8, 100)
-	testenv.Eventually(t, 30*time.Second, "100 counted", func() bool { return counted(t, p.base) == 100 })
+	concludeCounted(t, p.base, 8, 100)
 
 	// The replay runs in the background while this goroutine concludes
 	// tasks until it ends.
