@@ -15,10 +15,7 @@ import (
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
-	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/notificacoes"
-	"github.com/moenda/moenda/handlers/tarefas"
 )
 
 // publishRaw publishes body to the probe exchange on ch, as any AMQP
@@ -324,14 +321,10 @@ func contains(s string, subs ...string) bool {
 // without a failure or a dead letter.
 func TestSeed001EnvelopeFromAPlainClient(t *testing.T) {
 	s := newProbeStack(t)
-	reg, err := handlers.NewRegistry(tarefas.Plugin(), notificacoes.Plugin(), probePlugin(s.runs))
-	if err != nil {
-		t.Fatal(err)
-	}
 	files := probeFiles(t)
 	files["probe.yaml"] = &fstest.MapFile{Data: []byte(strings.Replace(probeConfig, "  subscriptions:\n",
 		"  subscriptions:\n    - queue: probe.work\n      envelope: seed001\n", 1))}
-	p := startWith(t, reg, files, "probe", s.environ()...)
+	p := s.startFiles(t, files)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
 	ch := testenv.Channel(t, s.vhost.URL)
 	seed001 := func(id, tipo string) []byte {
