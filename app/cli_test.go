@@ -249,8 +249,8 @@ func TestReadmeListsTheCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n## Commands\n")
-	if !ok {
+	section := sectionOf(string(readme), "## Commands")
+	if section == "" {
 		t.Fatal(`README.md has no "## Commands" section`)
 	}
 	_, block, _ := strings.Cut(section, "```\n")

@@ -81,9 +81,11 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	t.Run("observability", func(t *testing.T) {
-		// mounts maps each bind mount's container path to its host path,
-		// relative to the repository root, after checking that it exists.
-		mounts := func(name string) map[string]string {
+		// service checks the service name: behind the observability
+		// profile, a pinned image of repository, publishing port. It maps
+		// each bind mount's container path to its host path, relative to
+		// the repository root, after checking that it exists.
+		service := func(name, repository, port string) map[string]string {
 			s, ok := compose.Services[name]
 			if !ok {
 				t.Fatalf("no %s service", name)
@@ -91,8 +93,14 @@ func TestComposeFile(t *testing.T) {
 			if !slices.Equal(s.Profiles, []string{"observability"}) {
 				t.Errorf("%s: profiles %v; want [observability]", name, s.Profiles)
 			}
+			if !strings.HasPrefix(s.Image, repository+":") {
+				t.Errorf("%s: image %q", name, s.Image)
+			}
 			if i := strings.LastIndex(s.Image, ":"); i < 0 || s.Image[i+1:] == "latest" {
 				t.Errorf("%s: image %q is not pinned", name, s.Image)
+			}
+			if !slices.ContainsFunc(s.Ports, func(p string) bool { return strings.HasPrefix(p, port+":") }) {
+				t.Errorf("%s does not publish port %s", name, port)
 			}
 			m := map[string]string{}
 			for _, v := range s.Volumes {
@@ -108,13 +116,12 @@ func TestComposeFile(t *testing.T) {
 			}
 			return m
 		}
-		published := func(name, port string) {
-			for _, p := range compose.Services[name].Ports {
-				if strings.HasPrefix(p, port+":") {
-					return
-				}
+		// mounted is the host path that service name mounts at target.
+		mounted := func(name string, mounts map[string]string, target string) string {
+			if mounts[target] == "" {
+				t.Fatalf("%s mounts nothing at %s: %v", name, target, mounts)
 			}
-			t.Errorf("%s does not publish port %s", name, port)
+			return mounts[target]
 		}
 		readYAML := func(path string, v any) {
 			raw, err := os.ReadFile(filepath.Join("..", path))
@@ -126,15 +133,8 @@ func TestComposeFile(t *testing.T) {
 			}
 		}
 
-		prom := mounts("prometheus")
-		published("prometheus", "9090")
-		if !strings.HasPrefix(compose.Services["prometheus"].Image, "prom/prometheus:") {
-			t.Errorf("prometheus: image %q", compose.Services["prometheus"].Image)
-		}
-		promConfig := prom["/etc/prometheus/prometheus.yml"]
-		if promConfig == "" {
-			t.Fatalf("prometheus mounts no /etc/prometheus/prometheus.yml: %v", prom)
-		}
+		prom := service("prometheus", "prom/prometheus", "9090")
+		promConfig := mounted("prometheus", prom, "/etc/prometheus/prometheus.yml")
 		var scrape struct {
 			ScrapeConfigs []struct {
 				JobName        string `yaml:"job_name"`
@@ -162,15 +162,8 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s has no job moenda scraping api, worker and relay on 8080/metrics: %+v", promConfig, scrape.ScrapeConfigs)
 		}
 
-		graf := mounts("grafana")
-		published("grafana", "3000")
-		if !strings.HasPrefix(compose.Services["grafana"].Image, "grafana/grafana:") {
-			t.Errorf("grafana: image %q", compose.Services["grafana"].Image)
-		}
-		datasources, providers := graf["/etc/grafana/provisioning/datasources"], graf["/etc/grafana/provisioning/dashboards"]
-		if datasources == "" || providers == "" {
-			t.Fatalf("grafana mounts no datasource or dashboard provisioning: %v", graf)
-		}
+		graf := service("grafana", "grafana/grafana", "3000")
+		datasources, providers := mounted("grafana", graf, "/etc/grafana/provisioning/datasources"), mounted("grafana", graf, "/etc/grafana/provisioning/dashboards")
 		var ds struct {
 			Datasources []struct {
 				UID  string `yaml:"uid"`

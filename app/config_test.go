@@ -27,6 +27,16 @@ func registry(t *testing.T) *handlers.Registry {
 	return reg
 }
 
+// registryOf is a registry of defs, failing the test where they clash.
+func registryOf(t *testing.T, defs ...handlers.Definition) *handlers.Registry {
+	t.Helper()
+	reg, err := handlers.NewRegistry(defs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
 // goldenPlugins are the plugins the goldens were written with: the seeds'.
 // The goldens pin the platform's configuration and these plugins'
 // sections; a plugin added to the binary runs by default, and its section
@@ -44,10 +54,7 @@ func TestResolvedConfigGolden(t *testing.T) {
 		}
 		defs = append(defs, d)
 	}
-	reg, err := handlers.NewRegistry(defs...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := registryOf(t, defs...)
 	for _, env := range environments(configs.FS) {
 		t.Run(env, func(t *testing.T) {
 			cfg, err := Load(Source{Env: env, Files: configs.FS}, reg)
@@ -324,10 +331,7 @@ func TestAListSettingLeavesThePluginDefaultsAlone(t *testing.T) {
 	}
 	def := handlers.Define(handlers.Spec{Name: "lista"}, listConfig{Names: []string{"a", "b", "c"}},
 		func(listConfig, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
-	reg, err := handlers.NewRegistry(def)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := registryOf(t, def)
 	files := fstest.MapFS{"base.yaml": {Data: []byte("handlers: {enabled: [lista]}\n")}, "x.yaml": {Data: []byte("handlers: {lista: {names: [z]}}\n")}}
 	cfg, err := Load(Source{Env: "x", Files: files}, reg)
 	if err != nil {
@@ -364,10 +368,7 @@ func TestEnabledDefaultsToEveryPlugin(t *testing.T) {
 	plain := handlers.Define(handlers.Spec{Name: "plain"}, struct{}{}, func(struct{}, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
 	stateful := handlers.Define(handlers.Spec{Name: "stateful", NeedsPostgres: true}, struct{}{}, func(struct{}, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
 	optIn := handlers.Define(handlers.Spec{Name: "probe", OptIn: true}, struct{}{}, func(struct{}, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
-	reg, err := handlers.NewRegistry(plain, stateful, optIn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := registryOf(t, plain, stateful, optIn)
 	for _, tt := range []struct {
 		name    string
 		environ []string

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -12,15 +11,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
-	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/handlers/notificacoes"
-	"github.com/moenda/moenda/handlers/tarefas"
 )
 
 // publishRaw publishes body to the probe exchange on ch, as any AMQP
@@ -30,6 +25,22 @@ func publishRaw(t *testing.T, ch *amqp091.Channel, key, id string, body []byte, 
 	if err := ch.Publish("probe.events", key, false, false, amqp091.Publishing{MessageId: id, Body: body, Headers: headers, DeliveryMode: amqp091.Persistent}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// exhaustRetries publishes a probe.slow event that fails every time, waits
+// for its dead letter (dead counts them) and a second more for a second
+// one or a further run to show, and returns the event's id and the times
+// of its runs, which must be four: the first and one after each delay.
+func exhaustRetries(t *testing.T, s *probeStack, p running, dead func() int) (string, []time.Time) {
+	t.Helper()
+	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
+	testenv.Eventually(t, 30*time.Second, "the dead letter", func() bool { return dead() > 0 })
+	time.Sleep(time.Second) // no second dead letter, no further run
+	runs := s.runs.of(id)
+	if len(runs) != 4 {
+		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
+	}
+	return id, runs
 }
 
 func TestFailTwiceThenSucceedWithinTheImmediateTier(t *testing.T) {
@@ -56,19 +67,11 @@ func TestAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T) {
 	forEachQueueType(t, testAlwaysFailingFollowsTheScheduleThenDeadLetters)
 }
 
-func testAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T, typ, setting string) {
-	s := newProbeStack(t)
-	s.extra = append(s.extra, setting)
+func testAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T, s *probeStack, typ string) {
 	p := s.start(t)
 	requireQueueTypes(t, s.vhost.Name, typ)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.slow.dlq")
-	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
-	testenv.Eventually(t, 15*time.Second, "the dead letter", func() bool { return len(dead()) > 0 })
-	time.Sleep(time.Second) // no second dead letter, no further run
-	runs := s.runs.of(id)
-	if len(runs) != 4 {
-		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
-	}
+	id, runs := exhaustRetries(t, s, p, func() int { return len(dead()) })
 	delays := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
 	queues := declaredQueues(t, s.vhost.Name)
 	for _, d := range delays {
@@ -182,9 +185,7 @@ func TestMalformedMessagesAreDeadLetteredAtOnce(t *testing.T) {
 	forEachQueueType(t, testMalformedMessagesAreDeadLetteredAtOnce)
 }
 
-func testMalformedMessagesAreDeadLetteredAtOnce(t *testing.T, typ, setting string) {
-	s := newProbeStack(t)
-	s.extra = append(s.extra, setting)
+func testMalformedMessagesAreDeadLetteredAtOnce(t *testing.T, s *probeStack, typ string) {
 	p := s.start(t)
 	requireQueueTypes(t, s.vhost.Name, typ)
 	ch := testenv.Channel(t, s.vhost.URL)
@@ -237,9 +238,7 @@ func TestConcurrentDuplicatesHaveOneEffect(t *testing.T) {
 	forEachQueueType(t, testConcurrentDuplicatesHaveOneEffect)
 }
 
-func testConcurrentDuplicatesHaveOneEffect(t *testing.T, typ, setting string) {
-	s := newProbeStack(t)
-	s.extra = append(s.extra, setting)
+func testConcurrentDuplicatesHaveOneEffect(t *testing.T, s *probeStack, typ string) {
 	a, b := s.start(t), s.start(t)
 	requireQueueTypes(t, s.vhost.Name, typ)
 	ch := testenv.Channel(t, s.vhost.URL)
@@ -322,14 +321,10 @@ func contains(s string, subs ...string) bool {
 // without a failure or a dead letter.
 func TestSeed001EnvelopeFromAPlainClient(t *testing.T) {
 	s := newProbeStack(t)
-	reg, err := handlers.NewRegistry(tarefas.Plugin(), notificacoes.Plugin(), probePlugin(s.runs))
-	if err != nil {
-		t.Fatal(err)
-	}
 	files := probeFiles(t)
 	files["probe.yaml"] = &fstest.MapFile{Data: []byte(strings.Replace(probeConfig, "  subscriptions:\n",
 		"  subscriptions:\n    - queue: probe.work\n      envelope: seed001\n", 1))}
-	p := startWith(t, reg, files, "probe", s.environ()...)
+	p := s.startFiles(t, files)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
 	ch := testenv.Channel(t, s.vhost.URL)
 	seed001 := func(id, tipo string) []byte {
@@ -358,26 +353,7 @@ func TestAReadOnlyDatabaseSpendsNoAttempt(t *testing.T) {
 	s := newProbeStack(t)
 	p := s.start(t)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.work.dlq")
-	ctx := context.Background()
-	var name string
-	if err := s.db.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	name = pgx.Identifier{name}.Sanitize()
-	admin, err := pgx.Connect(ctx, testenv.SharePostgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
-			t.Errorf("give the database back: %v", err)
-		}
-	})
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	p.pool.Reset() // new sessions take the database's setting
+	writable := readOnly(t, p.pool)
 
 	e, err := event.New("probe.work.hit.v1", "test", probeOrder{})
 	if err != nil {
@@ -396,10 +372,7 @@ func TestAReadOnlyDatabaseSpendsNoAttempt(t *testing.T) {
 		t.Fatalf("on a read-only database: %d retries through the broker, %d dead letters, %d handled; want the event waiting in its queue",
 			st.RetriedLater.Load(), len(dead()), st.Handled.Load())
 	}
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
-		t.Fatal(err)
-	}
-	p.pool.Reset()
+	writable()
 	testenv.Eventually(t, 40*time.Second, "the event handled once the database takes writes", func() bool { return s.effects(t, e.ID) == 1 })
 	if st.RetriedLater.Load() != 0 || len(dead()) != 0 {
 		t.Fatalf("%d retries through the broker, %d dead letters", st.RetriedLater.Load(), len(dead()))

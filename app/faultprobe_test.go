@@ -13,7 +13,6 @@ import (
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/app/harness"
 	"github.com/moenda/moenda/configs"
-	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/faultprobe"
 )
@@ -23,10 +22,7 @@ import (
 // counter; poison events go through the retry schedule to the dead-letter
 // queue; the checker finds the run clean.
 func TestFaultProbeUnderThePlatform(t *testing.T) {
-	reg, err := handlers.NewRegistry(append(Shipped(), faultprobe.Plugin())...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := registryOf(t, append(Shipped(), faultprobe.Plugin())...)
 	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
 	p := startWith(t, reg, configs.FS, "test", "MOENDA_POSTGRES__URL="+db.URL, "MOENDA_AMQP__URL="+vhost.URL, "MOENDA_HANDLERS__ENABLED=faultprobe")
 	dead := testenv.Consume(t, vhost.URL, faultprobe.Queue+".dlq")

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -364,6 +363,68 @@ func TestConcurrentRepeatsOfOneEventPublishOnce(t *testing.T) {
 	})
 }
 
+// databaseAdmin changes a test's database from a session on another one,
+// as an operator would.
+type databaseAdmin struct {
+	conn *pgx.Conn
+	name string // as pg_database holds it
+}
+
+// newDatabaseAdmin opens an admin session for the database of pool; it
+// closes when the test ends.
+func newDatabaseAdmin(t *testing.T, pool *pgxpool.Pool) databaseAdmin {
+	t.Helper()
+	ctx := context.Background()
+	var name string
+	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, testenv.SharePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return databaseAdmin{conn: conn, name: name}
+}
+
+func (a databaseAdmin) exec(change string) error {
+	_, err := a.conn.Exec(context.Background(), "ALTER DATABASE "+pgx.Identifier{a.name}.Sanitize()+" "+change)
+	return err
+}
+
+// alter runs ALTER DATABASE with change.
+func (a databaseAdmin) alter(t *testing.T, change string) {
+	t.Helper()
+	if err := a.exec(change); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// undoAtEnd runs ALTER DATABASE with change when the test ends, before
+// the platforms it started stop and the database is dropped.
+func (a databaseAdmin) undoAtEnd(t *testing.T, change string) {
+	t.Cleanup(func() {
+		if err := a.exec(change); err != nil {
+			t.Errorf("give the database back: %v", err)
+		}
+	})
+}
+
+// readOnly makes the database of pool take no writes, as a primary
+// demoted by a failover does, until writable is called or the test ends.
+// New sessions of pool take the setting at once.
+func readOnly(t *testing.T, pool *pgxpool.Pool) (writable func()) {
+	t.Helper()
+	admin := newDatabaseAdmin(t, pool)
+	admin.undoAtEnd(t, "RESET default_transaction_read_only")
+	admin.alter(t, "SET default_transaction_read_only = on")
+	pool.Reset()
+	return func() {
+		admin.alter(t, "RESET default_transaction_read_only")
+		pool.Reset()
+	}
+}
+
 // A database that is away answers 503 with Retry-After on every route
 // that runs a unit of work, and the platform recovers when it is back. The
 // test takes its own database away, not the shared server.
@@ -373,22 +434,9 @@ func TestUnitsOfWorkAnswer503WhileTheDatabaseIsAway(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("POST /tarefas = %d %v", code, task)
 	}
-	u, err := url.Parse(p.cfg.Postgres.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
+	admin := newDatabaseAdmin(t, p.pool)
+	admin.undoAtEnd(t, "ALLOW_CONNECTIONS true")
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, testenv.SharePostgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	t.Cleanup(func() { // before the platform stops and the database is dropped
-		if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+name+" ALLOW_CONNECTIONS true"); err != nil {
-			t.Errorf("give the database back: %v", err)
-		}
-	})
 	// Open a few connections first: background work (metrics, pruning)
 	// may hold one while the next request needs another.
 	var held []*pgxpool.Conn
@@ -402,16 +450,14 @@ func TestUnitsOfWorkAnswer503WhileTheDatabaseIsAway(t *testing.T) {
 	for _, c := range held {
 		c.Release()
 	}
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" ALLOW_CONNECTIONS false"); err != nil {
-		t.Fatal(err)
-	}
+	admin.alter(t, "ALLOW_CONNECTIONS false")
 	// The pool's open connections still serve; this one is then cut, with
 	// too little idle time for the pool to ping it before handing it out.
 	if code, body := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "w"}`); code != http.StatusCreated {
 		t.Fatalf("POST /tarefas on an open connection = %d %v", code, body)
 	}
-	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-		strings.TrimPrefix(u.Path, "/")); err != nil {
+	if _, err := admin.conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+		admin.name); err != nil {
 		t.Fatal(err)
 	}
 
@@ -432,9 +478,7 @@ func TestUnitsOfWorkAnswer503WhileTheDatabaseIsAway(t *testing.T) {
 		}
 	}
 
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" ALLOW_CONNECTIONS true"); err != nil {
-		t.Fatal(err)
-	}
+	admin.alter(t, "ALLOW_CONNECTIONS true")
 	testenv.Eventually(t, 10*time.Second, "POST /tarefas to succeed again", func() bool {
 		code, _ := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "z"}`)
 		return code == http.StatusCreated
@@ -507,34 +551,12 @@ func TestSlowClientsAreClosedByTheServerTimeouts(t *testing.T) {
 // database read-only.
 func TestARouteAnswers503WhileTheDatabaseIsReadOnly(t *testing.T) {
 	p, _ := startAMQP(t)
-	u, err := url.Parse(p.cfg.Postgres.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, testenv.SharePostgres(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
-			t.Errorf("give the database back: %v", err)
-		}
-	})
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
-	p.pool.Reset() // new sessions take the database's setting
+	writable := readOnly(t, p.pool)
 	resp, raw := send(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "x"}`, nil)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !bytes.Contains(raw, []byte(`"error":`)) {
 		t.Fatalf("POST /tarefas on a read-only database = %d Retry-After %q %s, want 503 with Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"), raw)
 	}
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" RESET default_transaction_read_only"); err != nil {
-		t.Fatal(err)
-	}
-	p.pool.Reset()
+	writable()
 	if code, body := call(t, "POST", p.base+"/tarefas", `{"usuario_id": 1, "titulo": "y"}`); code != http.StatusCreated {
 		t.Fatalf("POST /tarefas once writable = %d %v", code, body)
 	}

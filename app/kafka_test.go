@@ -71,6 +71,14 @@ func counted(t *testing.T, base string) int {
 	return n
 }
 
+// concludeCounted concludes n tasks of user on a platform whose analytics
+// projection has counted none yet, and waits for it to count the n.
+func concludeCounted(t *testing.T, base string, user, n int) {
+	t.Helper()
+	concludeTasks(t, base, user, n)
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("the projection to count %d conclusions", n), func() bool { return counted(t, base) == n })
+}
+
 // facts is the projection's rows, as event id -> day, read from the
 // database.
 func facts(t *testing.T, url string) map[string]string {
@@ -110,16 +118,14 @@ func TestTarefasOverKafka(t *testing.T) {
 
 func TestAnalyticsReadsRabbitMQWithTheFlagOff(t *testing.T) {
 	p, _ := startAMQP(t)
-	concludeTasks(t, p.base, 3, 5)
-	testenv.Eventually(t, 20*time.Second, "the projection to count 5 conclusions", func() bool { return counted(t, p.base) == 5 })
+	concludeCounted(t, p.base, 3, 5)
 }
 
 func TestAnalyticsReadsKafkaBesideRabbitMQ(t *testing.T) {
 	k := testenv.Kafka(t)
 	_, vhost, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
 	p := start(t, "test", environ...)
-	concludeTasks(t, p.base, 4, 20)
-	testenv.Eventually(t, 30*time.Second, "the projection to count 20 conclusions", func() bool { return counted(t, p.base) == 20 })
+	concludeCounted(t, p.base, 4, 20)
 	testenv.Eventually(t, 30*time.Second, "20 notifications over RabbitMQ", func() bool { return strings.Count(p.logs.String(), "foi concluída pelo usuário 4") == 20 })
 	// Nobody reads analytics.metricas on RabbitMQ, so it is not declared
 	// there: it would only fill up.
@@ -335,13 +341,7 @@ func TestKafkaRetryTopicsFollowTheScheduleThenDeadLetter(t *testing.T) {
 	k := s.onKafka(t)
 	p := s.start(t)
 	dead := topicReader(t, k, "probe.slow.dlq")
-	id := publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
-	testenv.Eventually(t, 30*time.Second, "the dead letter", func() bool { return len(dead()) > 0 })
-	time.Sleep(time.Second) // no second dead letter, no further run
-	runs := s.runs.of(id)
-	if len(runs) != 4 {
-		t.Fatalf("%d runs, want 4 (1 + 3 delays)", len(runs))
-	}
+	id, runs := exhaustRetries(t, s, p, func() int { return len(dead()) })
 	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
 		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want*2 {
 			t.Errorf("redelivery %d came after %s, want %s (-30%%, +100%%)", i+1, gap, want)
@@ -367,50 +367,80 @@ func TestKafkaRetryTopicsFollowTheScheduleThenDeadLetter(t *testing.T) {
 	}
 }
 
-// A record that is not an envelope goes to the DLQ topic at once, and the
-// records behind it in its partition are handled: a poison record never
-// blocks its partition.
-func TestKafkaPoisonRecordDoesNotBlockItsPartition(t *testing.T) {
+// kafkaProbe is the probe stack on Kafka, up and with probe.events
+// created, for tests that write records as a producer of their own would
+// and read probe.work's dead letters.
+type kafkaProbe struct {
+	*probeStack
+	k    testenv.KafkaCluster
+	dead func() []*sarama.ConsumerMessage
+}
+
+// startKafkaProbe starts the probe stack on Kafka with the settings extra
+// and waits for a first event to be handled: the platform is up and the
+// topic exists.
+func startKafkaProbe(t *testing.T, extra ...string) kafkaProbe {
+	t.Helper()
 	s := newProbeStack(t)
 	k := s.onKafka(t)
+	s.extra = append(s.extra, extra...)
 	p := s.start(t)
 	dead := topicReader(t, k, "probe.work.dlq")
-	publish(t, p, "probe.work.hit.v1", probeOrder{}) // the platform is up and the topic exists
+	publish(t, p, "probe.work.hit.v1", probeOrder{})
 	testenv.Eventually(t, 30*time.Second, "the first event handled", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
+	return kafkaProbe{probeStack: s, k: k, dead: dead}
+}
 
+// record is a probe.work.hit.v1 record of probe.events with body, as
+// another producer writes it: all such records share a key, so they
+// share a partition.
+func (kp kafkaProbe) record(id string, body []byte) *sarama.ProducerMessage {
+	return &sarama.ProducerMessage{Topic: kp.k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
+		Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
+}
+
+// sendAhead sends the records ahead, then five good ones behind them in
+// their partition, and waits for the five to be handled: what is ahead
+// does not block its partition.
+func (kp kafkaProbe) sendAhead(t *testing.T, what string, ahead ...*sarama.ProducerMessage) {
+	t.Helper()
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	sc.Producer.Return.Successes = true
-	prod, err := sarama.NewSyncProducer(k.Config.Brokers, sc)
+	prod, err := sarama.NewSyncProducer(kp.k.Config.Brokers, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	rec := func(id string, body []byte) *sarama.ProducerMessage {
-		return &sarama.ProducerMessage{Topic: k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
-			Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
-	}
-	poison := uuid.NewString()
-	msgs := []*sarama.ProducerMessage{rec(poison, []byte("{not json"))}
+	msgs := ahead
 	var behind []string
 	for range 5 {
 		id := uuid.NewString()
 		behind = append(behind, id)
-		msgs = append(msgs, rec(id, envelope(t, id, "probe.work.hit.v1", probeOrder{})))
+		msgs = append(msgs, kp.record(id, envelope(t, id, "probe.work.hit.v1", probeOrder{})))
 	}
 	if err := prod.SendMessages(msgs); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the 5 records behind the poison handled", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the 5 records behind "+what+" handled", func() bool {
 		for _, id := range behind {
-			if s.effects(t, id) != 1 {
+			if kp.effects(t, id) != 1 {
 				return false
 			}
 		}
 		return true
 	})
-	testenv.Eventually(t, 10*time.Second, "the dead letter", func() bool { return len(dead()) == 1 })
-	d := dead()[0]
+}
+
+// A record that is not an envelope goes to the DLQ topic at once, and the
+// records behind it in its partition are handled: a poison record never
+// blocks its partition.
+func TestKafkaPoisonRecordDoesNotBlockItsPartition(t *testing.T) {
+	kp := startKafkaProbe(t)
+	poison := uuid.NewString()
+	kp.sendAhead(t, "the poison", kp.record(poison, []byte("{not json")))
+	testenv.Eventually(t, 10*time.Second, "the dead letter", func() bool { return len(kp.dead()) == 1 })
+	d := kp.dead()[0]
 	if header(d, event.HeaderReason) != event.ReasonDecode || header(d, event.HeaderQueue) != "probe.work" || header(d, event.HeaderEventID) != poison || string(d.Value) != "{not json" {
 		t.Fatalf("dead letter: headers %v, body %q", d.Headers, d.Value)
 	}
@@ -434,8 +464,7 @@ func TestKafkaAwayRabbitMQGoesOnAndAnalyticsCatchesUp(t *testing.T) {
 	_, _, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
 	p := start(t, "test", environ...)
 	notified := func() int { return strings.Count(p.logs.String(), "foi concluída pelo usuário 6") }
-	concludeTasks(t, p.base, 6, 5)
-	testenv.Eventually(t, 30*time.Second, "5 counted", func() bool { return counted(t, p.base) == 5 })
+	concludeCounted(t, p.base, 6, 5)
 
 	port := k.Config.Brokers[0][strings.LastIndex(k.Config.Brokers[0], ":")+1:]
 	k.Fake.Close()
@@ -509,8 +538,7 @@ func TestReplayDuringLiveTrafficMatchesARebuild(t *testing.T) {
 	k := testenv.Kafka(t)
 	db, _, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
 	p := start(t, "test", environ...)
-	concludeTasks(t, p.base, 8, 100)
-	testenv.Eventually(t, 30*time.Second, "100 counted", func() bool { return counted(t, p.base) == 100 })
+	concludeCounted(t, p.base, 8, 100)
 
 	// The replay runs in the background while this goroutine concludes
 	// tasks until it ends.

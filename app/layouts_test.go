@@ -51,15 +51,12 @@ func seedPlugin(name string, subs ...handlers.Subscription) handlers.Definition 
 }
 
 func TestDeadLetterLayoutsOfEverySeedAtOnce(t *testing.T) {
-	reg, err := handlers.NewRegistry(tarefas.Plugin(), notificacoes.Plugin(),
+	reg := registryOf(t, tarefas.Plugin(), notificacoes.Plugin(),
 		seedPlugin("processos", handlers.Subscription{Name: "analista", Events: []string{"processo.*"}}),
 		seedPlugin("notification",
 			handlers.Subscription{Name: "confirmed.queue", Events: []string{"rental.confirmed"}},
 			handlers.Subscription{Name: "failed.queue", Events: []string{"rental.failed"}}),
 	)
-	if err != nil {
-		t.Fatal(err)
-	}
 	base, err := configs.FS.ReadFile("base.yaml")
 	if err != nil {
 		t.Fatal(err)

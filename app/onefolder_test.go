@@ -8,7 +8,6 @@ import (
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/configs"
-	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/lembretes"
 )
 
@@ -17,10 +16,7 @@ import (
 // subscription) runs on RabbitMQ and in memory with the shipped configs/
 // and migrations/ as they are: registering it and enabling it is all.
 func TestAPluginIsOneFolder(t *testing.T) {
-	reg, err := handlers.NewRegistry(append(Shipped(), lembretes.Plugin())...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := registryOf(t, append(Shipped(), lembretes.Plugin())...)
 	environ := []string{"MOENDA_HANDLERS__ENABLED=lembretes", "MOENDA_HANDLERS__LEMBRETES__MARCA=lido"}
 	brokers := map[string]func(t *testing.T) running{
 		"memory": func(t *testing.T) running { return startWith(t, reg, configs.FS, "memory", environ...) },

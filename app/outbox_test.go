@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
@@ -34,6 +35,21 @@ func writeUnchecked(t *testing.T, pool *pgxpool.Pool, names ...string) []event.E
 		t.Fatal(err)
 	}
 	return events
+}
+
+// concludedSpy declares queue on the vhost at url, bound to what
+// eventos.dominio carries as tarefa.concluida, and returns what it has
+// received so far each time it is called: a reader beside the platform's.
+func concludedSpy(t *testing.T, url, queue string) func() []amqp091.Delivery {
+	t.Helper()
+	ch := testenv.Channel(t, url)
+	if _, err := ch.QueueDeclare(queue, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, "tarefa.concluida", "eventos.dominio", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return testenv.Consume(t, url, queue)
 }
 
 // The admin endpoints list what the relay parked and republish it once
@@ -72,14 +88,7 @@ func TestAdminOutboxParkedAndRepublish(t *testing.T) {
 
 	// The configuration routes it again.
 	after := start(t, "test", environ...)
-	ch := testenv.Channel(t, vhost.URL)
-	if _, err := ch.QueueDeclare("probe.republished", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind("probe.republished", "tarefa.concluida", "eventos.dominio", false, nil); err != nil {
-		t.Fatal(err)
-	}
-	got := testenv.Consume(t, vhost.URL, "probe.republished")
+	got := concludedSpy(t, vhost.URL, "probe.republished")
 	code, body = call(t, "POST", after.base+"/v1/admin/outbox/republish", "")
 	if still, ok := body["still_unroutable"].([]any); code != http.StatusOK || body["republished"] != float64(1) || !ok || len(still) != 0 {
 		t.Fatalf("republish = %d %v, want 1 republished and none left", code, body)

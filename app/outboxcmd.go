@@ -15,65 +15,65 @@ import (
 
 // outboxParked runs `moenda outbox parked`: it lists the rows the relays
 // parked, one a line, and says how many there are.
-func outboxParked(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) (err error) {
-	p, err := openOutbox(ctx, cfg, stderr)
-	if err != nil {
+func outboxParked(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+	return withOutbox(ctx, cfg, stderr, func(p *resources) error {
+		parked, n, err := outbox.ListParked(ctx, p.pool, 0)
+		if err != nil {
+			return err
+		}
+		if err := writeParked(stdout, parked, false); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s parked\n", countRows(n))
 		return err
-	}
-	defer func() { err = errors.Join(err, p.Close()) }()
-	parked, n, err := outbox.ListParked(ctx, p.pool, 0)
-	if err != nil {
-		return err
-	}
-	if err := writeParked(stdout, parked, false); err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "%s parked\n", countRows(n))
-	return err
+	})
 }
 
 // outboxRepublish runs `moenda outbox republish`: it publishes the parked
 // rows this configuration routes, through destinations made as serve
 // makes its relays', and lists those still unroutable.
-func outboxRepublish(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) (err error) {
-	p, err := openOutbox(ctx, cfg, stderr)
+func outboxRepublish(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+	return withOutbox(ctx, cfg, stderr, func(p *resources) error {
+		dests, err := p.republishDestinations(ctx)
+		if err != nil {
+			return err
+		}
+		res, err := outbox.Republish(ctx, p.pool, dests, p.top.Routable)
+		if _, werr := fmt.Fprintf(stdout, "%s republished\n", countRows(res.Republished)); werr != nil && err == nil {
+			err = werr
+		}
+		if err != nil {
+			return err
+		}
+		if res.StillParked == 0 {
+			return nil
+		}
+		if _, err := fmt.Fprintf(stdout, "%s still parked: this configuration cannot publish them\n", countRows(res.StillParked)); err != nil {
+			return err
+		}
+		if err := writeParked(stdout, res.StillUnroutable, true); err != nil {
+			return err
+		}
+		if shown := len(res.StillUnroutable); shown < res.StillParked {
+			_, err = fmt.Fprintf(stdout, "(the first %d of %d: `moenda outbox parked` lists them all)\n", shown, res.StillParked)
+		}
+		return err
+	})
+}
+
+// withOutbox connects to the outbox of cfg, as serve does (migrations
+// applied), without a broker, and runs use on it; the connection closes
+// when use returns.
+func withOutbox(ctx context.Context, cfg *Resolved, stderr io.Writer, use func(*resources) error) (err error) {
+	if cfg.Broker.Kind == BrokerMemory {
+		return errors.New("outbox: this environment keeps its events in memory (broker.kind memory); there is no outbox, and nothing is parked")
+	}
+	p, err := openResources(ctx, cfg, cfg.Log.Logger(stderr))
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, p.Close()) }()
-	dests, err := p.republishDestinations(ctx)
-	if err != nil {
-		return err
-	}
-	res, err := outbox.Republish(ctx, p.pool, dests, p.top.Routable)
-	if _, werr := fmt.Fprintf(stdout, "%s republished\n", countRows(res.Republished)); werr != nil && err == nil {
-		err = werr
-	}
-	if err != nil {
-		return err
-	}
-	if res.StillParked == 0 {
-		return nil
-	}
-	if _, err := fmt.Fprintf(stdout, "%s still parked: this configuration cannot publish them\n", countRows(res.StillParked)); err != nil {
-		return err
-	}
-	if err := writeParked(stdout, res.StillUnroutable, true); err != nil {
-		return err
-	}
-	if shown := len(res.StillUnroutable); shown < res.StillParked {
-		_, err = fmt.Fprintf(stdout, "(the first %d of %d: `moenda outbox parked` lists them all)\n", shown, res.StillParked)
-	}
-	return err
-}
-
-// openOutbox connects to the outbox of cfg, as serve does (migrations
-// applied), without a broker.
-func openOutbox(ctx context.Context, cfg *Resolved, stderr io.Writer) (*resources, error) {
-	if cfg.Broker.Kind == BrokerMemory {
-		return nil, errors.New("outbox: this environment keeps its events in memory (broker.kind memory); there is no outbox, and nothing is parked")
-	}
-	return openResources(ctx, cfg, cfg.Log.Logger(stderr))
+	return use(p)
 }
 
 // republishDestinations makes a destination for each relay serve runs
@@ -158,39 +158,33 @@ func (c *cli) slotsCommand() *cobra.Command {
 
 // outboxSlots runs `moenda outbox slots`: the logical relays' replication
 // slots, one a line.
-func outboxSlots(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) (err error) {
-	p, err := openOutbox(ctx, cfg, stderr)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, p.Close()) }()
-	slots, err := outbox.Slots(ctx, p.pool)
-	if err != nil {
-		return err
-	}
-	if len(slots) == 0 {
-		_, err = fmt.Fprintln(stdout, "no replication slots: no relay of this database reads the outbox by logical replication")
-		return err
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SLOT\tGROUP\tACTIVE\tRETAINED\tLAG\tWAL STATUS\tBACKFILLING")
-	for _, s := range slots {
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%t\n", s.Name, orDash(s.ConsumerGroup), s.Active, outbox.ByteSize(s.RetainedBytes),
-			outbox.ByteSize(s.LagBytes), s.WALStatus, s.Backfilling)
-	}
-	return tw.Flush()
+func outboxSlots(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+	return withOutbox(ctx, cfg, stderr, func(p *resources) error {
+		slots, err := outbox.Slots(ctx, p.pool)
+		if err != nil {
+			return err
+		}
+		if len(slots) == 0 {
+			_, err = fmt.Fprintln(stdout, "no replication slots: no relay of this database reads the outbox by logical replication")
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SLOT\tGROUP\tACTIVE\tRETAINED\tLAG\tWAL STATUS\tBACKFILLING")
+		for _, s := range slots {
+			fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%t\n", s.Name, orDash(s.ConsumerGroup), s.Active, outbox.ByteSize(s.RetainedBytes),
+				outbox.ByteSize(s.LagBytes), s.WALStatus, s.Backfilling)
+		}
+		return tw.Flush()
+	})
 }
 
 // dropSlot runs `moenda outbox slots --drop NAME`.
-func dropSlot(ctx context.Context, cfg *Resolved, name string, stdout, stderr io.Writer) (err error) {
-	p, err := openOutbox(ctx, cfg, stderr)
-	if err != nil {
+func dropSlot(ctx context.Context, cfg *Resolved, name string, stdout, stderr io.Writer) error {
+	return withOutbox(ctx, cfg, stderr, func(p *resources) error {
+		if err := outbox.DropSlot(ctx, p.pool, name); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "dropped %s: PostgreSQL keeps no WAL for it; a relay that streams its group again reads the outbox table from the group's position first\n", name)
 		return err
-	}
-	defer func() { err = errors.Join(err, p.Close()) }()
-	if err := outbox.DropSlot(ctx, p.pool, name); err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "dropped %s: PostgreSQL keeps no WAL for it; a relay that streams its group again reads the outbox table from the group's position first\n", name)
-	return err
+	})
 }

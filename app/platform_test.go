@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -21,7 +20,7 @@ import (
 type running struct {
 	*Platform
 	base string
-	logs *syncBuffer
+	logs *testenv.Buffer
 	// stop stops the platform before the test ends; it runs once.
 	stop func()
 }
@@ -47,7 +46,7 @@ func startWith(t *testing.T, reg *handlers.Registry, files fs.FS, env string, en
 // startResolved serves cfg until the test ends.
 func startResolved(t *testing.T, cfg *Resolved, opts ...Option) running {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testenv.LogWriter()), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := New(ctx, cfg, logger, opts...)
@@ -101,21 +100,4 @@ func call(t *testing.T, method, url, body string) (int, map[string]any) {
 		}
 	}
 	return resp.StatusCode, out
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

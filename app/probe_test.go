@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync"
 	"testing"
@@ -163,11 +164,14 @@ func (s *probeStack) environ() []string {
 // start runs a platform with the probe plugin on the stack.
 func (s *probeStack) start(t *testing.T) running {
 	t.Helper()
-	reg, err := handlers.NewRegistry(tarefas.Plugin(), notificacoes.Plugin(), probePlugin(s.runs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startWith(t, reg, probeFiles(t), "probe", s.environ()...)
+	return s.startFiles(t, probeFiles(t))
+}
+
+// startFiles is start with the configuration files of files.
+func (s *probeStack) startFiles(t *testing.T, files fs.FS) running {
+	t.Helper()
+	reg := registryOf(t, tarefas.Plugin(), notificacoes.Plugin(), probePlugin(s.runs))
+	return startWith(t, reg, files, "probe", s.environ()...)
 }
 
 // effects counts the effect rows of one event.

@@ -12,10 +12,15 @@ import (
 )
 
 // forEachQueueType runs test once with every queue type, each in a
-// subtest named after it, passing the setting that chooses it.
-func forEachQueueType(t *testing.T, test func(t *testing.T, typ, setting string)) {
+// subtest named after it, on a probe stack set to declare its queues of
+// that type.
+func forEachQueueType(t *testing.T, test func(t *testing.T, s *probeStack, typ string)) {
 	for _, typ := range topology.QueueTypes {
-		t.Run(typ, func(t *testing.T) { test(t, typ, "MOENDA_TOPOLOGY__QUEUE_TYPE="+typ) })
+		t.Run(typ, func(t *testing.T) {
+			s := newProbeStack(t)
+			s.extra = append(s.extra, "MOENDA_TOPOLOGY__QUEUE_TYPE="+typ)
+			test(t, s, typ)
+		})
 	}
 }
 

@@ -67,6 +67,48 @@ func records(t *testing.T, k testenv.KafkaCluster, topic string) int64 {
 	return n
 }
 
+// conclusion is a tarefa.concluida.v1 event titled titulo, of aggregate
+// (of none when empty).
+func conclusion(t *testing.T, titulo, aggregate string) event.Event {
+	t.Helper()
+	e, err := event.New("tarefa.concluida.v1", "test", map[string]any{"tarefa_id": 1, "usuario_id": 7, "titulo": titulo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.AggregateID = aggregate
+	return e
+}
+
+// commitWithTen commits first, then ten conclusions of aggregate, in one
+// transaction through p's outbox as a use case would, and returns the ten.
+func commitWithTen(t *testing.T, p running, first event.Event, aggregate string) []event.Event {
+	t.Helper()
+	events := []event.Event{first}
+	for range 10 {
+		events = append(events, conclusion(t, "t", aggregate))
+	}
+	if err := p.tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
+		return tx.Publish(ctx, events...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return events[1:]
+}
+
+// requireRefusedParked fails unless the one parked row is event id's,
+// refused by the broker for good: as `moenda outbox parked` lists it (with
+// listed) and as p logged it (with why).
+func requireRefusedParked(t *testing.T, p running, environ []string, id, why string, listed ...string) {
+	t.Helper()
+	code, stdout, stderr := run(t, environ, "--env", "test", "outbox", "parked")
+	if code != 0 || !contains(stdout, append([]string{id, outbox.ReasonRefused, "1 row parked"}, listed...)...) {
+		t.Fatalf("outbox parked = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if !contains(p.logs.String(), "outbox row parked: the broker refused it for good", "event_id="+id, why) {
+		t.Fatalf("no log line about the parked row:\n%s", p.logs.String())
+	}
+}
+
 // An event the Kafka broker refuses for good (over the topic's record
 // limit) is parked, and the ten committed after it in the same
 // transaction reach Kafka once each: the relay neither stalls on it nor
@@ -77,23 +119,8 @@ func TestKafkaRelayParksARecordTheBrokerRefuses(t *testing.T) {
 	_, _, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
 	p := start(t, "test", environ...)
 
-	conclusion := func(titulo string) event.Event {
-		e, err := event.New("tarefa.concluida.v1", "test", map[string]any{"tarefa_id": 1, "usuario_id": 7, "titulo": titulo})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	big := conclusion(strings.Repeat("<", 100_000))
-	events := []event.Event{big}
-	for range 10 {
-		events = append(events, conclusion("t"))
-	}
-	if err := p.tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
-		return tx.Publish(ctx, events...)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	big := conclusion(t, strings.Repeat("<", 100_000), "")
+	commitWithTen(t, p, big, "")
 	testenv.Eventually(t, 30*time.Second, "the projection to count the ten", func() bool { return counted(t, p.base) == 10 })
 	testenv.Eventually(t, 30*time.Second, "the Kafka relay to catch up", func() bool {
 		done, err := outbox.CaughtUp(context.Background(), p.pool, "moenda-relay-kafka")
@@ -102,13 +129,7 @@ func TestKafkaRelayParksARecordTheBrokerRefuses(t *testing.T) {
 	if n := records(t, k, "eventos.dominio"); n != 10 {
 		t.Fatalf("eventos.dominio holds %d records, want the ten, each once", n)
 	}
-	code, stdout, stderr := run(t, environ, "--env", "test", "outbox", "parked")
-	if code != 0 || !contains(stdout, big.ID, "moenda-relay-kafka", outbox.ReasonRefused, "1 row parked") {
-		t.Fatalf("outbox parked = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
-	}
-	if !contains(p.logs.String(), "outbox row parked: the broker refused it for good", "event_id="+big.ID, "too large") {
-		t.Fatalf("no log line about the parked row:\n%s", p.logs.String())
-	}
+	requireRefusedParked(t, p, environ, big.ID, "too large", "moenda-relay-kafka")
 }
 
 // An event larger than the outbox takes fails its request with 413,
@@ -142,26 +163,7 @@ func TestAnEventOverTheOutboxBoundIsRefused(t *testing.T) {
 // header, whether it was to wait in a retry topic or to be dead-lettered
 // at once, and the records behind it in its partition are handled.
 func TestKafkaFailureCopyOverTheRecordLimitIsCutAndDeadLettered(t *testing.T) {
-	s := newProbeStack(t)
-	k := s.onKafka(t)
-	s.extra = append(s.extra, "MOENDA_KAFKA__MAX_RECORD_BYTES=65536")
-	p := s.start(t)
-	dead := topicReader(t, k, "probe.work.dlq")
-	publish(t, p, "probe.work.hit.v1", probeOrder{}) // the platform is up and the topic exists
-	testenv.Eventually(t, 30*time.Second, "the first event handled", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
-
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	sc.Producer.Return.Successes = true
-	prod, err := sarama.NewSyncProducer(k.Config.Brokers, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	rec := func(id string, body []byte) *sarama.ProducerMessage {
-		return &sarama.ProducerMessage{Topic: k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
-			Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
-	}
+	kp := startKafkaProbe(t, "MOENDA_KAFKA__MAX_RECORD_BYTES=65536")
 	// Near the limit: the failure headers take it over. One fails for
 	// ever, so its copy is to wait in a retry topic; the other is
 	// permanent (fail is not a number), so it is dead-lettered at once.
@@ -179,27 +181,10 @@ func TestKafkaFailureCopyOverTheRecordLimitIsCutAndDeadLettered(t *testing.T) {
 	// zeros, so a second build may differ in length.
 	retriedBody, permanentBody := body(retried, "-1"), body(permanent, `"x"`)
 	sizes := map[string]int{retried: len(retriedBody), permanent: len(permanentBody)}
-	msgs := []*sarama.ProducerMessage{rec(retried, retriedBody), rec(permanent, permanentBody)}
-	var behind []string
-	for range 5 {
-		id := uuid.NewString()
-		behind = append(behind, id)
-		msgs = append(msgs, rec(id, envelope(t, id, "probe.work.hit.v1", probeOrder{})))
-	}
-	if err := prod.SendMessages(msgs); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the 5 records behind the large ones handled", func() bool {
-		for _, id := range behind {
-			if s.effects(t, id) != 1 {
-				return false
-			}
-		}
-		return true
-	})
-	testenv.Eventually(t, 10*time.Second, "the two dead letters", func() bool { return len(dead()) == 2 })
+	kp.sendAhead(t, "the large ones", kp.record(retried, retriedBody), kp.record(permanent, permanentBody))
+	testenv.Eventually(t, 10*time.Second, "the two dead letters", func() bool { return len(kp.dead()) == 2 })
 	reasons := map[string]string{retried: event.ReasonTooLarge, permanent: event.ReasonPermanent}
-	for _, d := range dead() {
+	for _, d := range kp.dead() {
 		id := header(d, event.HeaderEventID)
 		if header(d, event.HeaderReason) != reasons[id] || header(d, event.HeaderTruncated) != strconv.Itoa(sizes[id]) ||
 			len(d.Value) >= sizes[id] || len(d.Value) < sizes[id]-8<<10 {
@@ -208,7 +193,7 @@ func TestKafkaFailureCopyOverTheRecordLimitIsCutAndDeadLettered(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Second)
-	if n := len(dead()); n != 2 {
+	if n := len(kp.dead()); n != 2 {
 		t.Fatalf("%d dead letters, want 2", n)
 	}
 }
@@ -223,33 +208,10 @@ func TestRabbitRelayParksAnEventAMQPCannotCarry(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	environ := []string{"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL}
 	p := start(t, "test", environ...)
-	ch := testenv.Channel(t, vhost.URL)
-	if _, err := ch.QueueDeclare("probe.once", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind("probe.once", "tarefa.concluida", "eventos.dominio", false, nil); err != nil {
-		t.Fatal(err)
-	}
-	got := testenv.Consume(t, vhost.URL, "probe.once")
+	got := concludedSpy(t, vhost.URL, "probe.once")
 
-	conclusion := func(aggregate string) event.Event {
-		e, err := event.New("tarefa.concluida.v1", "test", map[string]any{"tarefa_id": 1, "usuario_id": 7, "titulo": "t"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.AggregateID = aggregate
-		return e
-	}
-	big := conclusion(strings.Repeat("a", 200_000))
-	events := []event.Event{big}
-	for range 10 {
-		events = append(events, conclusion("1"))
-	}
-	if err := p.tx.InTx(context.Background(), func(ctx context.Context, tx handlers.Tx) error {
-		return tx.Publish(ctx, events...)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	big := conclusion(t, "t", strings.Repeat("a", 200_000))
+	ten := commitWithTen(t, p, big, "1")
 	testenv.Eventually(t, 30*time.Second, "the relay to catch up", func() bool {
 		done, err := outbox.CaughtUp(context.Background(), p.pool, "moenda-relay")
 		return err == nil && done
@@ -260,7 +222,7 @@ func TestRabbitRelayParksAnEventAMQPCannotCarry(t *testing.T) {
 	for _, d := range ds {
 		seen[d.MessageId]++
 	}
-	for _, e := range events[1:] {
+	for _, e := range ten {
 		if seen[e.ID] != 1 {
 			t.Fatalf("event %s delivered %d times, want once (%d deliveries in all)", e.ID, seen[e.ID], len(ds))
 		}
@@ -268,11 +230,5 @@ func TestRabbitRelayParksAnEventAMQPCannotCarry(t *testing.T) {
 	if len(ds) != 10 {
 		t.Fatalf("%d deliveries, want the ten", len(ds))
 	}
-	code, stdout, stderr := run(t, environ, "--env", "test", "outbox", "parked")
-	if code != 0 || !contains(stdout, big.ID, outbox.ReasonRefused, "1 row parked") {
-		t.Fatalf("outbox parked = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
-	}
-	if !contains(p.logs.String(), "outbox row parked", "event_id="+big.ID, "frame_max") {
-		t.Fatalf("no log line about the parked row:\n%s", p.logs.String())
-	}
+	requireRefusedParked(t, p, environ, big.ID, "frame_max")
 }

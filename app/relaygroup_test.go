@@ -51,14 +51,7 @@ func TestOneRelayPerGroupWhateverEachProcessDecided(t *testing.T) {
 	asRole.User = url.User(role)
 	joined := startRole(t, ServeRelay, append(env, "MOENDA_POSTGRES__URL="+asRole.String())...)
 
-	ch := testenv.Channel(t, vhost.URL)
-	if _, err := ch.QueueDeclare("probe.once", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind("probe.once", "tarefa.concluida", "eventos.dominio", false, nil); err != nil {
-		t.Fatal(err)
-	}
-	got := testenv.Consume(t, vhost.URL, "probe.once")
+	got := concludedSpy(t, vhost.URL, "probe.once")
 	time.Sleep(time.Second) // the joined relay has decided, and stands by or relays
 	want := map[string]bool{}
 	for range 100 {

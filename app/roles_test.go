@@ -59,7 +59,7 @@ func TestServeRoleProcess(t *testing.T) {
 type roleProcess struct {
 	cmd  *exec.Cmd
 	base string
-	logs *syncBuffer
+	logs *testenv.Buffer
 	done chan struct{}
 }
 
@@ -70,7 +70,7 @@ func startRole(t *testing.T, role ServeRole, environ ...string) *roleProcess {
 	ready := filepath.Join(t.TempDir(), "addr")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeRoleProcess$", "-test.count=1")
 	cmd.Env = append(append(os.Environ(), environ...), "MOENDA_HTTP__ADDR=127.0.0.1:0", "ROLE_TEST_ROLE="+string(role), "ROLE_TEST_READY="+ready)
-	rp := &roleProcess{cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+	rp := &roleProcess{cmd: cmd, logs: &testenv.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(rp.logs, testenv.LogWriter()), io.MultiWriter(rp.logs, testenv.LogWriter())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -158,7 +158,7 @@ func TestSecretsNeverReachOutput(t *testing.T) {
 			"MOENDA_AMQP__URLS=amqp://moenda:"+nodeSecret+"@127.0.0.1:"+strconv.Itoa(closedPort)+"/,"+vhost.URL,
 			"MOENDA_HTTP__ADDR="+addr, "MOENDA_LOG__LEVEL=debug")
 		ctx, cancel := context.WithCancel(context.Background())
-		stdout, stderr := &syncBuffer{}, &syncBuffer{}
+		stdout, stderr := &testenv.Buffer{}, &testenv.Buffer{}
 		done := make(chan int, 1)
 		go func() { done <- Main(ctx, []string{"--env", "test", "serve"}, environ, stdout, stderr) }()
 		stopped := false

@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/testenv"
 )
 
 // A slot past outbox.slot_warn_size, or invalidated, is warned about once
 // per slotWarnEvery; one back under the size is warned about again when it
 // grows past it again. The metrics follow every reading.
 func TestSlotsPastTheirSizeAreWarnedAbout(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	cfg := &Resolved{Config: &Config{}}
 	cfg.Outbox.SlotWarnSize = 1 << 20
 	p := &Platform{resources: &resources{cfg: cfg, logger: slog.New(slog.NewTextHandler(logs, nil))}, metrics: newMetrics()}

@@ -38,6 +38,18 @@ func (r *run) strike(ctx context.Context, times int, every time.Duration, fault 
 	return nil
 }
 
+// underLoad is the shape most cases take: n nodes and the writers as
+// steady starts them (changed by change), then faults, then the tail.
+func (r *run) underLoad(ctx context.Context, n int, faults func(context.Context) error, change ...func(*harness.Workload)) error {
+	if err := r.steady(ctx, n, change...); err != nil {
+		return err
+	}
+	if err := faults(ctx); err != nil {
+		return err
+	}
+	return r.tail(ctx)
+}
+
 // tail lets the writers run on after the last fault for longer than the
 // case's recovery bound, so that the recovery can be seen.
 func (r *run) tail(ctx context.Context) error {
@@ -47,33 +59,22 @@ func (r *run) tail(ctx context.Context) error {
 func brokerRestart(ctx context.Context, r *run) error {
 	times, hold := r.scale(2, 1), r.scale(10, 5)
 	r.injected("writers at ~300 events/s; %d× rabbitmqctl stop_app, %d s, start_app", times, hold)
-	if err := r.steady(ctx, 2); err != nil {
-		return err
-	}
-	if err := r.strike(ctx, times, 8*time.Second, "broker stop_app", time.Duration(hold)*time.Second, stopBroker, startBroker); err != nil {
-		return err
-	}
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		return r.strike(ctx, times, 8*time.Second, "broker stop_app", time.Duration(hold)*time.Second, stopBroker, startBroker)
+	})
 }
 
 func brokerCrash(ctx context.Context, r *run) error {
 	times := r.scale(2, 1)
 	r.injected("writers at ~300 events/s; %d× kill -9 of beam.smp, then rabbitmq-server -detached", times)
-	if err := r.steady(ctx, 2); err != nil {
-		return err
-	}
-	if err := r.strike(ctx, times, 8*time.Second, "broker kill -9", 0, crashBroker, bootBroker); err != nil {
-		return err
-	}
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		return r.strike(ctx, times, 8*time.Second, "broker kill -9", 0, crashBroker, bootBroker)
+	})
 }
 
 func connectionStorm(ctx context.Context, r *run) error {
 	times := r.scale(12, 4)
 	r.injected("writers at ~300 events/s; %d× every 5 s: close every AMQP connection of the vhost and end every database session", times)
-	if err := r.steady(ctx, 2); err != nil {
-		return err
-	}
 	storm := func(ctx context.Context) error {
 		if err := r.closeConnections(ctx); err != nil {
 			return err
@@ -81,11 +82,13 @@ func connectionStorm(ctx context.Context, r *run) error {
 		_, err := r.Terminate(ctx)
 		return err
 	}
-	if err := r.strike(ctx, times, 5*time.Second, "connection storm", 0, storm, nil); err != nil {
-		return err
-	}
-	r.after = append(r.after, func([]harness.Op, harness.Observed) { r.judgeReconnects(reconnectBound) })
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		if err := r.strike(ctx, times, 5*time.Second, "connection storm", 0, storm, nil); err != nil {
+			return err
+		}
+		r.after = append(r.after, func([]harness.Op, harness.Observed) { r.judgeReconnects(reconnectBound) })
+		return nil
+	})
 }
 
 // reconnectBound is how soon after each storm the nodes must be back.
@@ -112,36 +115,30 @@ func (r *run) judgeReconnects(bound time.Duration) {
 func brokerUnreachable(ctx context.Context, r *run) error {
 	hold := r.scale(60, 20)
 	r.injected("writers at ~300 events/s; rabbitmqctl suspend_listeners and close_all_connections for %d s, then resume_listeners", hold)
-	if err := r.steady(ctx, 2); err != nil {
-		return err
-	}
 	var before int
 	suspend := func(ctx context.Context) error {
 		before = r.Acknowledged()
 		return r.suspendListeners(ctx)
 	}
-	err := r.strike(ctx, 1, 5*time.Second, "broker unreachable", time.Duration(hold)*time.Second, suspend, func(ctx context.Context) error {
+	resume := func(ctx context.Context) error {
 		n := r.Acknowledged() - before
 		r.judge("committing", n > 0, "the API acknowledged %d commands while the broker was unreachable", n)
 		return resumeListeners(ctx)
-	})
-	if err != nil {
-		return err
 	}
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		return r.strike(ctx, 1, 5*time.Second, "broker unreachable", time.Duration(hold)*time.Second, suspend, resume)
+	})
 }
 
 func memoryAlarmCase(ctx context.Context, r *run) error {
 	hold := r.scale(60, 20)
 	r.injected("writers at ~300 events/s; rabbitmqctl set_vm_memory_high_watermark 0.0001 for %d s, then the previous watermark", hold)
-	if err := r.steady(ctx, 2); err != nil {
-		return err
-	}
 	var restore func(context.Context) error
-	err := r.strike(ctx, 1, 5*time.Second, "memory alarm", time.Duration(hold)*time.Second, func(ctx context.Context) (err error) {
+	alarm := func(ctx context.Context) (err error) {
 		restore, err = memoryAlarm(ctx)
 		return err
-	}, func(ctx context.Context) error {
+	}
+	heal := func(ctx context.Context) error {
 		a, err := call(r.Nodes[0], http.MethodGet, "/readyz", "", "")
 		if err != nil {
 			a.body = err.Error()
@@ -152,9 +149,8 @@ func memoryAlarmCase(ctx context.Context, r *run) error {
 			return nil
 		}
 		return restore(ctx)
-	})
-	if err != nil {
-		return err
 	}
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		return r.strike(ctx, 1, 5*time.Second, "memory alarm", time.Duration(hold)*time.Second, alarm, heal)
+	})
 }

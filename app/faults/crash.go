@@ -30,65 +30,48 @@ func (r *run) crashLoop(ctx context.Context, fault string, times int, pick func(
 func consumerCrash(ctx context.Context, r *run) error {
 	times := r.scale(20, 4)
 	r.injected("two nodes; writers at ~300 events/s, handlers holding their transaction 20 ms; %d× kill -9 of the second node every 3-10 s, started again 1 s later", times)
-	if err := r.steady(ctx, 2, holding(20)); err != nil {
-		return err
-	}
-	if err := r.crashLoop(ctx, "kill -9", times, func() *harness.Node { return r.Nodes[1] }); err != nil {
-		return err
-	}
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		return r.crashLoop(ctx, "kill -9", times, func() *harness.Node { return r.Nodes[1] })
+	}, holding(20))
 }
 
 func relayCrash(ctx context.Context, r *run) error {
 	times := r.scale(10, 3)
 	r.injected("two nodes, the relay leader among them; writers at ~300 events/s; %d× kill -9 of a node chosen by the seed every 3-10 s, started again 1 s later", times)
-	if err := r.steady(ctx, 2); err != nil {
-		return err
-	}
-	if err := r.crashLoop(ctx, "kill -9", times, func() *harness.Node { return r.Nodes[r.rng.IntN(len(r.Nodes))] }); err != nil {
-		return err
-	}
-	r.after = append(r.after, func([]harness.Op, harness.Observed) {
-		// A crash repeats at most the relay's batch in hand, and the
-		// killed node's unacknowledged deliveries come again.
-		perCrash := outbox.DefaultConfig().BatchSize + amqp.DefaultConfig().Prefetch
-		n := r.result.Report.DuplicateDeliveries
-		r.judge("republished", n <= times*perCrash, "%d duplicate deliveries after %d crashes; at most %d a crash (outbox.batch_size + amqp.prefetch); a killed node's own count dies with it",
-			n, times, perCrash)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		if err := r.crashLoop(ctx, "kill -9", times, func() *harness.Node { return r.Nodes[r.rng.IntN(len(r.Nodes))] }); err != nil {
+			return err
+		}
+		r.after = append(r.after, func([]harness.Op, harness.Observed) {
+			// A crash repeats at most the relay's batch in hand, and the
+			// killed node's unacknowledged deliveries come again.
+			perCrash := outbox.DefaultConfig().BatchSize + amqp.DefaultConfig().Prefetch
+			n := r.result.Report.DuplicateDeliveries
+			r.judge("republished", n <= times*perCrash, "%d duplicate deliveries after %d crashes; at most %d a crash (outbox.batch_size + amqp.prefetch); a killed node's own count dies with it",
+				n, times, perCrash)
+		})
+		return nil
 	})
-	return r.tail(ctx)
 }
 
 func twoRelays(ctx context.Context, r *run) error {
 	r.injected("two nodes relaying one outbox; a third started mid-run (a double deploy), then the first stopped with SIGTERM")
-	if err := r.steady(ctx, 2); err != nil {
-		return err
-	}
-	if err := r.strike(ctx, 1, 8*time.Second, "a third relay", 0, func(ctx context.Context) error { return r.Start(ctx, 1) }, nil); err != nil {
-		return err
-	}
-	first := r.Nodes[0]
-	err := r.strike(ctx, 1, 8*time.Second, "first node stopped", 0, func(context.Context) error {
-		_, err := r.Stop(first, time.Minute)
-		r.gone[first] = true
-		return err
-	}, nil)
-	if err != nil {
-		return err
-	}
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		if err := r.strike(ctx, 1, 8*time.Second, "a third relay", 0, func(ctx context.Context) error { return r.Start(ctx, 1) }, nil); err != nil {
+			return err
+		}
+		first := r.Nodes[0]
+		return r.strike(ctx, 1, 8*time.Second, "first node stopped", 0, func(context.Context) error {
+			_, err := r.Stop(first, time.Minute)
+			r.gone[first] = true
+			return err
+		}, nil)
+	})
 }
 
 func shutdownInBackoff(ctx context.Context, r *run) error {
 	r.injected("poison events waiting in the 5 s and 25 s retry queues; SIGTERM to every node, then all started again")
-	if err := r.steady(ctx, 2); err != nil {
-		return err
-	}
-	r.after = append(r.after, func([]harness.Op, harness.Observed) {
-		_, closed := r.loggedAt("PRECONDITION_FAILED")
-		r.judge("precondition", !closed, "a node logged PRECONDITION_FAILED: %v", closed)
-	})
-	err := r.strike(ctx, 1, 10*time.Second, "SIGTERM", 0, func(context.Context) error {
+	stop := func(context.Context) error {
 		for _, nd := range r.Nodes {
 			took, err := r.Stop(nd, time.Minute)
 			if err != nil {
@@ -98,16 +81,20 @@ func shutdownInBackoff(ctx context.Context, r *run) error {
 			r.judge("exit", took <= 10*time.Second, "node %s exited %s after SIGTERM; router.close_timeout is 10 s", nd.Name, took.Round(10*time.Millisecond))
 		}
 		return nil
-	}, func(ctx context.Context) error {
+	}
+	restart := func(ctx context.Context) error {
 		for _, nd := range r.Nodes {
 			if err := r.Restart(ctx, nd); err != nil {
 				return err
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		return err
 	}
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		r.after = append(r.after, func([]harness.Op, harness.Observed) {
+			_, closed := r.loggedAt("PRECONDITION_FAILED")
+			r.judge("precondition", !closed, "a node logged PRECONDITION_FAILED: %v", closed)
+		})
+		return r.strike(ctx, 1, 10*time.Second, "SIGTERM", 0, stop, restart)
+	})
 }

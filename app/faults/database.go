@@ -57,14 +57,10 @@ func postgresRestart(ctx context.Context, r *run) error {
 func sessionsKilled(ctx context.Context, r *run) error {
 	times := r.scale(20, 6)
 	r.injected("writers at ~300 events/s, handlers holding their transaction 5 ms; %d× every 3 s: pg_terminate_backend of every session of the database", times)
-	if err := r.steady(ctx, 2, holding(5)); err != nil {
-		return err
-	}
 	terminate := func(ctx context.Context) error { _, err := r.Terminate(ctx); return err }
-	if err := r.strike(ctx, times, 3*time.Second, "sessions terminated", 0, terminate, nil); err != nil {
-		return err
-	}
-	return r.tail(ctx)
+	return r.underLoad(ctx, 2, func(ctx context.Context) error {
+		return r.strike(ctx, times, 3*time.Second, "sessions terminated", 0, terminate, nil)
+	}, holding(5))
 }
 
 // holding makes the probe hold its unit of work open ms after the effect,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -123,7 +121,7 @@ func serve(t *testing.T, bin, env string, environ ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--env", env)
 	cmd.Env = append(append(os.Environ(), environ...), "MOENDA_HTTP__ADDR=127.0.0.1:0", "MOENDA_LOG__LEVEL=info")
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -175,22 +173,4 @@ func write(t *testing.T, path, text string) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer the process and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
