@@ -283,8 +283,8 @@ func health(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
 }
 
 func migrateUp(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
-	if cfg.Broker.Kind == BrokerMemory {
-		return errors.New("migrate: this environment keeps its data in memory (broker.kind memory); there is no database to migrate")
+	if cfg.inProcess() {
+		return fmt.Errorf("migrate: this environment keeps its data in memory (broker.kind %s); there is no database to migrate", cfg.Broker.Kind)
 	}
 	if err := postgres.EnsureDatabase(ctx, cfg.Postgres, cfg.Log.Logger(stderr)); err != nil {
 		return err

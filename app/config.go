@@ -271,7 +271,7 @@ func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 	}
 	var leftOut []string
 	if cfg.Handlers.Enabled == nil {
-		run, out := reg.Defaults(cfg.Broker.Kind != BrokerMemory)
+		run, out := reg.Defaults(!cfg.inProcess())
 		cfg.Handlers.Enabled = []string{}
 		for _, d := range run {
 			cfg.Handlers.Enabled = append(cfg.Handlers.Enabled, d.Name)
@@ -389,7 +389,7 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 	if !slices.Contains(brokerKinds, c.Broker.Kind) {
 		add(fmt.Errorf("broker.kind %q must be one of %s", c.Broker.Kind, strings.Join(brokerKinds, ", ")))
 	}
-	if c.Broker.Kind != BrokerMemory {
+	if !c.inProcess() {
 		add(c.Postgres.Validate())
 	}
 	if c.Broker.Kind == BrokerAMQP {
@@ -400,8 +400,8 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 	}
 	if a := c.Analytics.Kafka; a.Enabled {
 		switch {
-		case c.Broker.Kind == BrokerMemory:
-			add(errors.New("analytics.kafka.enabled: the Kafka relay reads the PostgreSQL outbox, which broker.kind memory does not keep; use an environment with broker.kind amqp (local, compose)"))
+		case c.inProcess():
+			add(fmt.Errorf("analytics.kafka.enabled: the Kafka relay reads the PostgreSQL outbox, which broker.kind %s does not keep; use an environment with broker.kind amqp (local, compose)", c.Broker.Kind))
 		case a.RelayGroup == "":
 			add(errors.New("analytics.kafka.relay_group is empty"))
 		case c.Broker.Kind == BrokerAMQP && a.RelayGroup == c.Outbox.ConsumerGroup:
@@ -449,8 +449,8 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 			pc = d.NewConfig()
 		}
 		add(d.ValidateConfig(pc))
-		if d.NeedsPostgres && c.Broker.Kind == BrokerMemory {
-			add(fmt.Errorf("handlers.enabled: plugin %s keeps its state in PostgreSQL, which broker.kind memory does not have; leave it out of handlers.enabled in this environment", d.Name))
+		if d.NeedsPostgres && c.inProcess() {
+			add(fmt.Errorf("handlers.enabled: plugin %s keeps its state in PostgreSQL, which broker.kind %s does not have; leave it out of handlers.enabled in this environment", d.Name, c.Broker.Kind))
 		}
 		plugins = append(plugins, enabledPlugin{def: d, cfg: pc})
 	}

@@ -65,8 +65,8 @@ func outboxRepublish(ctx context.Context, cfg *Resolved, stdout, stderr io.Write
 // applied), without a broker, and runs use on it; the connection closes
 // when use returns.
 func withOutbox(ctx context.Context, cfg *Resolved, stderr io.Writer, use func(*resources) error) (err error) {
-	if cfg.Broker.Kind == BrokerMemory {
-		return errors.New("outbox: this environment keeps its events in memory (broker.kind memory); there is no outbox, and nothing is parked")
+	if cfg.inProcess() {
+		return fmt.Errorf("outbox: this environment keeps its events in memory (broker.kind %s); there is no outbox, and nothing is parked", cfg.Broker.Kind)
 	}
 	p, err := openResources(ctx, cfg, cfg.Log.Logger(stderr))
 	if err != nil {

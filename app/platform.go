@@ -72,10 +72,10 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		o(p)
 	}
 	for _, name := range cfg.leftOut {
-		logger.Info("plugin left out: it keeps its state in PostgreSQL, which broker.kind memory does not have", "plugin", name)
+		logger.Info("plugin left out: it keeps its state in PostgreSQL, which this environment's broker does not have", "plugin", name, "broker", cfg.Broker.Kind)
 	}
-	if p.role != ServeAll && cfg.Broker.Kind == BrokerMemory {
-		return nil, fmt.Errorf("serve --role %s: broker.kind memory keeps events inside one process; run --role all, or choose an environment with a shared broker (broker.kind amqp or kafka)", p.role)
+	if p.role != ServeAll && cfg.inProcess() {
+		return nil, fmt.Errorf("serve --role %s: broker.kind %s keeps events inside one process; run --role all, or choose an environment with a shared broker (broker.kind amqp or kafka)", p.role, cfg.Broker.Kind)
 	}
 	if p.resources, err = openResources(ctx, cfg, logger); err != nil {
 		return nil, err

@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"errors"
 
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/transport"
 )
 
 // connectBrokers makes the transports and what the process's role needs
@@ -55,6 +57,9 @@ func (p *Platform) warnOfUnreadQueues(ctx context.Context) error {
 	}
 	queues, _ := p.cfg.kafkaReaders()
 	left, err := p.broker.Depths(ctx, queues)
+	if errors.Is(err, transport.ErrNoDepths) {
+		return nil // a broker that counts nothing has nothing to warn of
+	}
 	for q := range left {
 		p.logger.Warn("a queue of a plugin that now reads Kafka is still on RabbitMQ and fills up unread; delete it once it is empty or no longer needed",
 			"queue", q, "command", "rabbitmqctl delete_queue "+q)

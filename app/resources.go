@@ -47,7 +47,7 @@ func openResources(ctx context.Context, cfg *Resolved, logger *slog.Logger) (_ *
 	if r.top, err = cfg.BuildTopology(); err != nil {
 		return nil, err
 	}
-	if cfg.Broker.Kind == BrokerMemory {
+	if cfg.inProcess() {
 		return r, nil
 	}
 	if err := postgres.EnsureDatabase(ctx, cfg.Postgres, logger); err != nil {

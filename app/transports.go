@@ -22,6 +22,13 @@ const (
 
 var brokerKinds = []string{BrokerAMQP, BrokerKafka, BrokerMemory}
 
+// inProcess reports whether the broker lives inside this process: events
+// go from handler to handler in memory, and there is no PostgreSQL, no
+// outbox and no other process to share them with. Every check of the
+// kind that these follow from asks this, so a transport of either sort
+// is added here, beside the factory, and nowhere else.
+func (c *Config) inProcess() bool { return c.Broker.Kind == BrokerMemory }
+
 // maxEventBytes is the largest event the outbox takes: outbox.max_event_bytes,
 // or when that is 0 the least of what the configured brokers take
 // (kafka.max_record_bytes less the record's framing when anything
