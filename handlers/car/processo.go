@@ -152,6 +152,15 @@ func (r Referencia) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ValidateWith is Validate, then checks the payload's own id, field,
+// which must be a UUID.
+func (r Referencia) ValidateWith(field, id string) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	return checkUUID(field, id)
+}
+
 // checkUUID says what is wrong with an id that must be a UUID.
 func checkUUID(field, v string) error {
 	if v == "" {

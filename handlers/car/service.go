@@ -129,21 +129,9 @@ func (s *Service) Anexar(ctx context.Context, processoID string, cmd AnexarDocum
 		return Documento{}, err
 	}
 	d := Documento{ID: uuid.NewString(), ProcessoID: processoID, Nome: cmd.Nome, AnexadoEm: s.clock()}
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		repo := s.repo(tx)
-		p, err := repo.GetProcesso(ctx, processoID)
-		if err != nil {
-			return err
-		}
-		e, err := newEvent(EventDocumentoAnexado, p.ID, d.AnexadoEm, DocumentoAnexado{Referencia: p.referencia(), DocumentoID: d.ID, Nome: d.Nome})
-		if err != nil {
-			return err
-		}
-		if err := repo.AddDocumento(ctx, d); err != nil {
-			return err
-		}
-		return tx.Publish(ctx, e)
-	})
+	err := s.addToProcesso(ctx, processoID, EventDocumentoAnexado, d.AnexadoEm,
+		func(ref Referencia) any { return DocumentoAnexado{Referencia: ref, DocumentoID: d.ID, Nome: d.Nome} },
+		func(ctx context.Context, repo Repository) error { return repo.AddDocumento(ctx, d) })
 	if err != nil {
 		return Documento{}, err
 	}
@@ -167,25 +155,34 @@ func (s *Service) Enviar(ctx context.Context, processoID string, cmd EnviarMensa
 		return Mensagem{}, err
 	}
 	m := Mensagem{ID: uuid.NewString(), ProcessoID: processoID, Texto: cmd.Texto, EnviadaEm: s.clock()}
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+	err := s.addToProcesso(ctx, processoID, EventMensagemWeb, m.EnviadaEm,
+		func(ref Referencia) any { return MensagemWeb{Referencia: ref, MensagemID: m.ID, Texto: m.Texto} },
+		func(ctx context.Context, repo Repository) error { return repo.AddMensagem(ctx, m) })
+	if err != nil {
+		return Mensagem{}, err
+	}
+	return m, nil
+}
+
+// addToProcesso runs add on the processo processoID, which must exist, in
+// one unit of work, and raises the event name, at at, with the payload
+// made from the processo's Referencia: both or neither.
+func (s *Service) addToProcesso(ctx context.Context, processoID, name string, at time.Time, payload func(Referencia) any, add func(context.Context, Repository) error) error {
+	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		repo := s.repo(tx)
 		p, err := repo.GetProcesso(ctx, processoID)
 		if err != nil {
 			return err
 		}
-		e, err := newEvent(EventMensagemWeb, p.ID, m.EnviadaEm, MensagemWeb{Referencia: p.referencia(), MensagemID: m.ID, Texto: m.Texto})
+		e, err := newEvent(name, p.ID, at, payload(p.referencia()))
 		if err != nil {
 			return err
 		}
-		if err := repo.AddMensagem(ctx, m); err != nil {
+		if err := add(ctx, repo); err != nil {
 			return err
 		}
 		return tx.Publish(ctx, e)
 	})
-	if err != nil {
-		return Mensagem{}, err
-	}
-	return m, nil
 }
 
 // Buscar returns the processo with every effect of the consumers.
