@@ -29,5 +29,5 @@ func Plugin() handlers.Definition {
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 	svc := &Service{tx: deps.Tx, now: time.Now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
-	return handlers.Plugin{Routes: api{svc: svc, logger: deps.Logger}.routes}, nil
+	return handlers.Plugin{Routes: routes(svc, deps.Logger)}, nil
 }

@@ -262,7 +262,7 @@ func TestTarefasRoutes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			svc, _ := newService(routeAll)
 			r := chi.NewRouter()
-			api{svc: svc, logger: testenv.Logger()}.routes(r)
+			routes(svc, testenv.Logger())(r)
 			a := criar(t, svc, 1, "a", nil)
 			b := criar(t, svc, 1, "b", nil)
 			c := criar(t, svc, 2, "c", nil)
