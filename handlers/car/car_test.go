@@ -48,9 +48,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, s store) *fixture {
 	t.Helper()
-	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
-		return buildWithClock(defaultConfig(), deps, plugintest.Clock())
-	})
+	p := plugintest.Build(t, s, plugintest.Defaults(Plugin()))
 	return &fixture{Plugin: p, t: t}
 }
 
@@ -510,7 +508,7 @@ func TestBadPayloadIsPermanent(t *testing.T) {
 	}
 
 	down := errors.New("connection refused")
-	p, err := buildWithClock(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: failing{down}}, time.Now)
+	p, err := build(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: failing{down}})
 	if err != nil {
 		t.Fatal(err)
 	}
