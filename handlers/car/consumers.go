@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -21,7 +20,7 @@ import (
 // to a submitted processo; a processo keeps its first analyst.
 func (s *Service) atribuirAnalista(ctx context.Context, e event.Event) error {
 	return consume(ctx, s, e, Referencia.Validate, func(ctx context.Context, repo Repository, p Referencia) error {
-		return repo.AddAtribuicao(ctx, canonical(p.ProcessoID), s.clock(), s.analistas)
+		return repo.AddAtribuicao(ctx, canonical(p.ProcessoID), s.Clock(), s.analistas)
 	})
 }
 
@@ -41,8 +40,8 @@ func (s *Service) notificar(ctx context.Context, e event.Event) error {
 	default: // the subscription's Handles keep others away
 		return event.Permanent(fmt.Errorf("car: notificacao does not handle %s", e.Name))
 	}
-	n := Notificacao{EventID: e.ID, ProcessoID: canonical(p.ProcessoID), Evento: e.RoutingKey(), RequerenteID: p.RequerenteID, Texto: texto, CriadaEm: s.clock()}
-	return s.write(ctx, func(ctx context.Context, repo Repository) error {
+	n := Notificacao{EventID: e.ID, ProcessoID: canonical(p.ProcessoID), Evento: e.RoutingKey(), RequerenteID: p.RequerenteID, Texto: texto, CriadaEm: s.Clock()}
+	return s.Write(ctx, func(ctx context.Context, repo Repository) error {
 		return repo.AddNotificacao(ctx, n)
 	})
 }
@@ -51,7 +50,7 @@ func (s *Service) notificar(ctx context.Context, e event.Event) error {
 func (s *Service) solicitarOCR(ctx context.Context, e event.Event) error {
 	valid := func(p DocumentoAnexado) error { return p.Referencia.ValidateWith("documento_id", p.DocumentoID) }
 	return consume(ctx, s, e, valid, func(ctx context.Context, repo Repository, p DocumentoAnexado) error {
-		return repo.AddOCR(ctx, canonical(p.DocumentoID), canonical(p.ProcessoID), s.clock())
+		return repo.AddOCR(ctx, canonical(p.DocumentoID), canonical(p.ProcessoID), s.Clock())
 	})
 }
 
@@ -59,7 +58,7 @@ func (s *Service) solicitarOCR(ctx context.Context, e event.Event) error {
 // regular processo with SICAR.
 func (s *Service) solicitarSICAR(ctx context.Context, e event.Event) error {
 	return consume(ctx, s, e, Referencia.Validate, func(ctx context.Context, repo Repository, p Referencia) error {
-		req := SICAR{Status: SICARSolicitada, MunicipioIBGE: p.MunicipioIBGE, SolicitadaEm: s.clock()}
+		req := SICAR{Status: SICARSolicitada, MunicipioIBGE: p.MunicipioIBGE, SolicitadaEm: s.Clock()}
 		return repo.AddSICAR(ctx, canonical(p.ProcessoID), req)
 	})
 }
@@ -70,14 +69,7 @@ func (s *Service) solicitarSICAR(ctx context.Context, e event.Event) error {
 func (s *Service) entregarMensagem(ctx context.Context, e event.Event) error {
 	valid := func(p MensagemWeb) error { return p.Referencia.ValidateWith("mensagem_id", p.MensagemID) }
 	return consume(ctx, s, e, valid, func(ctx context.Context, repo Repository, p MensagemWeb) error {
-		return repo.AddEntrega(ctx, canonical(p.MensagemID), canonical(p.ProcessoID), s.clock())
-	})
-}
-
-// write runs fn with the repository of the delivery's unit of work.
-func (s *Service) write(ctx context.Context, fn func(context.Context, Repository) error) error {
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return fn(ctx, s.repo(tx))
+		return repo.AddEntrega(ctx, canonical(p.MensagemID), canonical(p.ProcessoID), s.Clock())
 	})
 }
 
@@ -88,7 +80,7 @@ func consume[P any](ctx context.Context, s *Service, e event.Event, valid func(P
 	if err := event.DecodePayload(e, &p, valid); err != nil {
 		return err
 	}
-	return s.write(ctx, func(ctx context.Context, repo Repository) error { return write(ctx, repo, p) })
+	return s.Write(ctx, func(ctx context.Context, repo Repository) error { return write(ctx, repo, p) })
 }
 
 // canonical writes a UUID already checked as one in its canonical form,
