@@ -59,6 +59,19 @@ func (f *fixture) submeter(municipio string) Processo {
 	return p
 }
 
+// escrever makes every write of a processo, in 2111300: submits it,
+// attaches planta.pdf, sends the mensagem texto and regularizes it.
+func (f *fixture) escrever(texto string) (Processo, Documento, Mensagem) {
+	f.t.Helper()
+	p := f.submeter("2111300")
+	var d Documento
+	f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
+	var m Mensagem
+	f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", fmt.Sprintf(`{"texto":%q}`, texto), &m)
+	f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+	return p, d, m
+}
+
 func (f *fixture) ficha(id string) Ficha {
 	f.t.Helper()
 	var out Ficha
@@ -213,7 +226,7 @@ func TestRoutes(t *testing.T) {
 			for _, tt := range tests {
 				rec := f.Do(tt.method, tt.path, tt.body)
 				if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
-					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, cut(tt.body, 80), rec.Code, rec.Body, tt.code, tt.want)
+					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, handlers.Cut(tt.body, 80), rec.Code, rec.Body, tt.code, tt.want)
 				}
 			}
 			if got := f.ficha(p.ID); got.Status != StatusRegular || len(got.Documentos) != 2 || len(got.Mensagens) != 2 {
@@ -248,12 +261,7 @@ func TestWritesRaiseTheirEvents(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, newStore(routeAll))
-			p := f.submeter("2111300")
-			var d Documento
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
-			var m Mensagem
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá, requerente"}`, &m)
-			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			p, d, m := f.escrever("Olá, requerente")
 			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
 
 			ref := map[string]any{"processo_id": p.ID, "requerente_id": "req-1", "municipio_ibge": "2111300"}
@@ -331,12 +339,7 @@ func TestConsumersEffects(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, newStore(routeAll))
-			p := f.submeter("2111300")
-			var d Documento
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
-			var m Mensagem
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, &m)
-			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			p, d, m := f.escrever("Olá")
 
 			before := f.ficha(p.ID)
 			if before.Analista != nil || len(before.Notificacoes) != 0 || before.Documentos[0].OCR != nil || before.SICAR != nil || before.Mensagens[0].EntregueEm != nil {
