@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -147,7 +146,7 @@ func (r Referencia) Validate() error {
 		errs = append(errs, errors.New("requerente_id is missing"))
 	}
 	if !ibge(r.MunicipioIBGE) {
-		errs = append(errs, fmt.Errorf("municipio_ibge %q is not 7 digits", cut(r.MunicipioIBGE, 32)))
+		errs = append(errs, fmt.Errorf("municipio_ibge %q is not 7 digits", handlers.Cut(r.MunicipioIBGE, 32)))
 	}
 	return errors.Join(errs...)
 }
@@ -167,7 +166,7 @@ func checkUUID(field, v string) error {
 		return fmt.Errorf("%s is missing", field)
 	}
 	if _, err := uuid.Parse(v); err != nil {
-		return fmt.Errorf("%s %q is not a UUID", field, cut(v, 64))
+		return fmt.Errorf("%s %q is not a UUID", field, handlers.Cut(v, 64))
 	}
 	return nil
 }
@@ -183,18 +182,6 @@ func ibge(s string) bool {
 		}
 	}
 	return true
-}
-
-// cut shortens s to at most n bytes on a character boundary, for a
-// message.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }
 
 // newEvent builds one of the plugin's events about processoID, occurring
