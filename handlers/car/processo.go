@@ -187,11 +187,5 @@ func ibge(s string) bool {
 // newEvent builds one of the plugin's events about processoID, occurring
 // at at: its AggregateID keeps a processo's events in order on Kafka.
 func newEvent(name, processoID string, at time.Time, payload any) (event.Event, error) {
-	e, err := event.New(name, Source, payload)
-	if err != nil {
-		return event.Event{}, err
-	}
-	e.OccurredAt = at
-	e.AggregateID = processoID
-	return e, nil
+	return event.NewFor(name, Source, processoID, at, payload)
 }
