@@ -85,3 +85,11 @@ func (u *Unit[K, V]) All() map[K]V {
 	maps.Copy(all, u.staged)
 	return all
 }
+
+// Memory is the memory repository of each unit of work over one Staged
+// store, made here and kept for the life of what it returns: view makes
+// the repository of one unit's staging.
+func Memory[K comparable, V, R any](view func(*Unit[K, V]) R) func(Tx) R {
+	s := NewStaged[K, V]()
+	return func(tx Tx) R { return view(s.Unit(tx)) }
+}

@@ -39,7 +39,7 @@ type Service struct {
 // newService returns a Service whose store is chosen per unit of work,
 // with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, now func() time.Time) *Service {
-	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, newMemoryStore().repository)}
+	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, handlers.Memory(newMemoryRepository))}
 }
 
 // dados is the part of every pedido event's payload the analytics read.

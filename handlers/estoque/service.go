@@ -18,7 +18,7 @@ type Service struct {
 // newService returns a Service whose store is chosen per unit of work,
 // with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, now func() time.Time) *Service {
-	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, newMemoryStore().repository)}
+	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, handlers.Memory(newMemoryRepository))}
 }
 
 // handle (estoque.pedidos) reserves on pedido.criado and releases on
