@@ -1,6 +1,7 @@
 package car
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -184,8 +185,16 @@ func ibge(s string) bool {
 	return true
 }
 
-// newEvent builds one of the plugin's events about processoID, occurring
-// at at: its AggregateID keeps a processo's events in order on Kafka.
-func newEvent(name, processoID string, at time.Time, payload any) (event.Event, error) {
-	return event.NewFor(name, Source, processoID, at, payload)
+// raise writes with write and publishes in tx one of the plugin's events
+// about processoID, occurring at at: both or neither. Its AggregateID
+// keeps a processo's events in order on Kafka.
+func raise(ctx context.Context, tx handlers.Tx, name, processoID string, at time.Time, payload any, write func() error) error {
+	e, err := event.NewFor(name, Source, processoID, at, payload)
+	if err != nil {
+		return err
+	}
+	if err := write(); err != nil {
+		return err
+	}
+	return tx.Publish(ctx, e)
 }

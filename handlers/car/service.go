@@ -61,14 +61,7 @@ func (s *Service) Submeter(ctx context.Context, cmd SubmeterProcesso) (Processo,
 	}
 	p := Processo{ID: uuid.NewString(), RequerenteID: cmd.RequerenteID, MunicipioIBGE: cmd.MunicipioIBGE, Status: StatusSubmetido, SubmetidoEm: s.Clock()}
 	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		e, err := newEvent(EventProcessoSubmetido, p.ID, p.SubmetidoEm, p.referencia())
-		if err != nil {
-			return err
-		}
-		if err := s.Repo(tx).AddProcesso(ctx, p); err != nil {
-			return err
-		}
-		return tx.Publish(ctx, e)
+		return raise(ctx, tx, EventProcessoSubmetido, p.ID, p.SubmetidoEm, p.referencia(), func() error { return s.Repo(tx).AddProcesso(ctx, p) })
 	})
 	if err != nil {
 		return Processo{}, err
@@ -80,31 +73,16 @@ func (s *Service) Submeter(ctx context.Context, cmd SubmeterProcesso) (Processo,
 // A regular processo is left as it is, with no second event, so the
 // request can be repeated safely.
 func (s *Service) Regularizar(ctx context.Context, id string) (Processo, error) {
-	var out Processo
-	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+	return handlers.Result(ctx, s.Tx, func(ctx context.Context, tx handlers.Tx) (Processo, error) {
 		repo := s.Repo(tx)
 		p, err := repo.GetProcesso(ctx, id)
-		if err != nil {
-			return err
+		if err != nil || p.Status == StatusRegular {
+			return p, err
 		}
-		if p.Status != StatusRegular {
-			now := s.Clock()
-			p.Status, p.RegularizadoEm = StatusRegular, &now
-			e, err := newEvent(EventProcessoRegular, p.ID, now, p.referencia())
-			if err != nil {
-				return err
-			}
-			if err := repo.SaveProcesso(ctx, p); err != nil {
-				return err
-			}
-			if err := tx.Publish(ctx, e); err != nil {
-				return err
-			}
-		}
-		out = p
-		return nil
+		now := s.Clock()
+		p.Status, p.RegularizadoEm = StatusRegular, &now
+		return p, raise(ctx, tx, EventProcessoRegular, p.ID, now, p.referencia(), func() error { return repo.SaveProcesso(ctx, p) })
 	})
-	return out, err
 }
 
 // AnexarDocumento is the body of POST /processos/{id}/documentos.
@@ -169,14 +147,7 @@ func (s *Service) addToProcesso(ctx context.Context, processoID, name string, at
 		if err != nil {
 			return err
 		}
-		e, err := newEvent(name, p.ID, at, payload(p.referencia()))
-		if err != nil {
-			return err
-		}
-		if err := add(ctx, repo); err != nil {
-			return err
-		}
-		return tx.Publish(ctx, e)
+		return raise(ctx, tx, name, p.ID, at, payload(p.referencia()), func() error { return add(ctx, repo) })
 	})
 }
 
