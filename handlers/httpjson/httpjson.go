@@ -19,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -145,6 +147,19 @@ func ParamCommand[In, Cmd, Out any](logger *slog.Logger, status int, read func(*
 		}
 		out, err := use(r.Context(), in, cmd)
 		Respond(w, r, logger, status, out, err)
+	}
+}
+
+// PathID reads a positive integer id from the path parameter param, for
+// Param and ParamCommand; anything else is answered with invalid, the
+// plugin's own words (an error of kind handlers.ErrInvalid).
+func PathID(param string, invalid error) func(*http.Request) (int64, error) {
+	return func(r *http.Request) (int64, error) {
+		id, err := strconv.ParseInt(chi.URLParam(r, param), 10, 64)
+		if err != nil || id <= 0 {
+			return 0, invalid
+		}
+		return id, nil
 	}
 }
 

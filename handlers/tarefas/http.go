@@ -76,11 +76,7 @@ type ConcluirTarefa struct {
 
 // pathID reads the task id in the path.
 func pathID(r *http.Request) (int64, error) {
-	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("%w: id no caminho deve ser um inteiro positivo", ErrInvalida)
-	}
-	return id, nil
+	return httpjson.PathID("id", fmt.Errorf("%w: id no caminho deve ser um inteiro positivo", ErrInvalida))(r)
 }
 
 // query reads the query string of a route whose parameters are positive
