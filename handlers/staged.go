@@ -3,6 +3,7 @@ package handlers
 import (
 	"maps"
 	"sync"
+	"sync/atomic"
 )
 
 // Staged keeps a plugin's rows in the process, for the memory environment:
@@ -16,6 +17,7 @@ type Staged[K comparable, V any] struct {
 	committed map[K]V
 	open      Tx
 	unit      *Unit[K, V]
+	seq       atomic.Int64
 }
 
 // NewStaged returns an empty store.
@@ -74,6 +76,10 @@ func (u *Unit[K, V]) Delete(k K) {
 	delete(u.staged, k)
 	u.deleted[k] = true
 }
+
+// Sequence returns the store's next id, as a PostgreSQL sequence does: a
+// rolled-back unit leaves nothing but a used id.
+func (u *Unit[K, V]) Sequence() int64 { return u.s.seq.Add(1) }
 
 // All is every row the unit sees: what is committed, with its own writes
 // over it.

@@ -99,6 +99,23 @@ func TestStoreInMemory(t *testing.T) {
 	}
 }
 
+// Ids come from one sequence for the store, and a rolled-back unit's id is
+// not given again, as with a PostgreSQL sequence.
+func TestSequence(t *testing.T) {
+	s := handlers.NewStaged[int64, string]()
+	txr := plugintest.Memory()
+	var ids []int64
+	for _, err := range []error{errors.New("roll back"), nil} {
+		_ = txr.InTx(context.Background(), func(_ context.Context, tx handlers.Tx) error {
+			ids = append(ids, s.Unit(tx).Sequence())
+			return err
+		})
+	}
+	if len(ids) != 2 || ids[0] != 1 || ids[1] != 2 {
+		t.Errorf("ids %v, want [1 2]", ids)
+	}
+}
+
 // The memory transactor's units have no PostgreSQL transaction, so they
 // get the memory repository.
 func TestRepositoriesInMemory(t *testing.T) {

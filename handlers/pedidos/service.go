@@ -20,7 +20,7 @@ type Service struct {
 // newService returns a Service whose store is chosen per unit of work,
 // with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, versoes []int, now func() time.Time) *Service {
-	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, newMemoryStore().repository), versoes: versoes}
+	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, handlers.Memory(newMemoryRepository)), versoes: versoes}
 }
 
 // CriarPedido is the body of POST /pedidos.

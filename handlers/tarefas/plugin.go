@@ -27,6 +27,6 @@ func Plugin() handlers.Definition {
 }
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
-	svc := &Service{handlers.NewStore(deps.Tx, deps.Clock(), newPostgresRepository, newMemoryStore().repository)}
+	svc := &Service{handlers.NewStore(deps.Tx, deps.Clock(), newPostgresRepository, handlers.Memory(newMemoryRepository))}
 	return handlers.Plugin{Routes: routes(svc, deps.Logger)}, nil
 }

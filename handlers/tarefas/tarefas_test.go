@@ -69,7 +69,7 @@ func services(t *testing.T) map[string]func(routable func(string) error) (*Servi
 	for _, name := range []string{"memory", "postgres"} {
 		out[name] = func(routable func(string) error) (*Service, func() int) {
 			s := plugintest.Stores(t, routable, migrations.Set{Name: "tarefas", Files: Migrations()})[name]()
-			svc := &Service{handlers.NewStore(s.Tx, time.Now, newPostgresRepository, newMemoryStore().repository)}
+			svc := &Service{handlers.NewStore(s.Tx, time.Now, newPostgresRepository, handlers.Memory(newMemoryRepository))}
 			return svc, func() int { return len(s.Committed()) }
 		}
 	}
