@@ -1,6 +1,9 @@
 package handlers
 
-import "errors"
+import (
+	"errors"
+	"unicode/utf8"
+)
 
 // The kinds of error a use case returns. A plugin names its own errors, in
 // its own words, with NewError; the HTTP layer (httpjson.Fail) answers each
@@ -30,3 +33,15 @@ type kindError struct {
 
 func (e *kindError) Error() string { return e.msg }
 func (e *kindError) Unwrap() error { return e.kind }
+
+// Cut shortens s to at most n bytes on a character boundary, marking the
+// cut: for quoting what a client sent in an error message.
+func Cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}

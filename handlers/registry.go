@@ -89,6 +89,17 @@ type BatchHandlerFunc func(ctx context.Context, events []event.Event) error
 type Deps struct {
 	Logger *slog.Logger
 	Tx     Transactor
+	// Now is the plugin's clock; nil is time.Now. A test sets it to see
+	// known times.
+	Now func() time.Time
+}
+
+// Clock is Now, or time.Now when Now is not set.
+func (d Deps) Clock() func() time.Time {
+	if d.Now == nil {
+		return time.Now
+	}
+	return d.Now
 }
 
 // Plugin is a built plugin.

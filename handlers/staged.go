@@ -3,6 +3,7 @@ package handlers
 import (
 	"maps"
 	"sync"
+	"sync/atomic"
 )
 
 // Staged keeps a plugin's rows in the process, for the memory environment:
@@ -16,6 +17,7 @@ type Staged[K comparable, V any] struct {
 	committed map[K]V
 	open      Tx
 	unit      *Unit[K, V]
+	seq       atomic.Int64
 }
 
 // NewStaged returns an empty store.
@@ -75,6 +77,10 @@ func (u *Unit[K, V]) Delete(k K) {
 	u.deleted[k] = true
 }
 
+// Sequence returns the store's next id, as a PostgreSQL sequence does: a
+// rolled-back unit leaves nothing but a used id.
+func (u *Unit[K, V]) Sequence() int64 { return u.s.seq.Add(1) }
+
 // All is every row the unit sees: what is committed, with its own writes
 // over it.
 func (u *Unit[K, V]) All() map[K]V {
@@ -84,4 +90,12 @@ func (u *Unit[K, V]) All() map[K]V {
 	maps.DeleteFunc(all, func(k K, _ V) bool { return u.deleted[k] })
 	maps.Copy(all, u.staged)
 	return all
+}
+
+// Memory is the memory repository of each unit of work over one Staged
+// store, made here and kept for the life of what it returns: view makes
+// the repository of one unit's staging.
+func Memory[K comparable, V, R any](view func(*Unit[K, V]) R) func(Tx) R {
+	s := NewStaged[K, V]()
+	return func(tx Tx) R { return view(s.Unit(tx)) }
 }

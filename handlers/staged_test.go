@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,12 +38,17 @@ func TestStaged(t *testing.T) {
 	}); !errors.Is(err, rollback) {
 		t.Fatal(err)
 	}
-	_ = txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		if all := s.Unit(tx).All(); len(all) != 1 || all[1] != "a" {
-			t.Errorf("after a rollback: %v", all)
-		}
-		return nil
+	if all := committed(txr, s); len(all) != 1 || all[1] != "a" {
+		t.Errorf("after a rollback: %v", all)
+	}
+}
+
+// committed is what a new unit of work of txr sees in s.
+func committed(txr handlers.Transactor, s *handlers.Staged[int, string]) map[int]string {
+	all, _ := handlers.Result(context.Background(), txr, func(_ context.Context, tx handlers.Tx) (map[int]string, error) {
+		return s.Unit(tx).All(), nil
 	})
+	return all
 }
 
 // A delete is staged like a write: seen by the unit at once, by others
@@ -68,12 +74,46 @@ func TestStagedDelete(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_ = txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		if all := s.Unit(tx).All(); len(all) != 1 || all[2] != "b" {
-			t.Errorf("after the delete committed: %v", all)
-		}
-		return nil
-	})
+	if all := committed(txr, s); len(all) != 1 || all[2] != "b" {
+		t.Errorf("after the delete committed: %v", all)
+	}
+}
+
+// A Store in memory writes through its Memory repository, and reads what
+// committed; its clock is UTC to the microsecond.
+func TestStoreInMemory(t *testing.T) {
+	ctx := context.Background()
+	type repo = *handlers.Unit[int, string]
+	s := handlers.NewStore(plugintest.Memory(), func() time.Time { return time.Date(2026, 1, 15, 7, 30, 0, 1500, time.FixedZone("BRT", -3*3600)) },
+		func(pgx.Tx) repo { panic("no PostgreSQL in memory") },
+		handlers.Memory(func(u repo) repo { return u }))
+	if err := s.Write(ctx, func(_ context.Context, r repo) error { r.Put(1, "a"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := handlers.Read(ctx, s, func(_ context.Context, r repo) (map[int]string, error) { return r.All(), nil })
+	if err != nil || len(got) != 1 || got[1] != "a" {
+		t.Errorf("Read = %v, %v; want 1:a", got, err)
+	}
+	if want := time.Date(2026, 1, 15, 10, 30, 0, 1000, time.UTC); s.Clock() != want {
+		t.Errorf("Clock = %v, want %v", s.Clock(), want)
+	}
+}
+
+// Ids come from one sequence for the store, and a rolled-back unit's id is
+// not given again, as with a PostgreSQL sequence.
+func TestSequence(t *testing.T) {
+	s := handlers.NewStaged[int64, string]()
+	txr := plugintest.Memory()
+	var ids []int64
+	for _, err := range []error{errors.New("roll back"), nil} {
+		_ = txr.InTx(context.Background(), func(_ context.Context, tx handlers.Tx) error {
+			ids = append(ids, s.Unit(tx).Sequence())
+			return err
+		})
+	}
+	if len(ids) != 2 || ids[0] != 1 || ids[1] != 2 {
+		t.Errorf("ids %v, want [1 2]", ids)
+	}
 }
 
 // The memory transactor's units have no PostgreSQL transaction, so they

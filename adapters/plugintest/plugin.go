@@ -3,6 +3,7 @@ package plugintest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,10 +28,10 @@ type Plugin struct {
 }
 
 // Build builds a plugin over s with build, which gets the store's unit of
-// work and the test logger.
+// work, the test logger and a Clock (build may set another).
 func Build(t testing.TB, s Store, build func(handlers.Deps) (handlers.Plugin, error)) *Plugin {
 	t.Helper()
-	p, err := build(handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx})
+	p, err := build(handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx, Now: Clock()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +40,11 @@ func Build(t testing.TB, s Store, build func(handlers.Deps) (handlers.Plugin, er
 		p.Routes(r)
 	}
 	return &Plugin{Plugin: p, Store: s, t: t, router: r}
+}
+
+// Defaults is def's build with its default configuration, for Build.
+func Defaults(def handlers.Definition) func(handlers.Deps) (handlers.Plugin, error) {
+	return func(deps handlers.Deps) (handlers.Plugin, error) { return def.Build(def.NewConfig(), deps) }
 }
 
 // Serve answers req.
@@ -81,6 +87,21 @@ func (p *Plugin) Deliver(sub string, e event.Event) error {
 	return p.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
 		return p.Handlers[sub](ctx, e)
 	})
+}
+
+// Relay delivers the events that reach the subscription s (see Reaches)
+// to its handler, in order, as the broker would route them; it stops at
+// the first that fails.
+func (p *Plugin) Relay(s handlers.Subscription, events []event.Event) error {
+	for _, e := range events {
+		if !Reaches(s, e) {
+			continue
+		}
+		if err := p.Deliver(s.Name, e); err != nil {
+			return fmt.Errorf("deliver %s: %w", e.Name, err)
+		}
+	}
+	return nil
 }
 
 // Events decodes every committed event, in order.

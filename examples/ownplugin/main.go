@@ -76,63 +76,48 @@ func (s store) put(ctx context.Context, tx handlers.Tx, n note) error {
 	return nil
 }
 
-func (s store) get(ctx context.Context, tx handlers.Tx, id string) (note, bool, error) {
+// errNoNote: no note with that id.
+var errNoNote = handlers.NewError(handlers.ErrNotFound, "no such note")
+
+func (s store) get(ctx context.Context, tx handlers.Tx, id string) (note, error) {
 	if pg := tx.Postgres(); pg != nil {
 		var n note
 		err := pg.QueryRow(ctx, `SELECT id, text, seen FROM notes WHERE id = $1`, id).Scan(&n.ID, &n.Text, &n.Seen)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return note{}, false, nil
+			return note{}, errNoNote
 		}
-		return n, err == nil, err
+		return n, err
 	}
-	n, ok := s.memory.Unit(tx).Get(id)
-	return n, ok, nil
+	if n, ok := s.memory.Unit(tx).Get(id); ok {
+		return n, nil
+	}
+	return note{}, errNoNote
 }
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 	s := store{memory: handlers.NewStaged[string, note]()}
-	routes := func(r chi.Router) {
-		r.Post("/notes", func(w http.ResponseWriter, r *http.Request) {
-			var n note
-			if !httpjson.Decode(w, r, &n) {
-				return
+	add := func(ctx context.Context, n note) (note, error) {
+		if n.ID == "" || n.Seen {
+			return note{}, handlers.NewError(handlers.ErrInvalid, "a note needs an id, and is not seen yet")
+		}
+		return handlers.Result(ctx, deps.Tx, func(ctx context.Context, tx handlers.Tx) (note, error) {
+			if err := s.put(ctx, tx, n); err != nil {
+				return note{}, err
 			}
-			if n.ID == "" || n.Seen {
-				httpjson.Error(w, http.StatusBadRequest, "a note needs an id, and is not seen yet")
-				return
-			}
-			err := deps.Tx.InTx(r.Context(), func(ctx context.Context, tx handlers.Tx) error {
-				if err := s.put(ctx, tx, n); err != nil {
-					return err
-				}
-				e, err := event.New(NoteAdded, "notes", map[string]string{"id": n.ID})
-				if err != nil {
-					return err
-				}
-				return tx.Publish(ctx, e) // leaves with the note's row, or not at all
-			})
+			e, err := event.New(NoteAdded, "notes", map[string]string{"id": n.ID})
 			if err != nil {
-				httpjson.ServerError(w, r, deps.Logger, err)
-				return
+				return note{}, err
 			}
-			httpjson.Write(w, http.StatusCreated, n)
+			return n, tx.Publish(ctx, e) // leaves with the note's row, or not at all
 		})
-		r.Get("/notes/{id}", func(w http.ResponseWriter, r *http.Request) {
-			var n note
-			var found bool
-			err := deps.Tx.InTx(r.Context(), func(ctx context.Context, tx handlers.Tx) (err error) {
-				n, found, err = s.get(ctx, tx, chi.URLParam(r, "id"))
-				return err
-			})
-			switch {
-			case err != nil:
-				httpjson.ServerError(w, r, deps.Logger, err)
-			case !found:
-				httpjson.Error(w, http.StatusNotFound, "no such note")
-			default:
-				httpjson.Write(w, http.StatusOK, n)
-			}
-		})
+	}
+	get := func(ctx context.Context, id string) (note, error) {
+		return handlers.Result(ctx, deps.Tx, func(ctx context.Context, tx handlers.Tx) (note, error) { return s.get(ctx, tx, id) })
+	}
+	pathID := func(r *http.Request) (string, error) { return chi.URLParam(r, "id"), nil }
+	routes := func(r chi.Router) {
+		r.Post("/notes", httpjson.Command(deps.Logger, http.StatusCreated, add))
+		r.Get("/notes/{id}", httpjson.Param(deps.Logger, http.StatusOK, pathID, get))
 	}
 	added := func(ctx context.Context, e event.Event) error {
 		var p struct {
@@ -143,12 +128,9 @@ func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 		}
 		// Joins the delivery's unit of work: the note is seen once.
 		return deps.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-			n, found, err := s.get(ctx, tx, p.ID)
+			n, err := s.get(ctx, tx, p.ID)
 			if err != nil {
-				return err
-			}
-			if !found {
-				return fmt.Errorf("note %q not found", p.ID)
+				return fmt.Errorf("note %q: %w", p.ID, err)
 			}
 			n.Seen = true
 			return s.put(ctx, tx, n)

@@ -4,17 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/moenda/moenda/adapters/plugintest"
-	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/pedidos"
 	"github.com/moenda/moenda/migrations"
@@ -36,9 +30,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, s store) *fixture {
 	t.Helper()
-	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
-		return buildWithClock(deps, func() time.Time { return time.Date(2026, 1, 15, 10, 30, 0, 0, time.UTC) })
-	})
+	p := plugintest.Build(t, s, plugintest.Defaults(Plugin()))
 	return &fixture{Plugin: p, t: t}
 }
 
@@ -167,30 +159,14 @@ func TestWithThePublisher(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newStore()
 			f := newFixture(t, s)
-			def := pedidos.Plugin()
-			pub, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := chi.NewRouter()
-			pub.Routes(r)
+			pub := plugintest.Build(t, s, plugintest.Defaults(pedidos.Plugin()))
 			for _, req := range []string{"/pedidos", "/pedidos", "/pedidos", "/pedidos/1/pagar", "/pedidos/2/cancelar", "/pedidos/1/pagar"} {
-				rec := httptest.NewRecorder()
-				r.ServeHTTP(rec, httptest.NewRequest("POST", req, strings.NewReader(`{"itens":[{"produto_id":7,"quantidade":2}],"total_centavos":1990}`)))
-				if rec.Code/100 != 2 {
+				if rec := pub.Do("POST", req, `{"itens":[{"produto_id":7,"quantidade":2}],"total_centavos":1990}`); rec.Code/100 != 2 {
 					t.Fatalf("POST %s = %d %s", req, rec.Code, rec.Body)
 				}
 			}
-			for _, b := range s.Committed() {
-				e, err := event.Decode(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if received(e) {
-					if err := f.deliver(e); err != nil {
-						t.Fatalf("deliver %s: %v", e.Name, err)
-					}
-				}
+			if err := f.Relay(Plugin().Subscriptions[0], pub.Events()); err != nil {
+				t.Fatal(err)
 			}
 			body, _ := f.resumo()
 			if want := `{"por_tipo":{"pedido.cancelado":1,"pedido.criado":3,"pedido.pago":1},"por_versao":{"pedido.cancelado.v1":1,"pedido.criado.v1":3,"pedido.criado.v2":3,"pedido.pago.v1":1}}`; body != want {

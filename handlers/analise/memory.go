@@ -8,20 +8,14 @@ import (
 	"github.com/moenda/moenda/handlers"
 )
 
-// memoryStore keeps recorded events in the process, by event id. Writes
-// are staged in the unit of work and applied when it commits.
-type memoryStore struct {
-	rows *handlers.Staged[string, Registro]
-}
-
-func newMemoryStore() *memoryStore { return &memoryStore{rows: handlers.NewStaged[string, Registro]()} }
-
-// memoryRepository is one unit of work's view of the store.
+// memoryRepository is one unit of work's view of the recorded events kept
+// in the process, by event id (see handlers.Memory). Writes are staged in
+// the unit of work and applied when it commits.
 type memoryRepository struct {
 	*handlers.Unit[string, Registro]
 }
 
-func (s *memoryStore) repository(tx handlers.Tx) Repository { return memoryRepository{s.rows.Unit(tx)} }
+func newMemoryRepository(u *handlers.Unit[string, Registro]) Repository { return memoryRepository{u} }
 
 func (r memoryRepository) Add(_ context.Context, reg Registro, _ time.Time) error {
 	if _, ok := r.Get(reg.EventID); !ok {

@@ -8,7 +8,6 @@ package analise
 import (
 	"embed"
 	"io/fs"
-	"time"
 
 	"github.com/moenda/moenda/handlers"
 )
@@ -37,12 +36,7 @@ func Plugin() handlers.Definition {
 }
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
-	return buildWithClock(deps, time.Now)
-}
-
-// buildWithClock is build with its clock as a test seam.
-func buildWithClock(deps handlers.Deps, now func() time.Time) (handlers.Plugin, error) {
-	svc := newService(deps.Tx, now)
+	svc := newService(deps.Tx, deps.Clock())
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{SubPedidos: svc.registrar},
 		Routes:   routes(svc, deps.Logger),

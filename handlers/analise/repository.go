@@ -35,30 +35,29 @@ func (r postgresRepository) Add(ctx context.Context, reg Registro, at time.Time)
 
 func (r postgresRepository) Count(ctx context.Context) (Resumo, error) {
 	out := Resumo{PorTipo: map[string]int64{}, PorVersao: map[string]int64{}}
-	rows, err := r.tx.Query(ctx, `
+	if err := r.count(ctx, out.PorTipo, `
 		SELECT tipo, COUNT(DISTINCT pedido_id) FROM analise_eventos
-		WHERE pedido_id IS NOT NULL GROUP BY tipo`)
-	var name string
-	var n int64
-	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error {
-			out.PorTipo[name] = n
-			return nil
-		})
-	}
-	if err != nil {
+		WHERE pedido_id IS NOT NULL GROUP BY tipo`); err != nil {
 		return Resumo{}, fmt.Errorf("analise: count pedidos per type: %w", err)
 	}
-	rows, err = r.tx.Query(ctx, `
-		SELECT tipo || '.v' || versao, COUNT(*) FROM analise_eventos GROUP BY tipo, versao`)
-	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error {
-			out.PorVersao[name] = n
-			return nil
-		})
-	}
-	if err != nil {
+	if err := r.count(ctx, out.PorVersao, `
+		SELECT tipo || '.v' || versao, COUNT(*) FROM analise_eventos GROUP BY tipo, versao`); err != nil {
 		return Resumo{}, fmt.Errorf("analise: count events per version: %w", err)
 	}
 	return out, nil
+}
+
+// count puts each row of query, a name and a count, into into.
+func (r postgresRepository) count(ctx context.Context, into map[string]int64, query string) error {
+	rows, err := r.tx.Query(ctx, query)
+	if err != nil {
+		return err
+	}
+	var name string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+		into[name] = n
+		return nil
+	})
+	return err
 }

@@ -33,15 +33,13 @@ type Resumo struct {
 // Service holds the consumer and the query. The consumer's write joins
 // its delivery's unit of work, with the inbox claim.
 type Service struct {
-	tx   handlers.Transactor
-	repo func(handlers.Tx) Repository
-	now  func() time.Time
+	handlers.Store[Repository]
 }
 
 // newService returns a Service whose store is chosen per unit of work,
 // with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, now func() time.Time) *Service {
-	return &Service{tx: tx, now: now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
+	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, handlers.Memory(newMemoryRepository))}
 }
 
 // dados is the part of every pedido event's payload the analytics read.
@@ -72,14 +70,14 @@ func (s *Service) registrar(ctx context.Context, e event.Event) error {
 		return err
 	}
 	r := Registro{EventID: e.ID, Tipo: name.Base, Versao: name.Version, PedidoID: d.PedidoID, OcorridoEm: e.OccurredAt.UTC().Truncate(time.Microsecond)}
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).Add(ctx, r, s.now().UTC().Truncate(time.Microsecond))
+	return s.Write(ctx, func(ctx context.Context, repo Repository) error {
+		return repo.Add(ctx, r, s.Clock())
 	})
 }
 
 // Resumo counts what was recorded.
 func (s *Service) Resumo(ctx context.Context) (Resumo, error) {
-	return handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Resumo, error) {
-		return s.repo(tx).Count(ctx)
+	return handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Resumo, error) {
+		return repo.Count(ctx)
 	})
 }

@@ -36,7 +36,7 @@ func Plugin() handlers.Definition {
 }
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
-	svc := &service{tx: deps.Tx, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
+	svc := &service{handlers.NewStore(deps.Tx, deps.Clock(), newPostgresRepository, handlers.Memory(newMemoryRepository))}
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{subscription: svc.handle},
 		Batches:  map[string]handlers.BatchHandlerFunc{subscription: svc.handleBatch},

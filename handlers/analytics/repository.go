@@ -108,20 +108,13 @@ func dayBounds(t time.Time) (time.Time, time.Time) {
 	return start, start.AddDate(0, 0, 1)
 }
 
-// memoryStore keeps facts in the process, by event id, staged per unit of
-// work (handlers.Staged). Times are rounded to the microsecond, as
-// PostgreSQL stores them, so both stores draw the same line at Rewind's
-// from.
-type memoryStore struct {
-	rows *handlers.Staged[string, fato]
-}
-
-func newMemoryStore() *memoryStore { return &memoryStore{rows: handlers.NewStaged[string, fato]()} }
-
-// memoryRepository is one unit of work's view of the store.
+// memoryRepository is one unit of work's view of the facts kept in the
+// process, by event id, staged per unit of work (handlers.Memory). Times
+// are rounded to the microsecond, as PostgreSQL stores them, so both
+// stores draw the same line at Rewind's from.
 type memoryRepository struct{ *handlers.Unit[string, fato] }
 
-func (s *memoryStore) repository(tx handlers.Tx) repository { return memoryRepository{s.rows.Unit(tx)} }
+func newMemoryRepository(u *handlers.Unit[string, fato]) repository { return memoryRepository{u} }
 
 func (r memoryRepository) Add(_ context.Context, facts ...fato) error {
 	for _, f := range facts {

@@ -55,8 +55,7 @@ type fato struct {
 // service holds the plugin's work; each piece runs in one unit of work, a
 // handler's joining its delivery's, so a fact commits with the inbox claim.
 type service struct {
-	tx   handlers.Transactor
-	repo func(handlers.Tx) repository
+	handlers.Store[repository]
 }
 
 // handle records the event as a fact. It never rejects an event: one
@@ -73,8 +72,8 @@ func (s *service) handleBatch(ctx context.Context, events []event.Event) error {
 	for i, e := range events {
 		facts[i] = fato{EventID: e.ID, Evento: e.RoutingKey(), OcorridoEm: e.OccurredAt, MunicipioIBGE: municipio(e.Payload)}
 	}
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).Add(ctx, facts...)
+	return s.Write(ctx, func(ctx context.Context, repo repository) error {
+		return repo.Add(ctx, facts...)
 	})
 }
 
@@ -82,15 +81,15 @@ func (s *service) handleBatch(ctx context.Context, events []event.Event) error {
 // zero time: all): `moenda replay` reads them again, and they must count
 // once, as if never seen.
 func (s *service) rewind(ctx context.Context, from time.Time) error {
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).DeleteFrom(ctx, from)
+	return s.Write(ctx, func(ctx context.Context, repo repository) error {
+		return repo.DeleteFrom(ctx, from)
 	})
 }
 
 // contagens counts the facts, of the UTC day dia only when it is not nil.
 func (s *service) contagens(ctx context.Context, dia *time.Time) (Contagens, error) {
-	c, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Contagens, error) {
-		return s.repo(tx).Count(ctx, dia)
+	c, err := handlers.Read(ctx, s.Store, func(ctx context.Context, repo repository) (Contagens, error) {
+		return repo.Count(ctx, dia)
 	})
 	if err != nil {
 		return Contagens{}, err

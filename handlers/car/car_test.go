@@ -48,9 +48,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, s store) *fixture {
 	t.Helper()
-	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
-		return buildWithClock(defaultConfig(), deps, plugintest.Clock())
-	})
+	p := plugintest.Build(t, s, plugintest.Defaults(Plugin()))
 	return &fixture{Plugin: p, t: t}
 }
 
@@ -59,6 +57,19 @@ func (f *fixture) submeter(municipio string) Processo {
 	var p Processo
 	f.Must(http.StatusCreated, "POST", "/processos", fmt.Sprintf(`{"requerente_id":"req-1","municipio_ibge":%q}`, municipio), &p)
 	return p
+}
+
+// escrever makes every write of a processo, in 2111300: submits it,
+// attaches planta.pdf, sends the mensagem texto and regularizes it.
+func (f *fixture) escrever(texto string) (Processo, Documento, Mensagem) {
+	f.t.Helper()
+	p := f.submeter("2111300")
+	var d Documento
+	f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
+	var m Mensagem
+	f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", fmt.Sprintf(`{"texto":%q}`, texto), &m)
+	f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+	return p, d, m
 }
 
 func (f *fixture) ficha(id string) Ficha {
@@ -215,7 +226,7 @@ func TestRoutes(t *testing.T) {
 			for _, tt := range tests {
 				rec := f.Do(tt.method, tt.path, tt.body)
 				if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
-					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, cut(tt.body, 80), rec.Code, rec.Body, tt.code, tt.want)
+					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, handlers.Cut(tt.body, 80), rec.Code, rec.Body, tt.code, tt.want)
 				}
 			}
 			if got := f.ficha(p.ID); got.Status != StatusRegular || len(got.Documentos) != 2 || len(got.Mensagens) != 2 {
@@ -250,12 +261,7 @@ func TestWritesRaiseTheirEvents(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, newStore(routeAll))
-			p := f.submeter("2111300")
-			var d Documento
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
-			var m Mensagem
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá, requerente"}`, &m)
-			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			p, d, m := f.escrever("Olá, requerente")
 			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
 
 			ref := map[string]any{"processo_id": p.ID, "requerente_id": "req-1", "municipio_ibge": "2111300"}
@@ -333,12 +339,7 @@ func TestConsumersEffects(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, newStore(routeAll))
-			p := f.submeter("2111300")
-			var d Documento
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
-			var m Mensagem
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, &m)
-			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+			p, d, m := f.escrever("Olá")
 
 			before := f.ficha(p.ID)
 			if before.Analista != nil || len(before.Notificacoes) != 0 || before.Documentos[0].OCR != nil || before.SICAR != nil || before.Mensagens[0].EntregueEm != nil {
@@ -510,7 +511,7 @@ func TestBadPayloadIsPermanent(t *testing.T) {
 	}
 
 	down := errors.New("connection refused")
-	p, err := buildWithClock(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: failing{down}}, time.Now)
+	p, err := build(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: failing{down}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -20,12 +19,8 @@ import (
 // atribuirAnalista (processos.analista) assigns the next analyst in turn
 // to a submitted processo; a processo keeps its first analyst.
 func (s *Service) atribuirAnalista(ctx context.Context, e event.Event) error {
-	var p Referencia
-	if err := event.DecodePayload(e, &p, Referencia.Validate); err != nil {
-		return err
-	}
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).AddAtribuicao(ctx, canonical(p.ProcessoID), s.clock(), s.analistas)
+	return consume(ctx, s, e, Referencia.Validate, func(ctx context.Context, repo Repository, p Referencia) error {
+		return repo.AddAtribuicao(ctx, canonical(p.ProcessoID), s.Clock(), s.analistas)
 	})
 }
 
@@ -45,39 +40,26 @@ func (s *Service) notificar(ctx context.Context, e event.Event) error {
 	default: // the subscription's Handles keep others away
 		return event.Permanent(fmt.Errorf("car: notificacao does not handle %s", e.Name))
 	}
-	n := Notificacao{EventID: e.ID, ProcessoID: canonical(p.ProcessoID), Evento: e.RoutingKey(), RequerenteID: p.RequerenteID, Texto: texto, CriadaEm: s.clock()}
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).AddNotificacao(ctx, n)
+	n := Notificacao{EventID: e.ID, ProcessoID: canonical(p.ProcessoID), Evento: e.RoutingKey(), RequerenteID: p.RequerenteID, Texto: texto, CriadaEm: s.Clock()}
+	return s.Write(ctx, func(ctx context.Context, repo Repository) error {
+		return repo.AddNotificacao(ctx, n)
 	})
 }
 
 // solicitarOCR (documentos.ocr) creates the documento's OCR job, pending.
 func (s *Service) solicitarOCR(ctx context.Context, e event.Event) error {
-	var p DocumentoAnexado
-	err := event.DecodePayload(e, &p, func(p DocumentoAnexado) error {
-		if err := p.Referencia.Validate(); err != nil {
-			return err
-		}
-		return checkUUID("documento_id", p.DocumentoID)
-	})
-	if err != nil {
-		return err
-	}
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).AddOCR(ctx, canonical(p.DocumentoID), canonical(p.ProcessoID), s.clock())
+	valid := func(p DocumentoAnexado) error { return p.Referencia.ValidateWith("documento_id", p.DocumentoID) }
+	return consume(ctx, s, e, valid, func(ctx context.Context, repo Repository, p DocumentoAnexado) error {
+		return repo.AddOCR(ctx, canonical(p.DocumentoID), canonical(p.ProcessoID), s.Clock())
 	})
 }
 
 // solicitarSICAR (integracao.sicar) records the request to integrate a
 // regular processo with SICAR.
 func (s *Service) solicitarSICAR(ctx context.Context, e event.Event) error {
-	var p Referencia
-	if err := event.DecodePayload(e, &p, Referencia.Validate); err != nil {
-		return err
-	}
-	req := SICAR{Status: SICARSolicitada, MunicipioIBGE: p.MunicipioIBGE, SolicitadaEm: s.clock()}
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).AddSICAR(ctx, canonical(p.ProcessoID), req)
+	return consume(ctx, s, e, Referencia.Validate, func(ctx context.Context, repo Repository, p Referencia) error {
+		req := SICAR{Status: SICARSolicitada, MunicipioIBGE: p.MunicipioIBGE, SolicitadaEm: s.Clock()}
+		return repo.AddSICAR(ctx, canonical(p.ProcessoID), req)
 	})
 }
 
@@ -85,19 +67,20 @@ func (s *Service) solicitarSICAR(ctx context.Context, e event.Event) error {
 // channel, the core's own interface: delivering is recording it as
 // delivered, with the time, for the requerente's page to show.
 func (s *Service) entregarMensagem(ctx context.Context, e event.Event) error {
-	var p MensagemWeb
-	err := event.DecodePayload(e, &p, func(p MensagemWeb) error {
-		if err := p.Referencia.Validate(); err != nil {
-			return err
-		}
-		return checkUUID("mensagem_id", p.MensagemID)
+	valid := func(p MensagemWeb) error { return p.Referencia.ValidateWith("mensagem_id", p.MensagemID) }
+	return consume(ctx, s, e, valid, func(ctx context.Context, repo Repository, p MensagemWeb) error {
+		return repo.AddEntrega(ctx, canonical(p.MensagemID), canonical(p.ProcessoID), s.Clock())
 	})
-	if err != nil {
+}
+
+// consume decodes e's payload P, checked by valid, and writes its effect
+// with write in the delivery's unit of work.
+func consume[P any](ctx context.Context, s *Service, e event.Event, valid func(P) error, write func(context.Context, Repository, P) error) error {
+	var p P
+	if err := event.DecodePayload(e, &p, valid); err != nil {
 		return err
 	}
-	return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		return s.repo(tx).AddEntrega(ctx, canonical(p.MensagemID), canonical(p.ProcessoID), s.clock())
-	})
+	return s.Write(ctx, func(ctx context.Context, repo Repository) error { return write(ctx, repo, p) })
 }
 
 // canonical writes a UUID already checked as one in its canonical form,

@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/moenda/moenda/handlers"
 )
@@ -82,15 +81,10 @@ func defaultConfig() Config {
 }
 
 func build(cfg Config, deps handlers.Deps) (handlers.Plugin, error) {
-	return buildWithClock(cfg, deps, time.Now)
-}
-
-// buildWithClock is build with its clock as a test seam.
-func buildWithClock(cfg Config, deps handlers.Deps, now func() time.Time) (handlers.Plugin, error) {
 	if err := cfg.Validate(); err != nil {
 		return handlers.Plugin{}, err
 	}
-	svc := newService(deps.Tx, slices.Clone(cfg.Analistas), now)
+	svc := newService(deps.Tx, slices.Clone(cfg.Analistas), deps.Clock())
 	return handlers.Plugin{
 		Handlers: map[string]handlers.HandlerFunc{
 			SubAnalista:    svc.atribuirAnalista,

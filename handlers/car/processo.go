@@ -1,10 +1,10 @@
 package car
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -147,9 +147,18 @@ func (r Referencia) Validate() error {
 		errs = append(errs, errors.New("requerente_id is missing"))
 	}
 	if !ibge(r.MunicipioIBGE) {
-		errs = append(errs, fmt.Errorf("municipio_ibge %q is not 7 digits", cut(r.MunicipioIBGE, 32)))
+		errs = append(errs, fmt.Errorf("municipio_ibge %q is not 7 digits", handlers.Cut(r.MunicipioIBGE, 32)))
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateWith is Validate, then checks the payload's own id, field,
+// which must be a UUID.
+func (r Referencia) ValidateWith(field, id string) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	return checkUUID(field, id)
 }
 
 // checkUUID says what is wrong with an id that must be a UUID.
@@ -158,7 +167,7 @@ func checkUUID(field, v string) error {
 		return fmt.Errorf("%s is missing", field)
 	}
 	if _, err := uuid.Parse(v); err != nil {
-		return fmt.Errorf("%s %q is not a UUID", field, cut(v, 64))
+		return fmt.Errorf("%s %q is not a UUID", field, handlers.Cut(v, 64))
 	}
 	return nil
 }
@@ -176,26 +185,16 @@ func ibge(s string) bool {
 	return true
 }
 
-// cut shortens s to at most n bytes on a character boundary, for a
-// message.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
-}
-
-// newEvent builds one of the plugin's events about processoID, occurring
-// at at: its AggregateID keeps a processo's events in order on Kafka.
-func newEvent(name, processoID string, at time.Time, payload any) (event.Event, error) {
-	e, err := event.New(name, Source, payload)
+// raise writes with write and publishes in tx one of the plugin's events
+// about processoID, occurring at at: both or neither. Its AggregateID
+// keeps a processo's events in order on Kafka.
+func raise(ctx context.Context, tx handlers.Tx, name, processoID string, at time.Time, payload any, write func() error) error {
+	e, err := event.NewFor(name, Source, processoID, at, payload)
 	if err != nil {
-		return event.Event{}, err
+		return err
 	}
-	e.OccurredAt = at
-	e.AggregateID = processoID
-	return e, nil
+	if err := write(); err != nil {
+		return err
+	}
+	return tx.Publish(ctx, e)
 }

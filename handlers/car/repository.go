@@ -47,13 +47,9 @@ type postgresRepository struct{ tx pgx.Tx }
 func newPostgresRepository(tx pgx.Tx) Repository { return postgresRepository{tx: tx} }
 
 func (r postgresRepository) AddProcesso(ctx context.Context, p Processo) error {
-	_, err := r.tx.Exec(ctx, `
+	return r.exec(ctx, "insert processo "+p.ID, `
 		INSERT INTO car_processos (id, requerente_id, municipio_ibge, status, submetido_em, regularizado_em)
 		VALUES ($1, $2, $3, $4, $5, $6)`, p.ID, p.RequerenteID, p.MunicipioIBGE, p.Status, p.SubmetidoEm, p.RegularizadoEm)
-	if err != nil {
-		return fmt.Errorf("car: insert processo %s: %w", p.ID, err)
-	}
-	return nil
 }
 
 func (r postgresRepository) GetProcesso(ctx context.Context, id string) (Processo, error) {
@@ -81,29 +77,17 @@ func (r postgresRepository) loadProcesso(ctx context.Context, id, lock string) (
 }
 
 func (r postgresRepository) SaveProcesso(ctx context.Context, p Processo) error {
-	_, err := r.tx.Exec(ctx, `UPDATE car_processos SET status = $2, regularizado_em = $3 WHERE id = $1`, p.ID, p.Status, p.RegularizadoEm)
-	if err != nil {
-		return fmt.Errorf("car: update processo %s: %w", p.ID, err)
-	}
-	return nil
+	return r.exec(ctx, "update processo "+p.ID, `UPDATE car_processos SET status = $2, regularizado_em = $3 WHERE id = $1`, p.ID, p.Status, p.RegularizadoEm)
 }
 
 func (r postgresRepository) AddDocumento(ctx context.Context, d Documento) error {
-	_, err := r.tx.Exec(ctx, `INSERT INTO car_documentos (id, processo_id, nome, anexado_em) VALUES ($1, $2, $3, $4)`,
+	return r.exec(ctx, "insert documento "+d.ID, `INSERT INTO car_documentos (id, processo_id, nome, anexado_em) VALUES ($1, $2, $3, $4)`,
 		d.ID, d.ProcessoID, d.Nome, d.AnexadoEm)
-	if err != nil {
-		return fmt.Errorf("car: insert documento %s: %w", d.ID, err)
-	}
-	return nil
 }
 
 func (r postgresRepository) AddMensagem(ctx context.Context, m Mensagem) error {
-	_, err := r.tx.Exec(ctx, `INSERT INTO car_mensagens (id, processo_id, texto, enviada_em) VALUES ($1, $2, $3, $4)`,
+	return r.exec(ctx, "insert mensagem "+m.ID, `INSERT INTO car_mensagens (id, processo_id, texto, enviada_em) VALUES ($1, $2, $3, $4)`,
 		m.ID, m.ProcessoID, m.Texto, m.EnviadaEm)
-	if err != nil {
-		return fmt.Errorf("car: insert mensagem %s: %w", m.ID, err)
-	}
-	return nil
 }
 
 func (r postgresRepository) GetFicha(ctx context.Context, id string) (Ficha, error) {
@@ -131,27 +115,23 @@ func (r postgresRepository) GetFicha(ctx context.Context, id string) (Ficha, err
 		return Ficha{}, fmt.Errorf("car: load sicar of %s: %w", id, err)
 	}
 
-	rows, err := r.tx.Query(ctx, `
+	f.Notificacoes, err = collect(ctx, r.tx, "notificacoes", id, `
 		SELECT event_id, evento, requerente_id, texto, criada_em FROM car_notificacoes
-		WHERE processo_id = $1 ORDER BY criada_em, event_id`, id)
-	if err == nil {
-		f.Notificacoes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Notificacao, error) {
+		WHERE processo_id = $1 ORDER BY criada_em, event_id`,
+		func(row pgx.CollectableRow) (Notificacao, error) {
 			n := Notificacao{ProcessoID: id}
 			err := row.Scan(&n.EventID, &n.Evento, &n.RequerenteID, &n.Texto, &n.CriadaEm)
 			n.CriadaEm = n.CriadaEm.UTC()
 			return n, err
 		})
-	}
 	if err != nil {
-		return Ficha{}, fmt.Errorf("car: load notificacoes of %s: %w", id, err)
+		return Ficha{}, err
 	}
-
-	rows, err = r.tx.Query(ctx, `
+	f.Documentos, err = collect(ctx, r.tx, "documentos", id, `
 		SELECT d.id::text, d.nome, d.anexado_em, o.status FROM car_documentos d
 		LEFT JOIN car_ocr o ON o.documento_id = d.id
-		WHERE d.processo_id = $1 ORDER BY d.anexado_em, d.id`, id)
-	if err == nil {
-		f.Documentos, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Documento, error) {
+		WHERE d.processo_id = $1 ORDER BY d.anexado_em, d.id`,
+		func(row pgx.CollectableRow) (Documento, error) {
 			d := Documento{ProcessoID: id}
 			var ocr *string
 			err := row.Scan(&d.ID, &d.Nome, &d.AnexadoEm, &ocr)
@@ -161,17 +141,14 @@ func (r postgresRepository) GetFicha(ctx context.Context, id string) (Ficha, err
 			}
 			return d, err
 		})
-	}
 	if err != nil {
-		return Ficha{}, fmt.Errorf("car: load documentos of %s: %w", id, err)
+		return Ficha{}, err
 	}
-
-	rows, err = r.tx.Query(ctx, `
+	f.Mensagens, err = collect(ctx, r.tx, "mensagens", id, `
 		SELECT m.id::text, m.texto, m.enviada_em, e.entregue_em FROM car_mensagens m
 		LEFT JOIN car_entregas e ON e.mensagem_id = m.id
-		WHERE m.processo_id = $1 ORDER BY m.enviada_em, m.id`, id)
-	if err == nil {
-		f.Mensagens, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Mensagem, error) {
+		WHERE m.processo_id = $1 ORDER BY m.enviada_em, m.id`,
+		func(row pgx.CollectableRow) (Mensagem, error) {
 			m := Mensagem{ProcessoID: id}
 			err := row.Scan(&m.ID, &m.Texto, &m.EnviadaEm, &m.EntregueEm)
 			m.EnviadaEm = m.EnviadaEm.UTC()
@@ -181,11 +158,32 @@ func (r postgresRepository) GetFicha(ctx context.Context, id string) (Ficha, err
 			}
 			return m, err
 		})
-	}
 	if err != nil {
-		return Ficha{}, fmt.Errorf("car: load mensagens of %s: %w", id, err)
+		return Ficha{}, err
 	}
 	return f, nil
+}
+
+// exec runs one statement; what names it in an error.
+func (r postgresRepository) exec(ctx context.Context, what, sql string, args ...any) error {
+	if _, err := r.tx.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("car: %s: %w", what, err)
+	}
+	return nil
+}
+
+// collect reads the rows of query about the processo id, one T each by
+// scan; what names the rows in an error.
+func collect[T any](ctx context.Context, tx pgx.Tx, what, id, query string, scan pgx.RowToFunc[T]) ([]T, error) {
+	rows, err := tx.Query(ctx, query, id)
+	var out []T
+	if err == nil {
+		out, err = pgx.CollectRows(rows, scan)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("car: load %s of %s: %w", what, id, err)
+	}
+	return out, nil
 }
 
 // AddAtribuicao locks the turn counter first: a second delivery for the same
@@ -214,42 +212,26 @@ func (r postgresRepository) AddAtribuicao(ctx context.Context, processoID string
 }
 
 func (r postgresRepository) AddNotificacao(ctx context.Context, n Notificacao) error {
-	_, err := r.tx.Exec(ctx, `
+	return r.exec(ctx, "insert notificacao of "+n.EventID, `
 		INSERT INTO car_notificacoes (event_id, processo_id, evento, requerente_id, texto, criada_em)
 		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING`,
 		n.EventID, n.ProcessoID, n.Evento, n.RequerenteID, n.Texto, n.CriadaEm)
-	if err != nil {
-		return fmt.Errorf("car: insert notificacao of %s: %w", n.EventID, err)
-	}
-	return nil
 }
 
 func (r postgresRepository) AddOCR(ctx context.Context, documentoID, processoID string, at time.Time) error {
-	_, err := r.tx.Exec(ctx, `
+	return r.exec(ctx, "insert ocr of documento "+documentoID, `
 		INSERT INTO car_ocr (documento_id, processo_id, status, criado_em) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (documento_id) DO NOTHING`, documentoID, processoID, OCRPendente, at)
-	if err != nil {
-		return fmt.Errorf("car: insert ocr of documento %s: %w", documentoID, err)
-	}
-	return nil
 }
 
 func (r postgresRepository) AddSICAR(ctx context.Context, processoID string, s SICAR) error {
-	_, err := r.tx.Exec(ctx, `
+	return r.exec(ctx, "insert sicar of processo "+processoID, `
 		INSERT INTO car_sicar (processo_id, municipio_ibge, status, solicitada_em) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (processo_id) DO NOTHING`, processoID, s.MunicipioIBGE, s.Status, s.SolicitadaEm)
-	if err != nil {
-		return fmt.Errorf("car: insert sicar of processo %s: %w", processoID, err)
-	}
-	return nil
 }
 
 func (r postgresRepository) AddEntrega(ctx context.Context, mensagemID, processoID string, at time.Time) error {
-	_, err := r.tx.Exec(ctx, `
+	return r.exec(ctx, "insert entrega of mensagem "+mensagemID, `
 		INSERT INTO car_entregas (mensagem_id, processo_id, entregue_em) VALUES ($1, $2, $3)
 		ON CONFLICT (mensagem_id) DO NOTHING`, mensagemID, processoID, at)
-	if err != nil {
-		return fmt.Errorf("car: insert entrega of mensagem %s: %w", mensagemID, err)
-	}
-	return nil
 }

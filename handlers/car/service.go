@@ -24,20 +24,15 @@ const (
 // work: the rows and the outbox rows commit together or not at all, and a
 // consumer's writes join its delivery's unit, with the inbox claim.
 type Service struct {
-	tx        handlers.Transactor
-	repo      func(handlers.Tx) Repository
-	now       func() time.Time
+	handlers.Store[Repository]
 	analistas []string
 }
 
 // newService returns a Service whose store is chosen per unit of work,
 // with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, analistas []string, now func() time.Time) *Service {
-	return &Service{tx: tx, now: now, analistas: analistas, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
+	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, newMemoryStore().repository), analistas: analistas}
 }
-
-// clock is the time now as both stores keep it: UTC, to the microsecond.
-func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // SubmeterProcesso is the body of POST /processos.
 type SubmeterProcesso struct {
@@ -64,16 +59,9 @@ func (s *Service) Submeter(ctx context.Context, cmd SubmeterProcesso) (Processo,
 	if err := cmd.Validate(); err != nil {
 		return Processo{}, err
 	}
-	p := Processo{ID: uuid.NewString(), RequerenteID: cmd.RequerenteID, MunicipioIBGE: cmd.MunicipioIBGE, Status: StatusSubmetido, SubmetidoEm: s.clock()}
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		e, err := newEvent(EventProcessoSubmetido, p.ID, p.SubmetidoEm, p.referencia())
-		if err != nil {
-			return err
-		}
-		if err := s.repo(tx).AddProcesso(ctx, p); err != nil {
-			return err
-		}
-		return tx.Publish(ctx, e)
+	p := Processo{ID: uuid.NewString(), RequerenteID: cmd.RequerenteID, MunicipioIBGE: cmd.MunicipioIBGE, Status: StatusSubmetido, SubmetidoEm: s.Clock()}
+	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		return raise(ctx, tx, EventProcessoSubmetido, p.ID, p.SubmetidoEm, p.referencia(), func() error { return s.Repo(tx).AddProcesso(ctx, p) })
 	})
 	if err != nil {
 		return Processo{}, err
@@ -85,31 +73,16 @@ func (s *Service) Submeter(ctx context.Context, cmd SubmeterProcesso) (Processo,
 // A regular processo is left as it is, with no second event, so the
 // request can be repeated safely.
 func (s *Service) Regularizar(ctx context.Context, id string) (Processo, error) {
-	var out Processo
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		repo := s.repo(tx)
+	return handlers.Result(ctx, s.Tx, func(ctx context.Context, tx handlers.Tx) (Processo, error) {
+		repo := s.Repo(tx)
 		p, err := repo.GetProcesso(ctx, id)
-		if err != nil {
-			return err
+		if err != nil || p.Status == StatusRegular {
+			return p, err
 		}
-		if p.Status != StatusRegular {
-			now := s.clock()
-			p.Status, p.RegularizadoEm = StatusRegular, &now
-			e, err := newEvent(EventProcessoRegular, p.ID, now, p.referencia())
-			if err != nil {
-				return err
-			}
-			if err := repo.SaveProcesso(ctx, p); err != nil {
-				return err
-			}
-			if err := tx.Publish(ctx, e); err != nil {
-				return err
-			}
-		}
-		out = p
-		return nil
+		now := s.Clock()
+		p.Status, p.RegularizadoEm = StatusRegular, &now
+		return p, raise(ctx, tx, EventProcessoRegular, p.ID, now, p.referencia(), func() error { return repo.SaveProcesso(ctx, p) })
 	})
-	return out, err
 }
 
 // AnexarDocumento is the body of POST /processos/{id}/documentos.
@@ -128,22 +101,10 @@ func (s *Service) Anexar(ctx context.Context, processoID string, cmd AnexarDocum
 	if err := cmd.Validate(); err != nil {
 		return Documento{}, err
 	}
-	d := Documento{ID: uuid.NewString(), ProcessoID: processoID, Nome: cmd.Nome, AnexadoEm: s.clock()}
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		repo := s.repo(tx)
-		p, err := repo.GetProcesso(ctx, processoID)
-		if err != nil {
-			return err
-		}
-		e, err := newEvent(EventDocumentoAnexado, p.ID, d.AnexadoEm, DocumentoAnexado{Referencia: p.referencia(), DocumentoID: d.ID, Nome: d.Nome})
-		if err != nil {
-			return err
-		}
-		if err := repo.AddDocumento(ctx, d); err != nil {
-			return err
-		}
-		return tx.Publish(ctx, e)
-	})
+	d := Documento{ID: uuid.NewString(), ProcessoID: processoID, Nome: cmd.Nome, AnexadoEm: s.Clock()}
+	err := s.addToProcesso(ctx, processoID, EventDocumentoAnexado, d.AnexadoEm,
+		func(ref Referencia) any { return DocumentoAnexado{Referencia: ref, DocumentoID: d.ID, Nome: d.Nome} },
+		func(ctx context.Context, repo Repository) error { return repo.AddDocumento(ctx, d) })
 	if err != nil {
 		return Documento{}, err
 	}
@@ -166,32 +127,34 @@ func (s *Service) Enviar(ctx context.Context, processoID string, cmd EnviarMensa
 	if err := cmd.Validate(); err != nil {
 		return Mensagem{}, err
 	}
-	m := Mensagem{ID: uuid.NewString(), ProcessoID: processoID, Texto: cmd.Texto, EnviadaEm: s.clock()}
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		repo := s.repo(tx)
-		p, err := repo.GetProcesso(ctx, processoID)
-		if err != nil {
-			return err
-		}
-		e, err := newEvent(EventMensagemWeb, p.ID, m.EnviadaEm, MensagemWeb{Referencia: p.referencia(), MensagemID: m.ID, Texto: m.Texto})
-		if err != nil {
-			return err
-		}
-		if err := repo.AddMensagem(ctx, m); err != nil {
-			return err
-		}
-		return tx.Publish(ctx, e)
-	})
+	m := Mensagem{ID: uuid.NewString(), ProcessoID: processoID, Texto: cmd.Texto, EnviadaEm: s.Clock()}
+	err := s.addToProcesso(ctx, processoID, EventMensagemWeb, m.EnviadaEm,
+		func(ref Referencia) any { return MensagemWeb{Referencia: ref, MensagemID: m.ID, Texto: m.Texto} },
+		func(ctx context.Context, repo Repository) error { return repo.AddMensagem(ctx, m) })
 	if err != nil {
 		return Mensagem{}, err
 	}
 	return m, nil
 }
 
+// addToProcesso runs add on the processo processoID, which must exist, in
+// one unit of work, and raises the event name, at at, with the payload
+// made from the processo's Referencia: both or neither.
+func (s *Service) addToProcesso(ctx context.Context, processoID, name string, at time.Time, payload func(Referencia) any, add func(context.Context, Repository) error) error {
+	return s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		repo := s.Repo(tx)
+		p, err := repo.GetProcesso(ctx, processoID)
+		if err != nil {
+			return err
+		}
+		return raise(ctx, tx, name, p.ID, at, payload(p.referencia()), func() error { return add(ctx, repo) })
+	})
+}
+
 // Buscar returns the processo with every effect of the consumers.
 func (s *Service) Buscar(ctx context.Context, id string) (Ficha, error) {
-	f, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Ficha, error) {
-		return s.repo(tx).GetFicha(ctx, id)
+	f, err := handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Ficha, error) {
+		return repo.GetFicha(ctx, id)
 	})
 	if err != nil {
 		return Ficha{}, err

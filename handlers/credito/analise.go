@@ -105,12 +105,10 @@ func (a analista) analisar(ctx context.Context, e event.Event) error {
 		case !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("credito: blocked CPFs: %w", err)
 		}
-		out, err := event.New(EventAnalysisCompleted, Source, res)
+		out, err := event.NewFor(EventAnalysisCompleted, Source, req.RentalID, a.now(), res)
 		if err != nil {
 			return err
 		}
-		out.AggregateID = req.RentalID
-		out.OccurredAt = a.now().UTC()
 		tag, err := db.Exec(ctx, `INSERT INTO credito_analises (rental_id, resultado, motivo, event_id, analisado_em)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (rental_id) DO NOTHING`, req.RentalID, res.Resultado, res.Motivo, out.ID, out.OccurredAt)
 		if err != nil {

@@ -101,11 +101,11 @@ type mailer struct {
 }
 
 func newMailer(s Sender, log *slog.Logger) (*mailer, error) {
-	confirmado, err := template.ParseFS(templateFiles, "templates/confirmado.html")
+	confirmado, err := template.ParseFS(templateFiles, "templates/layout.html", "templates/confirmado.html")
 	if err != nil {
 		return nil, fmt.Errorf("template: %w", err)
 	}
-	falha, err := template.ParseFS(templateFiles, "templates/falha.html")
+	falha, err := template.ParseFS(templateFiles, "templates/layout.html", "templates/falha.html")
 	if err != nil {
 		return nil, fmt.Errorf("template: %w", err)
 	}

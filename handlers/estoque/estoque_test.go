@@ -4,19 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/moenda/moenda/adapters/plugintest"
-	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
-	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/pedidos"
 	"github.com/moenda/moenda/migrations"
@@ -40,19 +35,13 @@ type fixture struct {
 // at each reading.
 func newFixture(t *testing.T, s store) *fixture {
 	t.Helper()
-	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) { return buildWithClock(deps, plugintest.Clock()) })
+	p := plugintest.Build(t, s, plugintest.Defaults(Plugin()))
 	return &fixture{Plugin: p, t: t}
 }
 
 func (f *fixture) get(path string, out any) {
 	f.t.Helper()
-	rec := f.Do("GET", path, "")
-	if rec.Code != http.StatusOK {
-		f.t.Fatalf("GET %s = %d %s", path, rec.Code, rec.Body)
-	}
-	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
-		f.t.Fatal(err)
-	}
+	f.Must(http.StatusOK, "GET", path, "", out)
 }
 
 func (f *fixture) deliver(e event.Event) error { return f.Deliver(SubPedidos, e) }
@@ -295,35 +284,19 @@ func TestWithThePublisher(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := newStore()
 			f := newFixture(t, s)
-			def := pedidos.Plugin()
-			pub, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: s.Tx})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := chi.NewRouter()
-			pub.Routes(r)
+			pub := plugintest.Build(t, s, plugintest.Defaults(pedidos.Plugin()))
 			post := func(path, body string) {
-				rec := httptest.NewRecorder()
-				r.ServeHTTP(rec, httptest.NewRequest("POST", path, strings.NewReader(body)))
-				if rec.Code/100 != 2 {
+				if rec := pub.Do("POST", path, body); rec.Code/100 != 2 {
 					t.Fatalf("POST %s = %d %s", path, rec.Code, rec.Body)
 				}
 			}
 			delivered := 0
 			pump := func() {
-				bodies := s.Committed()
-				for ; delivered < len(bodies); delivered++ {
-					e, err := event.Decode(bodies[delivered])
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !received(e) {
-						continue
-					}
-					if err := f.deliver(e); err != nil {
-						t.Fatalf("deliver %s: %v", e.Name, err)
-					}
+				events := pub.Events()
+				if err := f.Relay(Plugin().Subscriptions[0], events[delivered:]); err != nil {
+					t.Fatal(err)
 				}
+				delivered = len(events)
 			}
 			post("/pedidos", `{"itens":[{"produto_id":7,"quantidade":2}],"total_centavos":1990}`)
 			post("/pedidos", `{"itens":[{"produto_id":7,"quantidade":3}],"total_centavos":10}`)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/go-chi/chi/v5"
 
@@ -25,11 +24,5 @@ func routes(svc *Service, logger *slog.Logger) func(chi.Router) {
 
 // pathID reads a positive integer id in the path parameter param.
 func pathID(param string) func(*http.Request) (int64, error) {
-	return func(r *http.Request) (int64, error) {
-		id, err := strconv.ParseInt(chi.URLParam(r, param), 10, 64)
-		if err != nil || id <= 0 {
-			return 0, fmt.Errorf("%w: %s no caminho deve ser um número inteiro positivo, como 981", ErrInvalida, param)
-		}
-		return id, nil
-	}
+	return httpjson.PathID(param, fmt.Errorf("%w: %s no caminho deve ser um número inteiro positivo, como 981", ErrInvalida, param))
 }

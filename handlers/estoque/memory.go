@@ -8,19 +8,13 @@ import (
 	"github.com/moenda/moenda/handlers"
 )
 
-// memoryStore keeps reservations in the process, by pedido. Writes are
-// staged in the unit of work and applied when it commits, so a
-// rolled-back delivery reserves nothing.
-type memoryStore struct {
-	rows *handlers.Staged[int64, Reserva]
-}
-
-func newMemoryStore() *memoryStore { return &memoryStore{rows: handlers.NewStaged[int64, Reserva]()} }
-
-// memoryRepository is one unit of work's view of the store.
+// memoryRepository is one unit of work's view of the reservations kept
+// in the process, by pedido (see handlers.Memory). Writes are staged in
+// the unit of work and applied when it commits, so a rolled-back delivery
+// reserves nothing.
 type memoryRepository struct{ *handlers.Unit[int64, Reserva] }
 
-func (s *memoryStore) repository(tx handlers.Tx) Repository { return memoryRepository{s.rows.Unit(tx)} }
+func newMemoryRepository(u *handlers.Unit[int64, Reserva]) Repository { return memoryRepository{u} }
 
 func (r memoryRepository) AddReserva(_ context.Context, pedidoID int64, itens []Item, at time.Time) error {
 	if _, ok := r.Get(pedidoID); ok {

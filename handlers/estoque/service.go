@@ -12,19 +12,14 @@ import (
 // Service holds the consumer and the queries. The consumer's writes join
 // its delivery's unit of work, with the inbox claim.
 type Service struct {
-	tx   handlers.Transactor
-	repo func(handlers.Tx) Repository
-	now  func() time.Time
+	handlers.Store[Repository]
 }
 
 // newService returns a Service whose store is chosen per unit of work,
 // with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, now func() time.Time) *Service {
-	return &Service{tx: tx, now: now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
+	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, handlers.Memory(newMemoryRepository))}
 }
-
-// clock is the time now as both stores keep it: UTC, to the microsecond.
-func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // handle (estoque.pedidos) reserves on pedido.criado and releases on
 // pedido.cancelado. A payload that cannot be decoded or lacks its pedido
@@ -37,16 +32,16 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 		if err := event.DecodePayload(e, &p, pedidoCriado.Validate); err != nil {
 			return err
 		}
-		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-			return s.repo(tx).AddReserva(ctx, p.PedidoID, p.itens(), s.clock())
+		return s.Write(ctx, func(ctx context.Context, repo Repository) error {
+			return repo.AddReserva(ctx, p.PedidoID, p.itens(), s.Clock())
 		})
 	case EventPedidoCancelado:
 		var p pedidoCancelado
 		if err := event.DecodePayload(e, &p, pedidoCancelado.Validate); err != nil {
 			return err
 		}
-		return s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-			return s.repo(tx).PutLiberada(ctx, p.PedidoID, s.clock())
+		return s.Write(ctx, func(ctx context.Context, repo Repository) error {
+			return repo.PutLiberada(ctx, p.PedidoID, s.Clock())
 		})
 	default: // the subscription's Handles keep others away
 		return event.Permanent(fmt.Errorf("estoque: does not handle %s (event %s)", e.Name, e.ID))
@@ -56,8 +51,8 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 // Reserva returns the pedido's reservation; ErrNaoEncontrada when the
 // stock has heard of no such pedido.
 func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) {
-	r, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Reserva, error) {
-		return s.repo(tx).GetReserva(ctx, pedidoID)
+	r, err := handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Reserva, error) {
+		return repo.GetReserva(ctx, pedidoID)
 	})
 	if err != nil {
 		return Reserva{}, err
@@ -71,8 +66,8 @@ func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) 
 // Produto returns how much of the product is reserved and not released;
 // a product no reservation names has 0.
 func (s *Service) Produto(ctx context.Context, produtoID int64) (Produto, error) {
-	n, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (int64, error) {
-		return s.repo(tx).SumReservado(ctx, produtoID)
+	n, err := handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (int64, error) {
+		return repo.SumReservado(ctx, produtoID)
 	})
 	if err != nil {
 		return Produto{}, err

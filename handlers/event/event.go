@@ -52,6 +52,17 @@ func New(name, source string, payload any) (Event, error) {
 	}, nil
 }
 
+// NewFor is New for a fact about one aggregate: aggregateID names it, and
+// at is when the fact occurred, as the aggregate's rows record it.
+func NewFor(name, source, aggregateID string, at time.Time, payload any) (Event, error) {
+	e, err := New(name, source, payload)
+	if err != nil {
+		return Event{}, err
+	}
+	e.AggregateID, e.OccurredAt = aggregateID, at.UTC()
+	return e, nil
+}
+
 // RoutingKey is the key the event is published with: its name without the
 // version suffix, so bindings written as "tarefa.concluida" or "tarefa.*"
 // match every version. Consumers that care about the version read Name.

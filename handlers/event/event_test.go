@@ -353,3 +353,19 @@ func TestDecodePayload(t *testing.T) {
 		}
 	}
 }
+
+// An aggregate's event carries its id and the instant its rows record, in
+// UTC.
+func TestNewFor(t *testing.T) {
+	at := time.Date(2026, 1, 15, 7, 30, 0, 0, time.FixedZone("BRT", -3*3600))
+	e, err := NewFor("pedido.pago.v1", "pedidos", "981", at, map[string]int{"pedidoId": 981})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.AggregateID != "981" || e.OccurredAt != at.UTC() || e.Source != "pedidos" || string(e.Payload) != `{"pedidoId":981}` {
+		t.Fatalf("event %+v", e)
+	}
+	if _, err := NewFor("pedido.pago", "pedidos", "981", at, nil); err == nil {
+		t.Fatal("a name without its version made an event")
+	}
+}

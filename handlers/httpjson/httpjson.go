@@ -19,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -145,6 +147,19 @@ func ParamCommand[In, Cmd, Out any](logger *slog.Logger, status int, read func(*
 		}
 		out, err := use(r.Context(), in, cmd)
 		Respond(w, r, logger, status, out, err)
+	}
+}
+
+// PathID reads a positive integer id from the path parameter param, for
+// Param and ParamCommand; anything else is answered with invalid, the
+// plugin's own words (an error of kind handlers.ErrInvalid).
+func PathID(param string, invalid error) func(*http.Request) (int64, error) {
+	return func(r *http.Request) (int64, error) {
+		id, err := strconv.ParseInt(chi.URLParam(r, param), 10, 64)
+		if err != nil || id <= 0 {
+			return 0, invalid
+		}
+		return id, nil
 	}
 }
 
@@ -417,7 +432,7 @@ func path(stack []frame) string {
 			}
 			b.WriteString(f.key)
 		default:
-			fmt.Fprintf(&b, "[%s]", strconv.Quote(cut(f.key, 64)))
+			fmt.Fprintf(&b, "[%s]", strconv.Quote(handlers.Cut(f.key, 64)))
 		}
 	}
 	switch p := b.String(); {
@@ -443,17 +458,6 @@ func plainKey(k string) bool {
 	return true
 }
 
-// cut shortens s to at most n bytes on a character boundary, marking the cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
-}
-
 // describe turns a JSON decoding error into a message naming the field in
 // JSON's terms, not Go's.
 func describe(err error) string {
@@ -466,7 +470,7 @@ func describe(err error) string {
 	case errors.As(err, &textErr), errors.As(err, &depthErr), errors.Is(err, errTrailing):
 		return err.Error()
 	case errors.As(err, &timeErr):
-		return fmt.Sprintf("a time field is not an RFC 3339 string like 2026-01-15T10:30:00Z: got %q", cut(timeErr.Value, 64))
+		return fmt.Sprintf("a time field is not an RFC 3339 string like 2026-01-15T10:30:00Z: got %q", handlers.Cut(timeErr.Value, 64))
 	case strings.Contains(err.Error(), "Time.UnmarshalJSON"):
 		return "a time field is not an RFC 3339 string like 2026-01-15T10:30:00Z"
 	case errors.As(err, &typeErr):
@@ -475,7 +479,7 @@ func describe(err error) string {
 			field = "field " + typeErr.Field
 		}
 		if got, ok := strings.CutPrefix(typeErr.Value, "number "); ok { // a number the type cannot hold
-			return fmt.Sprintf("%s must be %s, got %s", field, numberRange(typeErr.Type), cut(got, 32))
+			return fmt.Sprintf("%s must be %s, got %s", field, numberRange(typeErr.Type), handlers.Cut(got, 32))
 		}
 		return fmt.Sprintf("%s must be %s, got %s", field, jsonType(typeErr.Type), jsonValue(typeErr.Value))
 	case errors.As(err, &syntaxErr):
@@ -486,7 +490,7 @@ func describe(err error) string {
 		return "body is not valid JSON: it ends before the value does"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		return "unknown field " + strconv.Quote(cut(name, 64))
+		return "unknown field " + strconv.Quote(handlers.Cut(name, 64))
 	default:
 		return "body: " + strings.TrimPrefix(err.Error(), "json: ")
 	}

@@ -103,70 +103,62 @@ func (s *store) see(ctx context.Context, tx handlers.Tx, id int64, marca string)
 	return nil
 }
 
-func (s *store) get(ctx context.Context, tx handlers.Tx, id int64) (lembrete, bool, error) {
+// errNaoEncontrado: no reminder with that id.
+var errNaoEncontrado = handlers.NewError(handlers.ErrNotFound, "lembrete não encontrado")
+
+func (s *store) get(ctx context.Context, tx handlers.Tx, id int64) (lembrete, error) {
 	if ptx := tx.Postgres(); ptx != nil {
 		var l lembrete
 		err := ptx.QueryRow(ctx, `SELECT id, texto, visto FROM lembretes WHERE id = $1`, id).Scan(&l.ID, &l.Texto, &l.Visto)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return l, false, nil
+			return l, errNaoEncontrado
 		}
-		return l, err == nil, err
+		return l, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.rows[id]
-	return l, ok, nil
+	if !ok {
+		return l, errNaoEncontrado
+	}
+	return l, nil
+}
+
+// novo is the body of POST /lembretes.
+type novo struct {
+	Texto string `json:"texto"`
+}
+
+// pathID reads the reminder id in the path.
+func pathID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+	if err != nil {
+		return 0, handlers.NewError(handlers.ErrInvalid, "id deve ser um inteiro")
+	}
+	return id, nil
 }
 
 func build(cfg Config, deps handlers.Deps) (handlers.Plugin, error) {
 	s := &store{rows: map[int64]lembrete{}}
+	criar := func(ctx context.Context, body novo) (map[string]int64, error) {
+		return handlers.Result(ctx, deps.Tx, func(ctx context.Context, tx handlers.Tx) (map[string]int64, error) {
+			id, err := s.add(ctx, tx, body.Texto)
+			if err != nil {
+				return nil, err
+			}
+			e, err := event.New(EventCriado, "lembretes", map[string]int64{"id": id})
+			if err != nil {
+				return nil, err
+			}
+			return map[string]int64{"id": id}, tx.Publish(ctx, e)
+		})
+	}
+	buscar := func(ctx context.Context, id int64) (lembrete, error) {
+		return handlers.Result(ctx, deps.Tx, func(ctx context.Context, tx handlers.Tx) (lembrete, error) { return s.get(ctx, tx, id) })
+	}
 	routes := func(r chi.Router) {
-		r.Post("/lembretes", func(w http.ResponseWriter, r *http.Request) {
-			var body struct {
-				Texto string `json:"texto"`
-			}
-			if !httpjson.Decode(w, r, &body) {
-				return
-			}
-			var id int64
-			err := deps.Tx.InTx(r.Context(), func(ctx context.Context, tx handlers.Tx) error {
-				var err error
-				if id, err = s.add(ctx, tx, body.Texto); err != nil {
-					return err
-				}
-				e, err := event.New(EventCriado, "lembretes", map[string]int64{"id": id})
-				if err != nil {
-					return err
-				}
-				return tx.Publish(ctx, e)
-			})
-			if err != nil {
-				httpjson.ServerError(w, r, deps.Logger, err)
-				return
-			}
-			httpjson.Write(w, http.StatusCreated, map[string]int64{"id": id})
-		})
-		r.Get("/lembretes/{id}", func(w http.ResponseWriter, r *http.Request) {
-			id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
-			if err != nil {
-				httpjson.Error(w, http.StatusBadRequest, "id deve ser um inteiro")
-				return
-			}
-			var l lembrete
-			var found bool
-			err = deps.Tx.InTx(r.Context(), func(ctx context.Context, tx handlers.Tx) error {
-				l, found, err = s.get(ctx, tx, id)
-				return err
-			})
-			switch {
-			case err != nil:
-				httpjson.ServerError(w, r, deps.Logger, err)
-			case !found:
-				httpjson.Error(w, http.StatusNotFound, "lembrete não encontrado")
-			default:
-				httpjson.Write(w, http.StatusOK, l)
-			}
-		})
+		r.Post("/lembretes", httpjson.Command(deps.Logger, http.StatusCreated, criar))
+		r.Get("/lembretes/{id}", httpjson.Param(deps.Logger, http.StatusOK, pathID, buscar))
 	}
 	criado := func(ctx context.Context, e event.Event) error {
 		var p struct {

@@ -35,7 +35,10 @@ func newFixture(t *testing.T) *fixture {
 	s := plugintest.Stores(t, nil, migrations.Set{Name: "locacoes", Files: Migrations()})["postgres"]()
 	cfg := defaults
 	cfg.JWTSecret, cfg.CustoSenha = secret, 4
-	f.Plugin = plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) { return buildWithClock(cfg, deps, f.now) })
+	f.Plugin = plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
+		deps.Now = f.now
+		return build(cfg, deps)
+	})
 	return f
 }
 

@@ -83,11 +83,7 @@ func Plugin() handlers.Definition {
 }
 
 func build(cfg Config, deps handlers.Deps) (handlers.Plugin, error) {
-	return buildWithClock(cfg, deps, time.Now)
-}
-
-// buildWithClock is build with its clock as a test seam.
-func buildWithClock(cfg Config, deps handlers.Deps, now func() time.Time) (handlers.Plugin, error) {
+	now := deps.Clock()
 	secret := []byte(cfg.JWTSecret)
 	if len(secret) == 0 {
 		secret = []byte(rand.Text() + rand.Text())

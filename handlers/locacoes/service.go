@@ -291,11 +291,5 @@ func historico(ctx context.Context, db pgx.Tx, rental, status string, motivo *st
 // newEvent builds one of the saga's events about rental: its AggregateID
 // keeps a rental's events in order on Kafka.
 func newEvent(name, rental string, at time.Time, payload any) (event.Event, error) {
-	e, err := event.New(name, Source, payload)
-	if err != nil {
-		return event.Event{}, err
-	}
-	e.OccurredAt = at.UTC()
-	e.AggregateID = rental
-	return e, nil
+	return event.NewFor(name, Source, rental, at, payload)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/go-chi/chi/v5"
 
@@ -29,9 +28,5 @@ func routes(svc *Service, logger *slog.Logger) func(chi.Router) {
 
 // pathID reads the pedido id in the path.
 func pathID(r *http.Request) (int64, error) {
-	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("%w: id no caminho deve ser um número inteiro positivo, como 981", ErrInvalida)
-	}
-	return id, nil
+	return httpjson.PathID("id", fmt.Errorf("%w: id no caminho deve ser um número inteiro positivo, como 981", ErrInvalida))(r)
 }

@@ -3,33 +3,24 @@ package pedidos
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 
 	"github.com/moenda/moenda/handlers"
 )
 
-// memoryStore keeps pedidos in the process. Writes are staged in the unit
-// of work and applied when it commits, so a rolled-back unit leaves
-// nothing but a used id, as a PostgreSQL sequence does.
-type memoryStore struct {
-	rows   *handlers.Staged[int64, Pedido]
-	lastID atomic.Int64
-}
-
-func newMemoryStore() *memoryStore { return &memoryStore{rows: handlers.NewStaged[int64, Pedido]()} }
-
-// memoryRepository is one unit of work's view of the store.
+// memoryRepository is one unit of work's view of the pedidos kept in the
+// process (see handlers.Memory). Writes are staged in the unit of work and
+// applied when it commits, so a rolled-back unit leaves nothing but a
+// used id, as a PostgreSQL sequence does.
 type memoryRepository struct {
 	unit *handlers.Unit[int64, Pedido]
-	s    *memoryStore
 }
 
-func (s *memoryStore) repository(tx handlers.Tx) Repository {
-	return memoryRepository{unit: s.rows.Unit(tx), s: s}
+func newMemoryRepository(u *handlers.Unit[int64, Pedido]) Repository {
+	return memoryRepository{unit: u}
 }
 
 func (r memoryRepository) Add(_ context.Context, p Pedido) (int64, error) {
-	p.ID = r.s.lastID.Add(1)
+	p.ID = r.unit.Sequence()
 	p.Itens = slices.Clone(p.Itens)
 	r.unit.Put(p.ID, p)
 	return p.ID, nil

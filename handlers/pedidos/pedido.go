@@ -135,11 +135,5 @@ func (p Pedido) criado(v int) (string, any) {
 // newEvent builds one of the plugin's events about pedido id, occurring
 // at at: its AggregateID keeps a pedido's events in order on Kafka.
 func newEvent(name string, id int64, at time.Time, payload any) (event.Event, error) {
-	e, err := event.New(name, Source, payload)
-	if err != nil {
-		return event.Event{}, err
-	}
-	e.OccurredAt = at
-	e.AggregateID = fmt.Sprint(id)
-	return e, nil
+	return event.NewFor(name, Source, fmt.Sprint(id), at, payload)
 }

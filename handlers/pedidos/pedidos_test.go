@@ -35,7 +35,7 @@ type fixture struct {
 func newFixture(t *testing.T, s store, cfg Config) *fixture {
 	t.Helper()
 	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
-		return buildWithClock(cfg, deps, plugintest.Clock())
+		return build(cfg, deps)
 	})
 	return &fixture{Plugin: p, t: t}
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"time"
 
 	"github.com/moenda/moenda/handlers"
 )
@@ -66,14 +65,9 @@ func defaultConfig() Config {
 }
 
 func build(cfg Config, deps handlers.Deps) (handlers.Plugin, error) {
-	return buildWithClock(cfg, deps, time.Now)
-}
-
-// buildWithClock is build with its clock as a test seam.
-func buildWithClock(cfg Config, deps handlers.Deps, now func() time.Time) (handlers.Plugin, error) {
 	if err := cfg.Validate(); err != nil {
 		return handlers.Plugin{}, err
 	}
-	svc := newService(deps.Tx, slices.Clone(cfg.VersoesCriado), now)
+	svc := newService(deps.Tx, slices.Clone(cfg.VersoesCriado), deps.Clock())
 	return handlers.Plugin{Routes: routes(svc, deps.Logger)}, nil
 }

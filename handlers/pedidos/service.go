@@ -13,20 +13,15 @@ import (
 // Service holds the use cases. Each runs in one unit of work: the pedido's
 // row and its events' outbox rows commit together or not at all.
 type Service struct {
-	tx      handlers.Transactor
-	repo    func(handlers.Tx) Repository
-	now     func() time.Time
+	handlers.Store[Repository]
 	versoes []int
 }
 
 // newService returns a Service whose store is chosen per unit of work,
 // with one memory store kept for its life (the memory environment).
 func newService(tx handlers.Transactor, versoes []int, now func() time.Time) *Service {
-	return &Service{tx: tx, now: now, versoes: versoes, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
+	return &Service{Store: handlers.NewStore(tx, now, newPostgresRepository, handlers.Memory(newMemoryRepository)), versoes: versoes}
 }
-
-// clock is the time now as both stores keep it: UTC, to the microsecond.
-func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // CriarPedido is the body of POST /pedidos.
 type CriarPedido struct {
@@ -67,9 +62,9 @@ func (s *Service) Criar(ctx context.Context, cmd CriarPedido) (Pedido, error) {
 		return Pedido{}, err
 	}
 	var out Pedido
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		p := Pedido{Itens: slices.Clone(cmd.Itens), TotalCentavos: cmd.TotalCentavos, Status: StatusCriado, CriadoEm: s.clock()}
-		id, err := s.repo(tx).Add(ctx, p)
+	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		p := Pedido{Itens: slices.Clone(cmd.Itens), TotalCentavos: cmd.TotalCentavos, Status: StatusCriado, CriadoEm: s.Clock()}
+		id, err := s.Repo(tx).Add(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -124,14 +119,14 @@ func (s *Service) Cancelar(ctx context.Context, id int64) (Pedido, error) {
 // the pedido's fields and returns the event to raise, or refuses.
 func (s *Service) transition(ctx context.Context, id int64, status string, change func(p *Pedido, now time.Time) (string, any, error)) (Pedido, error) {
 	var out Pedido
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		repo := s.repo(tx)
+	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		repo := s.Repo(tx)
 		p, err := repo.Get(ctx, id)
 		if err != nil {
 			return err
 		}
 		if p.Status != status {
-			now := s.clock()
+			now := s.Clock()
 			name, payload, err := change(&p, now)
 			if err != nil {
 				return err
@@ -156,7 +151,7 @@ func (s *Service) transition(ctx context.Context, id int64, status string, chang
 
 // Buscar returns the pedido.
 func (s *Service) Buscar(ctx context.Context, id int64) (Pedido, error) {
-	return handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) (Pedido, error) {
-		return s.repo(tx).Find(ctx, id)
+	return handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Pedido, error) {
+		return repo.Find(ctx, id)
 	})
 }

@@ -1,6 +1,7 @@
 package tarefas
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -15,81 +16,67 @@ import (
 	"github.com/moenda/moenda/handlers/httpjson"
 )
 
-type api struct {
-	svc    *Service
-	logger *slog.Logger
+// routes mounts the task endpoints.
+func routes(svc *Service, logger *slog.Logger) func(chi.Router) {
+	return func(r chi.Router) {
+		// 200 and a page of the user's tasks, newest first: limite (1 to
+		// MaxLimite, DefaultLimite when absent) tasks with an id below
+		// antes_de, when given. The page's proximo_antes_de asks for the
+		// next one. GET /tarefas?usuario_id=N.
+		r.Get("/tarefas", httpjson.Param(logger, http.StatusOK, listarParams, svc.Listar))
+		// 201 and the task.
+		r.Post("/tarefas", httpjson.Command(logger, http.StatusCreated, svc.Criar))
+		// 200 and the task, or 404 when it does not exist or is another
+		// user's. GET /tarefas/{id}?usuario_id=N.
+		r.Get("/tarefas/{id}", httpjson.Param(logger, http.StatusOK, alvoParams, func(ctx context.Context, a alvo) (Tarefa, error) {
+			return svc.Buscar(ctx, a.id, a.usuarioID)
+		}))
+		// 404 when the task does not exist or is another user's, 409 while
+		// subtasks are pending, 200 with the task otherwise. The
+		// notification happens later, elsewhere.
+		r.Patch("/tarefas/{id}/concluir", httpjson.ParamCommand(logger, http.StatusOK, pathID, func(ctx context.Context, id int64, cmd ConcluirTarefa) (Tarefa, error) {
+			if cmd.UsuarioID <= 0 {
+				return Tarefa{}, fmt.Errorf("%w: usuario_id deve ser um inteiro positivo", ErrInvalida)
+			}
+			return svc.Concluir(ctx, id, cmd.UsuarioID)
+		}))
+	}
 }
 
-func (a api) routes(r chi.Router) {
-	r.Get("/tarefas", a.listar)
-	// 201 and the task.
-	r.Post("/tarefas", httpjson.Command(a.logger, http.StatusCreated, a.svc.Criar))
-	r.Get("/tarefas/{id}", a.buscar)
-	r.Patch("/tarefas/{id}/concluir", a.concluir)
-}
-
-// listar answers GET /tarefas?usuario_id=N with 200 and a page of the
-// user's tasks, newest first: limite (1 to MaxLimite, DefaultLimite when
-// absent) tasks with an id below antes_de, when given. The page's
-// proximo_antes_de asks for the next one.
-func (a api) listar(w http.ResponseWriter, r *http.Request) {
+// listarParams reads GET /tarefas's query string.
+func listarParams(r *http.Request) (ListarTarefas, error) {
 	p, err := query(r, "usuario_id", "limite", "antes_de")
 	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
+		return ListarTarefas{}, err
 	}
 	limite := int(min(p["limite"], MaxLimite+1)) // over MaxLimite is refused all the same, and cannot wrap
-	page, err := a.svc.Listar(r.Context(), ListarTarefas{UsuarioID: p["usuario_id"], Limite: limite, AntesDe: p["antes_de"]})
-	httpjson.Respond(w, r, a.logger, http.StatusOK, page, err)
+	return ListarTarefas{UsuarioID: p["usuario_id"], Limite: limite, AntesDe: p["antes_de"]}, nil
 }
 
-// buscar answers GET /tarefas/{id}?usuario_id=N with 200 and the task, or
-// 404 when it does not exist or is another user's.
-func (a api) buscar(w http.ResponseWriter, r *http.Request) {
+// alvo is the task a route names and the user who asks for it.
+type alvo struct{ id, usuarioID int64 }
+
+// alvoParams reads the task id in the path and usuario_id in the query.
+func alvoParams(r *http.Request) (alvo, error) {
 	id, err := pathID(r)
 	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
+		return alvo{}, err
 	}
 	p, err := query(r, "usuario_id")
 	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
+		return alvo{}, err
 	}
-	t, err := a.svc.Buscar(r.Context(), id, p["usuario_id"])
-	httpjson.Respond(w, r, a.logger, http.StatusOK, t, err)
+	return alvo{id: id, usuarioID: p["usuario_id"]}, nil
 }
 
-// concluir answers PATCH /tarefas/{id}/concluir: 404 when the task does
-// not exist or is another user's, 409 while subtasks are pending, 200 with
-// the task otherwise. The notification happens later, elsewhere.
-func (a api) concluir(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		httpjson.Fail(w, r, a.logger, err)
-		return
-	}
-	var body struct {
-		UsuarioID int64 `json:"usuario_id"`
-	}
-	if !httpjson.Decode(w, r, &body) {
-		return
-	}
-	if body.UsuarioID <= 0 {
-		httpjson.Fail(w, r, a.logger, fmt.Errorf("%w: usuario_id deve ser um inteiro positivo", ErrInvalida))
-		return
-	}
-	t, err := a.svc.Concluir(r.Context(), id, body.UsuarioID)
-	httpjson.Respond(w, r, a.logger, http.StatusOK, t, err)
+// ConcluirTarefa is the body of PATCH /tarefas/{id}/concluir.
+type ConcluirTarefa struct {
+	UsuarioID int64 `json:"usuario_id"`
 }
 
 // pathID reads the task id in the path.
 func pathID(r *http.Request) (int64, error) {
-	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("%w: id no caminho deve ser um inteiro positivo", ErrInvalida)
-	}
-	return id, nil
+	return httpjson.PathID("id", fmt.Errorf("%w: id no caminho deve ser um inteiro positivo", ErrInvalida))(r)
 }
 
 // query reads the query string of a route whose parameters are positive

@@ -6,7 +6,6 @@ package tarefas
 import (
 	"embed"
 	"io/fs"
-	"time"
 
 	"github.com/moenda/moenda/handlers"
 )
@@ -28,6 +27,6 @@ func Plugin() handlers.Definition {
 }
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
-	svc := &Service{tx: deps.Tx, now: time.Now, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository)}
-	return handlers.Plugin{Routes: api{svc: svc, logger: deps.Logger}.routes}, nil
+	svc := &Service{handlers.NewStore(deps.Tx, deps.Clock(), newPostgresRepository, handlers.Memory(newMemoryRepository))}
+	return handlers.Plugin{Routes: routes(svc, deps.Logger)}, nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -101,28 +100,19 @@ func (r postgresRepository) Save(ctx context.Context, t *Tarefa) error {
 	return nil
 }
 
-// memoryStore keeps tasks in the process, staged per unit of work
-// (handlers.Staged). A rolled-back unit leaves nothing but a used id, as a
-// PostgreSQL sequence does.
-type memoryStore struct {
-	rows   *handlers.Staged[int64, Tarefa]
-	lastID atomic.Int64
-}
-
-func newMemoryStore() *memoryStore { return &memoryStore{rows: handlers.NewStaged[int64, Tarefa]()} }
-
-// memoryRepository is one unit of work's view of the store.
+// memoryRepository is one unit of work's view of the tasks kept in the
+// process, staged per unit of work (see handlers.Memory). A rolled-back
+// unit leaves nothing but a used id, as a PostgreSQL sequence does.
 type memoryRepository struct {
 	unit *handlers.Unit[int64, Tarefa]
-	s    *memoryStore
 }
 
-func (s *memoryStore) repository(tx handlers.Tx) Repository {
-	return memoryRepository{unit: s.rows.Unit(tx), s: s}
+func newMemoryRepository(u *handlers.Unit[int64, Tarefa]) Repository {
+	return memoryRepository{unit: u}
 }
 
 func (r memoryRepository) Add(_ context.Context, t *Tarefa) error {
-	t.ID = r.s.lastID.Add(1)
+	t.ID = r.unit.Sequence()
 	r.unit.Put(t.ID, *t)
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/moenda/moenda/handlers"
@@ -15,9 +14,7 @@ import (
 // and the outbox rows commit together or not at all, and nothing in it calls
 // the network.
 type Service struct {
-	tx   handlers.Transactor
-	repo func(handlers.Tx) Repository
-	now  func() time.Time
+	handlers.Store[Repository]
 }
 
 // CriarTarefa is the command to create a task.
@@ -55,9 +52,9 @@ func (s *Service) Criar(ctx context.Context, cmd CriarTarefa) (Tarefa, error) {
 	if err := cmd.Validate(); err != nil {
 		return Tarefa{}, err
 	}
-	t := Tarefa{UsuarioID: cmd.UsuarioID, Titulo: cmd.Titulo, TarefaPaiID: cmd.TarefaPaiID, CriadaEm: s.now().UTC()}
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		repo := s.repo(tx)
+	t := Tarefa{UsuarioID: cmd.UsuarioID, Titulo: cmd.Titulo, TarefaPaiID: cmd.TarefaPaiID, CriadaEm: s.Now().UTC()}
+	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		repo := s.Repo(tx)
 		if cmd.TarefaPaiID != nil {
 			if _, err := repo.Get(ctx, *cmd.TarefaPaiID, cmd.UsuarioID); errors.Is(err, ErrNaoEncontrada) {
 				return fmt.Errorf("%w: tarefa_pai_id %d não é uma tarefa do usuario_id %d", ErrInvalida, *cmd.TarefaPaiID, cmd.UsuarioID)
@@ -74,13 +71,13 @@ func (s *Service) Criar(ctx context.Context, cmd CriarTarefa) (Tarefa, error) {
 // the TarefaConcluida event to the outbox.
 func (s *Service) Concluir(ctx context.Context, id, usuarioID int64) (Tarefa, error) {
 	var out Tarefa
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		repo := s.repo(tx)
+	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		repo := s.Repo(tx)
 		t, err := repo.Get(ctx, id, usuarioID)
 		if err != nil {
 			return err
 		}
-		if err := t.Concluir(s.now()); err != nil {
+		if err := t.Concluir(s.Now()); err != nil {
 			return err
 		}
 		if err := repo.Save(ctx, t); err != nil {
@@ -109,8 +106,8 @@ func (s *Service) Buscar(ctx context.Context, id, usuarioID int64) (Tarefa, erro
 		return Tarefa{}, err
 	}
 	var out Tarefa
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-		t, err := s.repo(tx).Find(ctx, id, usuarioID)
+	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+		t, err := s.Repo(tx).Find(ctx, id, usuarioID)
 		if err != nil {
 			return err
 		}
@@ -168,8 +165,8 @@ func (s *Service) Listar(ctx context.Context, q ListarTarefas) (PaginaDeTarefas,
 	if limite == 0 {
 		limite = DefaultLimite
 	}
-	ts, err := handlers.Result(ctx, s.tx, func(ctx context.Context, tx handlers.Tx) ([]Tarefa, error) {
-		return s.repo(tx).List(ctx, q.UsuarioID, q.AntesDe, limite+1) // one more tells whether a next page exists
+	ts, err := handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) ([]Tarefa, error) {
+		return repo.List(ctx, q.UsuarioID, q.AntesDe, limite+1) // one more tells whether a next page exists
 	})
 	if err != nil {
 		return PaginaDeTarefas{}, err

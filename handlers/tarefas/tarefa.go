@@ -56,13 +56,11 @@ func (t *Tarefa) Concluir(now time.Time) error {
 	if t.Concluida {
 		return nil
 	}
-	e, err := event.New(EventTarefaConcluida, Source, TarefaConcluida{TarefaID: t.ID, UsuarioID: t.UsuarioID, Titulo: t.Titulo})
+	now = now.UTC()
+	e, err := event.NewFor(EventTarefaConcluida, Source, strconv.FormatInt(t.ID, 10), now, TarefaConcluida{TarefaID: t.ID, UsuarioID: t.UsuarioID, Titulo: t.Titulo})
 	if err != nil {
 		return err
 	}
-	now = now.UTC()
-	e.OccurredAt = now
-	e.AggregateID = strconv.FormatInt(t.ID, 10)
 	t.Concluida = true
 	t.ConcluidaEm = &now
 	t.eventos = append(t.eventos, e)

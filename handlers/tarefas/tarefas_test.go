@@ -69,7 +69,7 @@ func services(t *testing.T) map[string]func(routable func(string) error) (*Servi
 	for _, name := range []string{"memory", "postgres"} {
 		out[name] = func(routable func(string) error) (*Service, func() int) {
 			s := plugintest.Stores(t, routable, migrations.Set{Name: "tarefas", Files: Migrations()})[name]()
-			svc := &Service{tx: s.Tx, repo: handlers.Repositories(newPostgresRepository, newMemoryStore().repository), now: time.Now}
+			svc := &Service{handlers.NewStore(s.Tx, time.Now, newPostgresRepository, handlers.Memory(newMemoryRepository))}
 			return svc, func() int { return len(s.Committed()) }
 		}
 	}
@@ -133,8 +133,8 @@ func TestConclusionAndEventCommitTogether(t *testing.T) {
 			if n := events(); n != 0 {
 				t.Fatalf("%d events left", n)
 			}
-			err = svc.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-				got, err := svc.repo(tx).Get(ctx, task.ID, 1)
+			err = svc.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+				got, err := svc.Repo(tx).Get(ctx, task.ID, 1)
 				if err == nil && got.Concluida {
 					t.Error("the task was concluded without its event")
 				}
@@ -262,7 +262,7 @@ func TestTarefasRoutes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			svc, _ := newService(routeAll)
 			r := chi.NewRouter()
-			api{svc: svc, logger: testenv.Logger()}.routes(r)
+			routes(svc, testenv.Logger())(r)
 			a := criar(t, svc, 1, "a", nil)
 			b := criar(t, svc, 1, "b", nil)
 			c := criar(t, svc, 2, "c", nil)
