@@ -24,10 +24,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/moenda/moenda/adapters/await"
-	"github.com/moenda/moenda/adapters/kafka"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -306,34 +304,6 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 
 // Name returns a unique name with prefix, for resources tests create.
 func Name(prefix string) string { return fmt.Sprintf("%s-%s", prefix, suffix()) }
-
-// KafkaCluster is a Kafka cluster for one test. Fake is the in-process
-// cluster when no KAFKA_BROKERS is set, and nil on a real one.
-type KafkaCluster struct {
-	Config kafka.Config
-	Fake   *kfake.Cluster
-}
-
-// Kafka returns a cluster of the test's own: an in-process kfake cluster
-// ended with the test, or, with KAFKA_BROKERS set (comma-separated
-// host:port), that cluster with every topic and group name under a prefix
-// of the test's own.
-func Kafka(t testing.TB) KafkaCluster {
-	t.Helper()
-	cfg := kafka.DefaultConfig()
-	if brokers := os.Getenv("KAFKA_BROKERS"); brokers != "" {
-		cfg.Brokers = strings.Split(brokers, ",")
-		cfg.TopicPrefix = Name("test") + "."
-		return KafkaCluster{Config: cfg}
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(cfg.Partitions)))
-	if err != nil {
-		t.Fatalf("testenv: start kfake: %v", err)
-	}
-	t.Cleanup(c.Close)
-	cfg.Brokers = c.ListenAddrs()
-	return KafkaCluster{Config: cfg, Fake: c}
-}
 
 // ClosedAddr is a loopback host:port nothing listens on, for a broker
 // that is away.
