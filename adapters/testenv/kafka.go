@@ -39,28 +39,26 @@ func Kafka(t testing.TB) KafkaCluster {
 	return KafkaCluster{Config: cfg, Fake: c}
 }
 
-// sarama is the client configuration tests reach the cluster with.
-func (k KafkaCluster) sarama() *sarama.Config {
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	return sc
-}
-
 // Client returns a client of the cluster; the caller closes it.
 func (k KafkaCluster) Client(t testing.TB) sarama.Client {
 	t.Helper()
-	client, err := sarama.NewClient(k.Config.Brokers, k.sarama())
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	client, err := sarama.NewClient(k.Config.Brokers, sc)
 	if err != nil {
 		t.Fatalf("testenv: kafka client: %v", err)
 	}
 	return client
 }
 
-// Admin returns an admin client of the cluster; the caller closes it.
+// Admin returns an admin client of the cluster, on a client of its own
+// that closing it closes; the caller closes it.
 func (k KafkaCluster) Admin(t testing.TB) sarama.ClusterAdmin {
 	t.Helper()
-	admin, err := sarama.NewClusterAdmin(k.Config.Brokers, k.sarama())
+	client := k.Client(t)
+	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
+		_ = client.Close()
 		t.Fatalf("testenv: kafka admin: %v", err)
 	}
 	return admin
