@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,6 +210,19 @@ func TestRollbackPublishesNothingCommitDeliversToEveryBoundQueue(t *testing.T) {
 			t.Fatalf("%s received %d messages, want only the committed event", queue, len(got))
 		}
 		checkDelivery(t, got[0], want)
+	}
+}
+
+// checkValidate fails the test unless cfg.Validate accepts cfg (want "")
+// or refuses it with an error containing want.
+func checkValidate(t *testing.T, cfg outbox.Config, want string) {
+	t.Helper()
+	err := cfg.Validate()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("error %v, want %q", err, want)
 	}
 }
 
