@@ -168,6 +168,42 @@ func newDatabase(t testing.TB, exclusive bool) Database {
 	return Database{URL: u.String(), Pool: pool}
 }
 
+// NoReplicationRole creates a login role without REPLICATION that may use
+// the tables and sequences db has now, and returns its name and db as
+// that role; the role is dropped when the test ends (roles are the whole
+// server's).
+func (db Database) NoReplicationRole(t testing.TB) (string, Database) {
+	t.Helper()
+	ctx := context.Background()
+	role := "moenda_t_norepl_" + strings.TrimPrefix(db.Pool.Config().ConnConfig.Database, "moenda_t_")
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN NOREPLICATION",
+		"GRANT ALL ON ALL TABLES IN SCHEMA public TO " + role,
+		"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO " + role,
+	} {
+		if _, err := db.Pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), "DROP OWNED BY "+role)
+		if _, err := db.Pool.Exec(context.Background(), "DROP ROLE "+role); err != nil {
+			t.Errorf("testenv: drop role %s: %v", role, err)
+		}
+	})
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	u.User = url.User(role)
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return role, Database{URL: u.String(), Pool: pool}
+}
+
 // MissingDatabase names a database that does not exist yet (its name has
 // a space, which needs quoting) and returns the admin URL and a URL to it;
 // whatever creates it, it is dropped when the test ends.
