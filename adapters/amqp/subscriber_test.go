@@ -218,10 +218,7 @@ func subscribedWithLogs(t *testing.T) (testenv.VHost, string, *levelCounter, <-c
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(context.Background(), t, sub, q)
 	return vhost, q, logs, out
 }
 
@@ -305,10 +302,7 @@ func TestSubscriberConsumesAgainAfterCancel(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	sub := newTestSubscriber(t, vhost.URL, 10)
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(context.Background(), t, sub, q)
 	ch := testenv.Channel(t, vhost.URL)
 	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 		t.Fatal(err)
@@ -342,10 +336,7 @@ func TestSubscriberCloseWhileAcking(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := sub.Subscribe(context.Background(), q)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := subscribed(context.Background(), t, sub, q)
 		var handlers sync.WaitGroup
 		closed := make(chan error, 1)
 		received := 0
@@ -384,10 +375,7 @@ func TestSubscriberNackRequeues(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	sub := newTestSubscriber(t, vhost.URL, 5)
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(context.Background(), t, sub, q)
 	id := publishMessages(t, vhost.URL, q, 1)[0]
 
 	first := nextMessage(t, out)
@@ -408,13 +396,8 @@ func TestSubscriberNackRequeues(t *testing.T) {
 	if _, open := <-out; open {
 		t.Fatal("output channel still open after Close")
 	}
-	ch := testenv.Channel(t, vhost.URL)
-	state, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if state.Messages != 0 {
-		t.Fatalf("%d messages left in the queue after the ack and Close, want 0", state.Messages)
+	if n := testenv.ReadyMessages(t, vhost.URL, q); n != 0 {
+		t.Fatalf("%d messages left in the queue after the ack and Close, want 0", n)
 	}
 }
 
@@ -428,10 +411,7 @@ func TestSubscriberEndsWithContext(t *testing.T) {
 	sub := newTestSubscriber(t, vhost.URL, 5)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, err := sub.Subscribe(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(ctx, t, sub, q)
 	publishMessages(t, vhost.URL, q, 1)
 	msg := nextMessage(t, out)
 	cancel()
@@ -454,7 +434,7 @@ func TestSubscriberEndsWithContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("message context did not end after Ack")
 	}
-	if n := readyMessages(t, vhost.URL, q); n != 0 {
+	if n := testenv.ReadyMessages(t, vhost.URL, q); n != 0 {
 		t.Fatalf("%d messages back in the queue after the ack, want 0", n)
 	}
 	expectNothing(t, sub, q, 500*time.Millisecond)
@@ -471,26 +451,8 @@ func TestSubscriberCloseLetsHandlersFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{}, 1)
-	finished := make(chan error, 1)
-	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NewSlogLogger(testenv.Logger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.AddConsumerHandler("test", q, sub, func(msg *message.Message) error {
-		started <- struct{}{}
-		select {
-		case <-msg.Context().Done():
-			finished <- msg.Context().Err()
-			return msg.Context().Err()
-		case <-time.After(500 * time.Millisecond):
-			finished <- nil
-			return nil
-		}
-	})
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	<-r.Running()
+	handle, started, finished := testenv.WaitingHandler(500 * time.Millisecond)
+	r, done := testenv.Router(t, sub, q, 5*time.Second, handle)
 	publishMessages(t, vhost.URL, q, 1)
 	select {
 	case <-started:
@@ -511,7 +473,7 @@ func TestSubscriberCloseLetsHandlersFinish(t *testing.T) {
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := readyMessages(t, vhost.URL, q); n != 0 {
+	if n := testenv.ReadyMessages(t, vhost.URL, q); n != 0 {
 		t.Fatalf("%d messages back in the queue after the handler acked, want 0", n)
 	}
 	expectNothing(t, newTestSubscriber(t, vhost.URL, 5), q, 500*time.Millisecond)
@@ -529,10 +491,7 @@ func TestSubscriberGraceIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(context.Background(), t, sub, q)
 	ids := publishMessages(t, vhost.URL, q, 2)
 	polite, deaf := nextMessage(t, out), nextMessage(t, out) // deaf is never answered
 	_ = deaf
@@ -579,19 +538,13 @@ func TestSubscriberStopsTakingAtOnce(t *testing.T) {
 	sub := newTestSubscriber(t, vhost.URL, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, err := sub.Subscribe(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(ctx, t, sub, q)
 	ids := publishMessages(t, vhost.URL, q, 10)
 	held := nextMessage(t, out) // the others wait in the subscriber
 	time.Sleep(200 * time.Millisecond)
 	cancel()
 	other := newTestSubscriber(t, vhost.URL, 10)
-	out2, err := other.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out2 := subscribed(context.Background(), t, other, q)
 	seen := map[string]int{held.UUID: 1}
 	for !allSeen(seen, ids) {
 		msg := nextMessage(t, out2)
@@ -609,26 +562,13 @@ func TestSubscriberStopsTakingAtOnce(t *testing.T) {
 	held.Ack()
 }
 
-// readyMessages is how many messages wait in queue, not delivered.
-func readyMessages(t *testing.T, url, queue string) int {
-	t.Helper()
-	state, err := testenv.Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return state.Messages
-}
-
 // expectNothing subscribes to queue with sub and fails if a message comes
 // within d.
 func expectNothing(t *testing.T, sub *Subscriber, queue string, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, err := sub.Subscribe(ctx, queue)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(ctx, t, sub, queue)
 	select {
 	case msg, ok := <-out:
 		if ok {
@@ -693,6 +633,17 @@ func publishMessages(t *testing.T, url, queue string, n int) []string {
 	return ids
 }
 
+// subscribed subscribes sub to queue with ctx, failing the test on an
+// error.
+func subscribed(ctx context.Context, t *testing.T, sub message.Subscriber, queue string) <-chan *message.Message {
+	t.Helper()
+	out, err := sub.Subscribe(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func nextMessage(t *testing.T, out <-chan *message.Message) *message.Message {
 	t.Helper()
 	select {
@@ -733,13 +684,7 @@ func allSeen(seen map[string]int, ids []string) bool {
 // serve does, until the test ends.
 func runRouter(t *testing.T, sub message.Subscriber, queue string, handle message.NoPublishHandlerFunc) {
 	t.Helper()
-	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NewSlogLogger(testenv.Logger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.AddConsumerHandler("test", queue, sub, handle)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
+	r, done := testenv.Router(t, sub, queue, 5*time.Second, handle)
 	t.Cleanup(func() {
 		if err := r.Close(); err != nil {
 			t.Error(err)
@@ -748,11 +693,6 @@ func runRouter(t *testing.T, sub message.Subscriber, queue string, handle messag
 			t.Error(err)
 		}
 	})
-	select {
-	case <-r.Running():
-	case <-time.After(10 * time.Second):
-		t.Fatal("router did not start")
-	}
 }
 
 // levelCounter counts records per level and passes them on. Records of

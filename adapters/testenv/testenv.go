@@ -318,6 +318,16 @@ func Consume(t testing.TB, url, queue string) func() []amqp091.Delivery {
 	}
 }
 
+// ReadyMessages is how many messages wait in queue, not delivered.
+func ReadyMessages(t testing.TB, url, queue string) int {
+	t.Helper()
+	state, err := Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return state.Messages
+}
+
 // Rabbitmqctl runs rabbitmqctl with args and returns its output.
 func Rabbitmqctl(t testing.TB, args ...string) string {
 	t.Helper()
