@@ -176,11 +176,9 @@ func TestPruneFromTwoProcessesAtOnce(t *testing.T) {
 	deleted := make([]int, 2)
 	errs := make([]error, 2)
 	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			deleted[i], errs[i] = outbox.Prune(ctx, db.Pool, []string{"rabbit"}, time.Now().Add(-time.Hour), 100)
-		}()
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {
