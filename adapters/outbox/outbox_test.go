@@ -70,15 +70,22 @@ func newStack(t *testing.T) *stack {
 // queue that takes them all, and a notification queue.
 func stackTopology(t *testing.T) *topology.Topology {
 	t.Helper()
+	return tarefasTopology(t, []string{"tarefa.#"},
+		topology.Subscription{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}},
+		topology.Subscription{Queue: "auditoria.tarefas", Patterns: []string{"tarefa.#"}})
+}
+
+// tarefasTopology is the stack's layout with events on eventos.dominio
+// and subs: no retries, dead letters on notificacoes.dlx, and an
+// alternate exchange keeping what no binding matched.
+func tarefasTopology(t *testing.T, events []string, subs ...topology.Subscription) *topology.Topology {
+	t.Helper()
 	top, err := topology.Build(topology.Config{
-		Exchanges: []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
+		Exchanges: []topology.ExchangeConfig{{Name: "eventos.dominio", Events: events}},
 		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
 			DeadLetter: topology.DeadLetterConfig{Exchange: "notificacoes.dlx", Queue: "{queue}.dlq"}},
 		Unrouted: "{exchange}.unrouted",
-	}, []topology.Subscription{
-		{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}},
-		{Queue: "auditoria.tarefas", Patterns: []string{"tarefa.#"}},
-	})
+	}, subs)
 	if err != nil {
 		t.Fatal(err)
 	}
