@@ -92,6 +92,17 @@ func tarefasTopology(t *testing.T, events []string, subs ...topology.Subscriptio
 	return top
 }
 
+// auditedBulk starts reading the audit queue (auditoria.tarefas), then
+// commits n events, perTx to a transaction; it returns what the queue
+// received so far and the events' ids.
+func (s *stack) auditedBulk(t *testing.T, n, perTx int) (got func() []amqp091.Delivery, want map[string]bool) {
+	t.Helper()
+	got = testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	want = map[string]bool{}
+	s.commitBulk(t, n, perTx, want)
+	return got, want
+}
+
 // publisher returns a confirm publisher to the stack's vhost, closed when
 // the test ends.
 func (s *stack) publisher(t *testing.T, name string, window int, top *topology.Topology) *amqp.BatchPublisher {

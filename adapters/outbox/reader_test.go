@@ -189,9 +189,7 @@ func TestAutoRelayRetriesAFailedCapabilityCheck(t *testing.T) {
 func TestAGroupFromBeforeRecordsItsReaderOnItsFirstLeadership(t *testing.T) {
 	eachReader(t, func(t *testing.T, cfg outbox.Config) {
 		s := newStack(t)
-		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-		old := map[string]bool{}
-		s.commitBulk(t, 20, 10, old)
+		got, old := s.auditedBulk(t, 20, 10)
 		_, err := s.db.Pool.Exec(context.Background(), `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
 			SELECT $1, max("offset"), max(transaction_id) FROM watermill_outbox`, cfg.ConsumerGroup)
 		if err != nil {

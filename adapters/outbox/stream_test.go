@@ -515,9 +515,7 @@ func (d *halfFailing) PublishBatch(ctx context.Context, keys []string, msgs []*m
 func TestAFailedPublishIsRepeatedNotSkipped(t *testing.T) {
 	eachReader(t, func(t *testing.T, cfg outbox.Config) {
 		s := newStack(t)
-		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-		want := map[string]bool{}
-		s.commitBulk(t, 400, 20, want)
+		got, want := s.auditedBulk(t, 400, 20)
 		cfg.BatchSize = 50
 		dest := &halfFailing{Destination: s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), failures: 3}
 		s.run(t, "relay", s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger()))
