@@ -409,9 +409,7 @@ func TestSubscriberEndsWithContext(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	sub := newTestSubscriber(t, vhost.URL, 5)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := subscribed(ctx, t, sub, q)
+	out, cancel := cancellable(t, sub, q)
 	publishMessages(t, vhost.URL, q, 1)
 	msg := nextMessage(t, out)
 	cancel()
@@ -536,9 +534,7 @@ func TestSubscriberStopsTakingAtOnce(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	sub := newTestSubscriber(t, vhost.URL, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := subscribed(ctx, t, sub, q)
+	out, cancel := cancellable(t, sub, q)
 	ids := publishMessages(t, vhost.URL, q, 10)
 	held := nextMessage(t, out) // the others wait in the subscriber
 	time.Sleep(200 * time.Millisecond)
@@ -566,9 +562,8 @@ func TestSubscriberStopsTakingAtOnce(t *testing.T) {
 // within d.
 func expectNothing(t *testing.T, sub *Subscriber, queue string, d time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	out, cancel := cancellable(t, sub, queue)
 	defer cancel()
-	out := subscribed(ctx, t, sub, queue)
 	select {
 	case msg, ok := <-out:
 		if ok {
@@ -631,6 +626,15 @@ func publishMessages(t *testing.T, url, queue string, n int) []string {
 		}
 	}
 	return ids
+}
+
+// cancellable subscribes sub to queue with a context that the returned
+// cancel ends, or the test's end.
+func cancellable(t *testing.T, sub message.Subscriber, queue string) (<-chan *message.Message, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return subscribed(ctx, t, sub, queue), cancel
 }
 
 // subscribed subscribes sub to queue with ctx, failing the test on an
