@@ -285,11 +285,7 @@ func TestSubscriberRetriesUntilBrokerAccepts(t *testing.T) {
 
 	ids := publishMessages(t, vhost.URL, q, 5)
 	seen := map[string]int{}
-	for !allSeen(seen, ids) {
-		msg := nextMessage(t, out)
-		seen[msg.UUID]++
-		msg.Ack()
-	}
+	ackUntilSeen(t, out, ids, seen)
 	if w, i := logs.count(slog.LevelWarn), logs.count(slog.LevelInfo); w != 1 || i != 1 {
 		t.Fatalf("logged %d warnings and %d infos, want one of each", w, i)
 	}
@@ -313,11 +309,7 @@ func TestSubscriberConsumesAgainAfterCancel(t *testing.T) {
 	}
 	ids := publishMessages(t, vhost.URL, q, 3)
 	seen := map[string]int{}
-	for !allSeen(seen, ids) {
-		msg := nextMessage(t, out)
-		seen[msg.UUID]++
-		msg.Ack()
-	}
+	ackUntilSeen(t, out, ids, seen)
 }
 
 // TestSubscriberCloseWhileAcking closes a subscriber while its handlers
@@ -542,11 +534,7 @@ func TestSubscriberStopsTakingAtOnce(t *testing.T) {
 	other := newTestSubscriber(t, vhost.URL, 10)
 	out2 := subscribed(context.Background(), t, other, q)
 	seen := map[string]int{held.UUID: 1}
-	for !allSeen(seen, ids) {
-		msg := nextMessage(t, out2)
-		seen[msg.UUID]++
-		msg.Ack()
-	}
+	ackUntilSeen(t, out2, ids, seen)
 	if seen[held.UUID] != 1 {
 		t.Fatalf("the message in hand was delivered again while its handler held it")
 	}
@@ -672,6 +660,17 @@ func receiveIDs(t *testing.T, ids <-chan string, n int) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("handled %d of %d messages", len(seen), n)
 		}
+	}
+}
+
+// ackUntilSeen acks the messages of out until each of ids has come,
+// counting in seen how often each message came.
+func ackUntilSeen(t *testing.T, out <-chan *message.Message, ids []string, seen map[string]int) {
+	t.Helper()
+	for !allSeen(seen, ids) {
+		msg := nextMessage(t, out)
+		seen[msg.UUID]++
+		msg.Ack()
 	}
 }
 
