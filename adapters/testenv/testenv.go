@@ -3,6 +3,9 @@
 // applied, and a fresh RabbitMQ virtual host, each removed when the test
 // ends. Tests never share broker or database state, so packages can run in
 // parallel and a test can restart connections without disturbing others.
+// It also holds what those tests do alike on the services: a router
+// consuming a queue, a count of a queue or a topic, a child process of the
+// test binary.
 package testenv
 
 import (
