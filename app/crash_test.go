@@ -22,10 +22,7 @@ import (
 // starts and kills. It serves the probe plugin until it is killed, and
 // creates the file PROBE_SERVE_READY once its handlers consume.
 func TestProbeServeProcess(t *testing.T) {
-	ready := os.Getenv("PROBE_SERVE_READY")
-	if ready == "" {
-		t.Skip("run by TestKillInsideTheTransactionThenRestart")
-	}
+	ready := testenv.ProcessEnv(t, "PROBE_SERVE_READY", "run by TestKillInsideTheTransactionThenRestart")
 	reg, err := handlers.NewRegistry(tarefas.Plugin(), notificacoes.Plugin(), probePlugin(&probeRuns{}))
 	if err != nil {
 		t.Fatal(err)
@@ -53,13 +50,7 @@ func TestKillInsideTheTransactionThenRestart(t *testing.T) {
 	dir := t.TempDir()
 	serve := func(name string, extra ...string) *exec.Cmd {
 		ready := filepath.Join(dir, name)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestProbeServeProcess$", "-test.count=1")
-		cmd.Env = append(append(os.Environ(), s.environ()...), append(extra, "PROBE_SERVE_READY="+ready)...)
-		cmd.Stdout, cmd.Stderr = testenv.LogWriter(), testenv.LogWriter()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		cmd := testenv.StartProcess(t, "TestProbeServeProcess", append(append(s.environ(), extra...), "PROBE_SERVE_READY="+ready)...)
 		testenv.Eventually(t, 30*time.Second, name+" consuming", func() bool { _, err := os.Stat(ready); return err == nil })
 		return cmd
 	}

@@ -159,12 +159,7 @@ func TestAQueueLeftOnRabbitMQIsReported(t *testing.T) {
 // consumerGroups lists the groups of the cluster.
 func consumerGroups(t *testing.T, k testenv.KafkaCluster) map[string]bool {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	admin, err := sarama.NewClusterAdmin(k.Config.Brokers, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := k.Admin(t)
 	defer admin.Close()
 	list, err := admin.ListConsumerGroups()
 	if err != nil {

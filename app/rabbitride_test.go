@@ -333,10 +333,7 @@ func TestRabbitRideAnalysisDeliveredTwice(t *testing.T) {
 // test starts and kills. It serves the shipped plugins until killed and
 // writes its address to RIDE_SERVE_READY once it consumes.
 func TestRabbitRideServeProcess(t *testing.T) {
-	ready := os.Getenv("RIDE_SERVE_READY")
-	if ready == "" {
-		t.Skip("run by TestRabbitRideKilledBetweenCommitAndPublish")
-	}
+	ready := testenv.ProcessEnv(t, "RIDE_SERVE_READY", "run by TestRabbitRideKilledBetweenCommitAndPublish")
 	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: append(os.Environ(), "MOENDA_HTTP__ADDR=127.0.0.1:0")}, registry(t))
 	if err != nil {
 		t.Fatal(err)
@@ -362,13 +359,7 @@ func TestRabbitRideKilledBetweenCommitAndPublish(t *testing.T) {
 	dir := t.TempDir()
 	serve := func(name string) *exec.Cmd {
 		ready := filepath.Join(dir, name)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestRabbitRideServeProcess$", "-test.count=1")
-		cmd.Env = append(append(os.Environ(), r.environ()...), "RIDE_SERVE_READY="+ready)
-		cmd.Stdout, cmd.Stderr = testenv.LogWriter(), testenv.LogWriter()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		cmd := testenv.StartProcess(t, "TestRabbitRideServeProcess", append(r.environ(), "RIDE_SERVE_READY="+ready)...)
 		testenv.Eventually(t, 60*time.Second, name+" serving", func() bool {
 			b, err := os.ReadFile(ready)
 			r.base = string(b)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/google/uuid"
 
 	"github.com/moenda/moenda/adapters/outbox"
@@ -18,54 +17,6 @@ import (
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
-
-// smallTopic creates topic on k with a record limit (max.message.bytes) of
-// limit bytes, before moenda creates it as the cluster's default would.
-func smallTopic(t *testing.T, k testenv.KafkaCluster, topic string, limit string) {
-	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	admin, err := sarama.NewClusterAdmin(k.Config.Brokers, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	err = admin.CreateTopic(k.Config.Topic(topic), &sarama.TopicDetail{NumPartitions: k.Config.Partitions, ReplicationFactor: k.Config.ReplicationFactor,
-		ConfigEntries: map[string]*string{"max.message.bytes": &limit}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// records counts the records topic holds on k, from its partitions'
-// offsets.
-func records(t *testing.T, k testenv.KafkaCluster, topic string) int64 {
-	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	client, err := sarama.NewClient(k.Config.Brokers, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	parts, err := client.Partitions(k.Config.Topic(topic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, p := range parts {
-		newest, err := client.GetOffset(k.Config.Topic(topic), p, sarama.OffsetNewest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		oldest, err := client.GetOffset(k.Config.Topic(topic), p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += newest - oldest
-	}
-	return n
-}
 
 // conclusion is a tarefa.concluida.v1 event titled titulo, of aggregate
 // (of none when empty).
@@ -115,7 +66,7 @@ func requireRefusedParked(t *testing.T, p running, environ []string, id, why str
 // sends the others again.
 func TestKafkaRelayParksARecordTheBrokerRefuses(t *testing.T) {
 	k := testenv.Kafka(t)
-	smallTopic(t, k, "eventos.dominio", "65536")
+	k.LimitedTopic(t, "eventos.dominio", k.Config.Partitions, "65536")
 	_, _, environ := kafkaEnv(t, k, "MOENDA_ANALYTICS__KAFKA__ENABLED=true")
 	p := start(t, "test", environ...)
 
@@ -126,7 +77,7 @@ func TestKafkaRelayParksARecordTheBrokerRefuses(t *testing.T) {
 		done, err := outbox.CaughtUp(context.Background(), p.pool, "moenda-relay-kafka")
 		return err == nil && done
 	})
-	if n := records(t, k, "eventos.dominio"); n != 10 {
+	if n := k.Records(t, "eventos.dominio"); n != 10 {
 		t.Fatalf("eventos.dominio holds %d records, want the ten, each once", n)
 	}
 	requireRefusedParked(t, p, environ, big.ID, "too large", "moenda-relay-kafka")

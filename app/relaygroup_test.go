@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -28,28 +27,8 @@ func TestOneRelayPerGroupWhateverEachProcessDecided(t *testing.T) {
 		return err == nil && n == 1
 	})
 
-	role := "moenda_t_norepl_" + strings.TrimPrefix(db.Pool.Config().ConnConfig.Database, "moenda_t_")
-	for _, stmt := range []string{
-		"CREATE ROLE " + role + " LOGIN NOREPLICATION",
-		"GRANT ALL ON ALL TABLES IN SCHEMA public TO " + role,
-		"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO " + role,
-	} {
-		if _, err := db.Pool.Exec(ctx, stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = db.Pool.Exec(context.Background(), "DROP OWNED BY "+role)
-		if _, err := db.Pool.Exec(context.Background(), "DROP ROLE "+role); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
-	asRole, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	asRole.User = url.User(role)
-	joined := startRole(t, ServeRelay, append(env, "MOENDA_POSTGRES__URL="+asRole.String())...)
+	_, asRole := db.NoReplicationRole(t)
+	joined := startRole(t, ServeRelay, append(env, "MOENDA_POSTGRES__URL="+asRole.URL)...)
 
 	got := concludedSpy(t, vhost.URL, "probe.once")
 	time.Sleep(time.Second) // the joined relay has decided, and stands by or relays

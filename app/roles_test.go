@@ -25,10 +25,7 @@ import (
 // SIGTERM. Once it serves, it writes its HTTP address to the file
 // ROLE_TEST_READY.
 func TestServeRoleProcess(t *testing.T) {
-	ready := os.Getenv("ROLE_TEST_READY")
-	if ready == "" {
-		t.Skip("run by the role tests")
-	}
+	ready := testenv.ProcessEnv(t, "ROLE_TEST_READY", "run by the role tests")
 	role, err := ParseServeRole(os.Getenv("ROLE_TEST_ROLE"))
 	if err != nil {
 		t.Fatal(err)

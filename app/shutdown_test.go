@@ -31,7 +31,7 @@ func TestShutdownLetsTheHandlerInFlightFinish(t *testing.T) {
 	if took < 300*time.Millisecond {
 		t.Errorf("the platform stopped in %s, before the handler's 400 ms left", took)
 	}
-	if n := queueReady(t, s.vhost.URL, "probe.work"); n != 0 {
+	if n := testenv.ReadyMessages(t, s.vhost.URL, "probe.work"); n != 0 {
 		t.Fatalf("%d messages back in probe.work after the stop, want 0: the delivery was not acknowledged", n)
 	}
 	again := s.start(t)
@@ -61,7 +61,7 @@ func TestShutdownCancelsAHandlerAtTheEndOfItsGrace(t *testing.T) {
 	if n := s.effects(t, id); n != 0 {
 		t.Fatalf("%d effects after the stop, want 0: the handler was cancelled", n)
 	}
-	if n := queueReady(t, s.vhost.URL, "probe.work"); n != 1 {
+	if n := testenv.ReadyMessages(t, s.vhost.URL, "probe.work"); n != 1 {
 		t.Fatalf("%d messages back in probe.work after the stop, want the cancelled one", n)
 	}
 	again := s.start(t)
@@ -72,16 +72,6 @@ func TestShutdownCancelsAHandlerAtTheEndOfItsGrace(t *testing.T) {
 	if n := again.stats.Queue("probe.work").Redelivered.Load(); n != 1 {
 		t.Fatalf("%d redeliveries counted after the restart, want 1", n)
 	}
-}
-
-// queueReady is how many messages wait in queue, not delivered.
-func queueReady(t *testing.T, url, queue string) int {
-	t.Helper()
-	state, err := testenv.Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return state.Messages
 }
 
 // TestAWebhookInFlightAtShutdownIsCalledOnce: a tarefa's webhook is in
@@ -133,7 +123,7 @@ func TestShutdownDuringARetryBackoffRequeues(t *testing.T) {
 	if runs := len(s.runs.of(id)); runs != 2 {
 		t.Fatalf("%d runs before the stop ended, want 2: the retry due within the grace period runs", runs)
 	}
-	if n := queueReady(t, s.vhost.URL, "probe.work"); n != 1 {
+	if n := testenv.ReadyMessages(t, s.vhost.URL, "probe.work"); n != 1 {
 		t.Fatalf("%d messages back in probe.work after the stop, want the one cut off in its backoff", n)
 	}
 	s.start(t)

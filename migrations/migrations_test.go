@@ -33,11 +33,9 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 	applied := make([]int, 2)
 	errs := make([]error, 2)
 	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			applied[i], errs[i] = migrations.Up(context.Background(), db.Pool, testenv.Logger(), plugins...)
-		}()
+		})
 	}
 	wg.Wait()
 	for i, err := range errs {

@@ -32,6 +32,17 @@ func typedTopology(t *testing.T, typ string) *topology.Topology {
 	return top
 }
 
+// declaredVHost is a vhost of the test's own with typedTopology(typ)
+// declared in it.
+func declaredVHost(t *testing.T, typ string) testenv.VHost {
+	t.Helper()
+	vhost := testenv.RabbitMQ(t)
+	if err := Declare(context.Background(), []string{vhost.URL}, typedTopology(t, typ)); err != nil {
+		t.Fatal(err)
+	}
+	return vhost
+}
+
 // queueTypes reads the type and arguments of every queue in vhost, as
 // RabbitMQ holds them.
 func queueTypes(t *testing.T, vhost string) (types, args map[string]string) {
@@ -83,10 +94,7 @@ func TestDeclareQuorumQueues(t *testing.T) {
 // A message in a quorum retry queue goes back to its quorum queue through
 // the default exchange once its TTL has passed.
 func TestQuorumRetryQueueHandsBack(t *testing.T) {
-	vhost := testenv.RabbitMQ(t)
-	if err := Declare(context.Background(), []string{vhost.URL}, typedTopology(t, topology.Quorum)); err != nil {
-		t.Fatal(err)
-	}
+	vhost := declaredVHost(t, topology.Quorum)
 	back := testenv.Consume(t, vhost.URL, "work")
 	ch := testenv.Channel(t, vhost.URL)
 	if err := ch.Confirm(false); err != nil {
@@ -117,10 +125,7 @@ func TestQuorumRetryQueueHandsBack(t *testing.T) {
 // A message that goes back to its quorum queue unacknowledged more than
 // DeliveryLimit times lands in the dead-letter queue.
 func TestQuorumDeliveryLimitDeadLetters(t *testing.T) {
-	vhost := testenv.RabbitMQ(t)
-	if err := Declare(context.Background(), []string{vhost.URL}, typedTopology(t, topology.Quorum)); err != nil {
-		t.Fatal(err)
-	}
+	vhost := declaredVHost(t, topology.Quorum)
 	dead := testenv.Consume(t, vhost.URL, "work.dlq")
 	ch := testenv.Channel(t, vhost.URL)
 	if err := ch.Qos(1, 0, false); err != nil {
@@ -163,10 +168,7 @@ func TestQuorumDeliveryLimitDeadLetters(t *testing.T) {
 func TestQueueTypeChangeIsAClearError(t *testing.T) {
 	for _, tt := range []struct{ had, want string }{{topology.Classic, topology.Quorum}, {topology.Quorum, topology.Classic}} {
 		t.Run(tt.had+" to "+tt.want, func(t *testing.T) {
-			vhost := testenv.RabbitMQ(t)
-			if err := Declare(context.Background(), []string{vhost.URL}, typedTopology(t, tt.had)); err != nil {
-				t.Fatal(err)
-			}
+			vhost := declaredVHost(t, tt.had)
 			// Each queue alone, so that each kind is seen failing.
 			for _, q := range typedTopology(t, tt.want).Queues {
 				err := Declare(context.Background(), []string{vhost.URL}, &topology.Topology{Queues: []topology.Queue{q}})

@@ -145,10 +145,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
-	out, err := sub.Subscribe(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(ctx, t, sub, q)
 	pub, err := NewBatchPublisher(urls, "moenda test relay", 64, top)
 	if err != nil {
 		t.Fatal(err)

@@ -218,10 +218,7 @@ func subscribedWithLogs(t *testing.T) (testenv.VHost, string, *levelCounter, <-c
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(context.Background(), t, sub, q)
 	return vhost, q, logs, out
 }
 
@@ -288,11 +285,7 @@ func TestSubscriberRetriesUntilBrokerAccepts(t *testing.T) {
 
 	ids := publishMessages(t, vhost.URL, q, 5)
 	seen := map[string]int{}
-	for !allSeen(seen, ids) {
-		msg := nextMessage(t, out)
-		seen[msg.UUID]++
-		msg.Ack()
-	}
+	ackUntilSeen(t, out, ids, seen)
 	if w, i := logs.count(slog.LevelWarn), logs.count(slog.LevelInfo); w != 1 || i != 1 {
 		t.Fatalf("logged %d warnings and %d infos, want one of each", w, i)
 	}
@@ -305,10 +298,7 @@ func TestSubscriberConsumesAgainAfterCancel(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	sub := newTestSubscriber(t, vhost.URL, 10)
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(context.Background(), t, sub, q)
 	ch := testenv.Channel(t, vhost.URL)
 	if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 		t.Fatal(err)
@@ -319,11 +309,7 @@ func TestSubscriberConsumesAgainAfterCancel(t *testing.T) {
 	}
 	ids := publishMessages(t, vhost.URL, q, 3)
 	seen := map[string]int{}
-	for !allSeen(seen, ids) {
-		msg := nextMessage(t, out)
-		seen[msg.UUID]++
-		msg.Ack()
-	}
+	ackUntilSeen(t, out, ids, seen)
 }
 
 // TestSubscriberCloseWhileAcking closes a subscriber while its handlers
@@ -342,10 +328,7 @@ func TestSubscriberCloseWhileAcking(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := sub.Subscribe(context.Background(), q)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := subscribed(context.Background(), t, sub, q)
 		var handlers sync.WaitGroup
 		closed := make(chan error, 1)
 		received := 0
@@ -384,10 +367,7 @@ func TestSubscriberNackRequeues(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	sub := newTestSubscriber(t, vhost.URL, 5)
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(context.Background(), t, sub, q)
 	id := publishMessages(t, vhost.URL, q, 1)[0]
 
 	first := nextMessage(t, out)
@@ -408,13 +388,8 @@ func TestSubscriberNackRequeues(t *testing.T) {
 	if _, open := <-out; open {
 		t.Fatal("output channel still open after Close")
 	}
-	ch := testenv.Channel(t, vhost.URL)
-	state, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if state.Messages != 0 {
-		t.Fatalf("%d messages left in the queue after the ack and Close, want 0", state.Messages)
+	if n := testenv.ReadyMessages(t, vhost.URL, q); n != 0 {
+		t.Fatalf("%d messages left in the queue after the ack and Close, want 0", n)
 	}
 }
 
@@ -426,12 +401,7 @@ func TestSubscriberEndsWithContext(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	sub := newTestSubscriber(t, vhost.URL, 5)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, err := sub.Subscribe(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, cancel := cancellable(t, sub, q)
 	publishMessages(t, vhost.URL, q, 1)
 	msg := nextMessage(t, out)
 	cancel()
@@ -454,7 +424,7 @@ func TestSubscriberEndsWithContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("message context did not end after Ack")
 	}
-	if n := readyMessages(t, vhost.URL, q); n != 0 {
+	if n := testenv.ReadyMessages(t, vhost.URL, q); n != 0 {
 		t.Fatalf("%d messages back in the queue after the ack, want 0", n)
 	}
 	expectNothing(t, sub, q, 500*time.Millisecond)
@@ -471,26 +441,8 @@ func TestSubscriberCloseLetsHandlersFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{}, 1)
-	finished := make(chan error, 1)
-	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NewSlogLogger(testenv.Logger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.AddConsumerHandler("test", q, sub, func(msg *message.Message) error {
-		started <- struct{}{}
-		select {
-		case <-msg.Context().Done():
-			finished <- msg.Context().Err()
-			return msg.Context().Err()
-		case <-time.After(500 * time.Millisecond):
-			finished <- nil
-			return nil
-		}
-	})
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	<-r.Running()
+	handle, started, finished := testenv.WaitingHandler(500 * time.Millisecond)
+	r, done := testenv.Router(t, sub, q, 5*time.Second, handle)
 	publishMessages(t, vhost.URL, q, 1)
 	select {
 	case <-started:
@@ -511,7 +463,7 @@ func TestSubscriberCloseLetsHandlersFinish(t *testing.T) {
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := readyMessages(t, vhost.URL, q); n != 0 {
+	if n := testenv.ReadyMessages(t, vhost.URL, q); n != 0 {
 		t.Fatalf("%d messages back in the queue after the handler acked, want 0", n)
 	}
 	expectNothing(t, newTestSubscriber(t, vhost.URL, 5), q, 500*time.Millisecond)
@@ -529,10 +481,7 @@ func TestSubscriberGraceIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := sub.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := subscribed(context.Background(), t, sub, q)
 	ids := publishMessages(t, vhost.URL, q, 2)
 	polite, deaf := nextMessage(t, out), nextMessage(t, out) // deaf is never answered
 	_ = deaf
@@ -577,27 +526,15 @@ func TestSubscriberStopsTakingAtOnce(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	q := declareTestQueue(t, vhost.URL)
 	sub := newTestSubscriber(t, vhost.URL, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, err := sub.Subscribe(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, cancel := cancellable(t, sub, q)
 	ids := publishMessages(t, vhost.URL, q, 10)
 	held := nextMessage(t, out) // the others wait in the subscriber
 	time.Sleep(200 * time.Millisecond)
 	cancel()
 	other := newTestSubscriber(t, vhost.URL, 10)
-	out2, err := other.Subscribe(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out2 := subscribed(context.Background(), t, other, q)
 	seen := map[string]int{held.UUID: 1}
-	for !allSeen(seen, ids) {
-		msg := nextMessage(t, out2)
-		seen[msg.UUID]++
-		msg.Ack()
-	}
+	ackUntilSeen(t, out2, ids, seen)
 	if seen[held.UUID] != 1 {
 		t.Fatalf("the message in hand was delivered again while its handler held it")
 	}
@@ -609,26 +546,12 @@ func TestSubscriberStopsTakingAtOnce(t *testing.T) {
 	held.Ack()
 }
 
-// readyMessages is how many messages wait in queue, not delivered.
-func readyMessages(t *testing.T, url, queue string) int {
-	t.Helper()
-	state, err := testenv.Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return state.Messages
-}
-
 // expectNothing subscribes to queue with sub and fails if a message comes
 // within d.
 func expectNothing(t *testing.T, sub *Subscriber, queue string, d time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	out, cancel := cancellable(t, sub, queue)
 	defer cancel()
-	out, err := sub.Subscribe(ctx, queue)
-	if err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case msg, ok := <-out:
 		if ok {
@@ -693,6 +616,26 @@ func publishMessages(t *testing.T, url, queue string, n int) []string {
 	return ids
 }
 
+// cancellable subscribes sub to queue with a context that the returned
+// cancel ends, or the test's end.
+func cancellable(t *testing.T, sub message.Subscriber, queue string) (<-chan *message.Message, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return subscribed(ctx, t, sub, queue), cancel
+}
+
+// subscribed subscribes sub to queue with ctx, failing the test on an
+// error.
+func subscribed(ctx context.Context, t *testing.T, sub message.Subscriber, queue string) <-chan *message.Message {
+	t.Helper()
+	out, err := sub.Subscribe(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func nextMessage(t *testing.T, out <-chan *message.Message) *message.Message {
 	t.Helper()
 	select {
@@ -720,6 +663,17 @@ func receiveIDs(t *testing.T, ids <-chan string, n int) {
 	}
 }
 
+// ackUntilSeen acks the messages of out until each of ids has come,
+// counting in seen how often each message came.
+func ackUntilSeen(t *testing.T, out <-chan *message.Message, ids []string, seen map[string]int) {
+	t.Helper()
+	for !allSeen(seen, ids) {
+		msg := nextMessage(t, out)
+		seen[msg.UUID]++
+		msg.Ack()
+	}
+}
+
 func allSeen(seen map[string]int, ids []string) bool {
 	for _, id := range ids {
 		if seen[id] == 0 {
@@ -733,13 +687,7 @@ func allSeen(seen map[string]int, ids []string) bool {
 // serve does, until the test ends.
 func runRouter(t *testing.T, sub message.Subscriber, queue string, handle message.NoPublishHandlerFunc) {
 	t.Helper()
-	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NewSlogLogger(testenv.Logger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.AddConsumerHandler("test", queue, sub, handle)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
+	r, done := testenv.Router(t, sub, queue, 5*time.Second, handle)
 	t.Cleanup(func() {
 		if err := r.Close(); err != nil {
 			t.Error(err)
@@ -748,11 +696,6 @@ func runRouter(t *testing.T, sub message.Subscriber, queue string, handle messag
 			t.Error(err)
 		}
 	})
-	select {
-	case <-r.Running():
-	case <-time.After(10 * time.Second):
-		t.Fatal("router did not start")
-	}
 }
 
 // levelCounter counts records per level and passes them on. Records of

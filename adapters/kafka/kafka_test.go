@@ -61,6 +61,34 @@ func publish(t *testing.T, p *kafka.Producer, n int) []string {
 	return ids
 }
 
+// subscribe subscribes a subscriber of group to queue, closed when the
+// test ends if not before; closeTimeout is the subscriber's.
+func subscribe(t *testing.T, cfg kafka.Config, top *topology.Topology, queue, group string, closeTimeout time.Duration) (*kafka.Subscriber, <-chan *message.Message) {
+	t.Helper()
+	sub, err := kafka.NewSubscriber(cfg, top, func(string) string { return group }, closeTimeout, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	ch, err := sub.Subscribe(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub, ch
+}
+
+// first waits a minute at most for ch's first message.
+func first(t *testing.T, ch <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case msg := <-ch:
+		return msg
+	case <-time.After(time.Minute):
+		t.Fatal("no message within a minute")
+		return nil
+	}
+}
+
 // reader consumes a queue in a group and records the ids it acknowledged.
 type reader struct {
 	sub  *kafka.Subscriber
@@ -70,15 +98,7 @@ type reader struct {
 
 func read(t *testing.T, cfg kafka.Config, top *topology.Topology, queue, group string, handle func(*message.Message)) *reader {
 	t.Helper()
-	sub, err := kafka.NewSubscriber(cfg, top, func(string) string { return group }, 5*time.Second, testenv.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Close() })
-	ch, err := sub.Subscribe(context.Background(), queue)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, ch := subscribe(t, cfg, top, queue, group, 5*time.Second)
 	r := &reader{sub: sub, seen: map[string]int{}}
 	go func() {
 		for msg := range ch {
@@ -238,20 +258,8 @@ func TestAClosedSubscriberLetsTheMessageInHandFinish(t *testing.T) {
 	top := layout(t, "analytics.metricas")
 	id := publish(t, producer(t, k.Config, top), 1)[0]
 
-	sub, err := kafka.NewSubscriber(k.Config, top, func(string) string { return "analytics" }, 5*time.Second, testenv.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := sub.Subscribe(context.Background(), "analytics.metricas")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var msg *message.Message
-	select {
-	case msg = <-ch:
-	case <-time.After(time.Minute):
-		t.Fatal("no message within a minute")
-	}
+	sub, ch := subscribe(t, k.Config, top, "analytics.metricas", "analytics", 5*time.Second)
+	msg := first(t, ch)
 	if msg.UUID != id {
 		t.Fatalf("got %s, want %s", msg.UUID, id)
 	}
@@ -291,20 +299,8 @@ func TestAClosedSubscriberEndsTheGraceOfAHandlerThatNeverAnswers(t *testing.T) {
 	top := layout(t, "analytics.metricas")
 	id := publish(t, producer(t, k.Config, top), 1)[0]
 
-	sub, err := kafka.NewSubscriber(k.Config, top, func(string) string { return "analytics" }, time.Second, testenv.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := sub.Subscribe(context.Background(), "analytics.metricas")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var msg *message.Message
-	select {
-	case msg = <-ch:
-	case <-time.After(time.Minute):
-		t.Fatal("no message within a minute")
-	}
+	sub, ch := subscribe(t, k.Config, top, "analytics.metricas", "analytics", time.Second)
+	msg := first(t, ch)
 	at := time.Now()
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)

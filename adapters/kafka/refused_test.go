@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/moenda/moenda/adapters/outbox"
@@ -21,22 +20,7 @@ import (
 // delivered, once.
 func TestProducerNamesOnlyTheRecordsRefusedForGood(t *testing.T) {
 	k := testenv.Kafka(t)
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	client, err := sarama.NewClient(k.Config.Brokers, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topic, limit := k.Config.Topic("eventos.dominio"), "65536"
-	if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: k.Config.ReplicationFactor,
-		ConfigEntries: map[string]*string{"max.message.bytes": &limit}}, false); err != nil {
-		t.Fatal(err)
-	}
+	k.LimitedTopic(t, "eventos.dominio", 1, "65536")
 	p := producer(t, k.Config, layout(t))
 
 	titles := []string{"a", "b", strings.Repeat("<", 100_000), "c", strings.Repeat("<", 2<<20), "d"}
@@ -54,7 +38,7 @@ func TestProducerNamesOnlyTheRecordsRefusedForGood(t *testing.T) {
 		}
 		keys, msgs = append(keys, e.RoutingKey()), append(msgs, msg)
 	}
-	err = p.PublishBatch(context.Background(), keys, msgs)
+	err := p.PublishBatch(context.Background(), keys, msgs)
 	var partly *outbox.BatchError
 	if !errors.As(err, &partly) || len(partly.Failed) != 2 || !errors.Is(partly.Failed[2], outbox.ErrRefused) || !errors.Is(partly.Failed[4], outbox.ErrRefused) {
 		t.Fatalf("PublishBatch = %v, want records 2 and 4 refused for good, and only them", err)
@@ -62,11 +46,7 @@ func TestProducerNamesOnlyTheRecordsRefusedForGood(t *testing.T) {
 	if !strings.Contains(partly.Failed[2].Error(), "too large") || !strings.Contains(partly.Failed[4].Error(), "larger than configured Producer.MaxMessageBytes") {
 		t.Fatalf("why: %v; %v", partly.Failed[2], partly.Failed[4])
 	}
-	newest, err := client.GetOffset(topic, 0, sarama.OffsetNewest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if newest != 4 {
-		t.Fatalf("the topic holds %d records, want the 4 others, each once", newest)
+	if n := k.Records(t, "eventos.dominio"); n != 4 {
+		t.Fatalf("the topic holds %d records, want the 4 others, each once", n)
 	}
 }

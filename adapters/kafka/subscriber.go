@@ -156,7 +156,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 	hand, endHand := context.WithCancel(context.WithoutCancel(ctx))
 	out := make(chan *message.Message)
 	log := s.logger.With("queue", queue, "consumer_group", group)
-	var pumps, inHand sync.WaitGroup
+	var pumps sync.WaitGroup
+	var inHand transport.InHand
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -184,16 +185,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 // finish waits for the messages in hand to be answered, for the grace
 // period at most, then ends their contexts and closes ws, which commits
 // the offsets of those acknowledged.
-func (s *Subscriber) finish(ws *wkafka.Subscriber, inHand *sync.WaitGroup, endHand context.CancelFunc, log *slog.Logger) error {
-	answered := make(chan struct{})
-	go func() {
-		inHand.Wait()
-		close(answered)
-	}()
+func (s *Subscriber) finish(ws *wkafka.Subscriber, inHand *transport.InHand, endHand context.CancelFunc, log *slog.Logger) error {
 	grace := time.NewTimer(s.grace)
 	defer grace.Stop()
 	select {
-	case <-answered:
+	case <-inHand.Answered():
 		// watermill-kafka marks an acknowledged record's offset in a
 		// goroutine of its own, woken by the ack, and only while the
 		// consumer's session lives; ending hand ends that session, so at
@@ -239,7 +235,7 @@ func (s *Subscriber) prepare(ctx context.Context, srcs []source, log *slog.Logge
 // pump hands the records of one topic to out until ctx ends or the
 // subscriber stops, subscribing ws with hand, and counts the messages
 // handed out in inHand until each is answered.
-func (s *Subscriber) pump(ctx, hand context.Context, ws *wkafka.Subscriber, src source, out chan<- *message.Message, inHand *sync.WaitGroup, log *slog.Logger) {
+func (s *Subscriber) pump(ctx, hand context.Context, ws *wkafka.Subscriber, src source, out chan<- *message.Message, inHand *transport.InHand, log *slog.Logger) {
 	var ch <-chan *message.Message
 	for {
 		select {
@@ -260,16 +256,8 @@ func (s *Subscriber) pump(ctx, hand context.Context, ws *wkafka.Subscriber, src 
 		}
 	}
 	for {
-		var msg *message.Message
-		select {
-		case m, ok := <-ch:
-			if !ok {
-				return
-			}
-			msg = m
-		case <-ctx.Done():
-			return
-		case <-s.closing:
+		msg, ok := transport.Next(ctx, s.closing, ch)
+		if !ok {
 			return
 		}
 		if src.delay > 0 {
@@ -287,24 +275,9 @@ func (s *Subscriber) pump(ctx, hand context.Context, ws *wkafka.Subscriber, src 
 			msg.Metadata.Set(event.MetaDeliveryExchange, src.exchange)
 			msg.Metadata.Set(event.MetaDeliveryRoutingKey, name.Base)
 		}
-		// Read before the router's decorators set the context anew.
-		mctx := msg.Context()
-		select {
-		case out <- msg:
-		case <-ctx.Done():
-			return
-		case <-s.closing:
+		if !inHand.Pass(ctx, s.closing, out, msg) {
 			return
 		}
-		inHand.Add(1)
-		go func() {
-			defer inHand.Done()
-			select {
-			case <-msg.Acked():
-			case <-msg.Nacked():
-			case <-mctx.Done():
-			}
-		}()
 	}
 }
 

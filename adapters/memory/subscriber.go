@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/adapters/transport"
 )
 
 // subscriber consumes the broker's queues and lets the messages in hand
@@ -40,59 +42,22 @@ func (s *subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 	go func() {
 		defer s.subs.Done()
 		defer endHand()
-		var inHand sync.WaitGroup
-		s.pass(ctx, in, out, &inHand)
+		var inHand transport.InHand
+		for {
+			msg, ok := transport.Next(ctx, s.closing, in)
+			if !ok || !inHand.Pass(ctx, s.closing, out, msg) {
+				break
+			}
+		}
 		close(out)
-		answered := make(chan struct{})
-		go func() {
-			inHand.Wait()
-			close(answered)
-		}()
 		grace := time.NewTimer(s.grace)
 		defer grace.Stop()
 		select {
-		case <-answered:
+		case <-inHand.Answered():
 		case <-grace.C:
 		}
 	}()
 	return out, nil
-}
-
-// pass hands the messages of in to out until ctx ends or the subscriber
-// closes, counting those handed out in inHand until each is answered.
-func (s *subscriber) pass(ctx context.Context, in <-chan *message.Message, out chan<- *message.Message, inHand *sync.WaitGroup) {
-	for {
-		var msg *message.Message
-		select {
-		case m, ok := <-in:
-			if !ok {
-				return
-			}
-			msg = m
-		case <-ctx.Done():
-			return
-		case <-s.closing:
-			return
-		}
-		// Read before the router's decorators set the context anew.
-		mctx := msg.Context()
-		select {
-		case out <- msg:
-		case <-ctx.Done():
-			return
-		case <-s.closing:
-			return
-		}
-		inHand.Add(1)
-		go func() {
-			defer inHand.Done()
-			select {
-			case <-msg.Acked():
-			case <-msg.Nacked():
-			case <-mctx.Done():
-			}
-		}()
-	}
 }
 
 // Close ends every subscription and waits for the messages in hand to be

@@ -1,28 +1,14 @@
 package memory
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-)
 
-// routerOn runs a Watermill router with handle consuming queue from b, as
-// serve does, and returns it running.
-func routerOn(t *testing.T, b *Broker, queue string, closeTimeout time.Duration, handle message.NoPublishHandlerFunc) (*message.Router, <-chan error) {
-	t.Helper()
-	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: closeTimeout}, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.AddConsumerHandler("test", queue, b.Subscriber, handle)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(context.Background()) }()
-	<-r.Running()
-	return r, done
-}
+	"github.com/moenda/moenda/adapters/testenv"
+)
 
 // TestRouterCloseLetsTheHandlerInFlightFinish: a handler waits 500 ms on
 // its message's context; the router closes 100 ms into it. The context is
@@ -30,18 +16,8 @@ func routerOn(t *testing.T, b *Broker, queue string, closeTimeout time.Duration,
 func TestRouterCloseLetsTheHandlerInFlightFinish(t *testing.T) {
 	b := NewBroker(nil, 5*time.Second, watermill.NopLogger{})
 	defer b.Close()
-	started, finished := make(chan struct{}, 1), make(chan error, 1)
-	r, done := routerOn(t, b, "q", 5*time.Second, func(msg *message.Message) error {
-		started <- struct{}{}
-		select {
-		case <-msg.Context().Done():
-			finished <- msg.Context().Err()
-			return msg.Context().Err()
-		case <-time.After(500 * time.Millisecond):
-			finished <- nil
-			return nil
-		}
-	})
+	handle, started, finished := testenv.WaitingHandler(500 * time.Millisecond)
+	r, done := testenv.Router(t, b.Subscriber, "q", 5*time.Second, handle)
 	if err := b.ch.Publish("q", message.NewMessage(watermill.NewUUID(), []byte(`{}`))); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +41,7 @@ func TestRouterCloseEndsTheGraceOfAHandler(t *testing.T) {
 	b := NewBroker(nil, time.Second, watermill.NopLogger{})
 	defer b.Close()
 	started := make(chan struct{}, 1)
-	r, done := routerOn(t, b, "q", time.Second, func(msg *message.Message) error {
+	r, done := testenv.Router(t, b.Subscriber, "q", time.Second, func(msg *message.Message) error {
 		started <- struct{}{}
 		<-msg.Context().Done()
 		return msg.Context().Err()

@@ -170,13 +170,7 @@ func TestConfigChecksLockIdleTimeout(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := outbox.DefaultConfig()
 			cfg.LockIdleTimeout, cfg.PollInterval = tt.idle, tt.polling
-			err := cfg.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("error %v, want %q", err, tt.want)
-			}
+			checkValidate(t, cfg, tt.want)
 		})
 	}
 }

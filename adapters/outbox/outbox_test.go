@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,19 +70,37 @@ func newStack(t *testing.T) *stack {
 // queue that takes them all, and a notification queue.
 func stackTopology(t *testing.T) *topology.Topology {
 	t.Helper()
+	return tarefasTopology(t, []string{"tarefa.#"},
+		topology.Subscription{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}},
+		topology.Subscription{Queue: "auditoria.tarefas", Patterns: []string{"tarefa.#"}})
+}
+
+// tarefasTopology is the stack's layout with events on eventos.dominio
+// and subs: no retries, dead letters on notificacoes.dlx, and an
+// alternate exchange keeping what no binding matched.
+func tarefasTopology(t *testing.T, events []string, subs ...topology.Subscription) *topology.Topology {
+	t.Helper()
 	top, err := topology.Build(topology.Config{
-		Exchanges: []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"}}},
+		Exchanges: []topology.ExchangeConfig{{Name: "eventos.dominio", Events: events}},
 		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
 			DeadLetter: topology.DeadLetterConfig{Exchange: "notificacoes.dlx", Queue: "{queue}.dlq"}},
 		Unrouted: "{exchange}.unrouted",
-	}, []topology.Subscription{
-		{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}},
-		{Queue: "auditoria.tarefas", Patterns: []string{"tarefa.#"}},
-	})
+	}, subs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return top
+}
+
+// auditedBulk starts reading the audit queue (auditoria.tarefas), then
+// commits n events, perTx to a transaction; it returns what the queue
+// received so far and the events' ids.
+func (s *stack) auditedBulk(t *testing.T, n, perTx int) (got func() []amqp091.Delivery, want map[string]bool) {
+	t.Helper()
+	got = testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	want = map[string]bool{}
+	s.commitBulk(t, n, perTx, want)
+	return got, want
 }
 
 // publisher returns a confirm publisher to the stack's vhost, closed when
@@ -209,6 +228,19 @@ func TestRollbackPublishesNothingCommitDeliversToEveryBoundQueue(t *testing.T) {
 			t.Fatalf("%s received %d messages, want only the committed event", queue, len(got))
 		}
 		checkDelivery(t, got[0], want)
+	}
+}
+
+// checkValidate fails the test unless cfg.Validate accepts cfg (want "")
+// or refuses it with an error containing want.
+func checkValidate(t *testing.T, cfg outbox.Config, want string) {
+	t.Helper()
+	err := cfg.Validate()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("error %v, want %q", err, want)
 	}
 }
 

@@ -46,16 +46,7 @@ func (s *stack) writeRaw(t *testing.T, id, metadata string) {
 // exchange any more.
 func (s *stack) narrowTopology(t *testing.T) *topology.Topology {
 	t.Helper()
-	top, err := topology.Build(topology.Config{
-		Exchanges: []topology.ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.criada"}}},
-		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
-			DeadLetter: topology.DeadLetterConfig{Exchange: "notificacoes.dlx", Queue: "{queue}.dlq"}},
-		Unrouted: "{exchange}.unrouted",
-	}, []topology.Subscription{{Queue: "auditoria.tarefas", Patterns: []string{"tarefa.#"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return top
+	return tarefasTopology(t, []string{"tarefa.criada"}, topology.Subscription{Queue: "auditoria.tarefas", Patterns: []string{"tarefa.#"}})
 }
 
 func parkedRows(t *testing.T, s *stack) []outbox.Parked {

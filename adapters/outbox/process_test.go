@@ -25,10 +25,7 @@ import (
 // and, when set, RELAY_WINDOW confirms outstanding, and creates
 // RELAY_ACTIVE once it leads.
 func TestRelayProcess(t *testing.T) {
-	active := os.Getenv("RELAY_ACTIVE")
-	if active == "" {
-		t.Skip("started by the tests that kill a relay")
-	}
+	active := testenv.ProcessEnv(t, "RELAY_ACTIVE", "started by the tests that kill a relay")
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("RELAY_DB"))
 	if err != nil {
@@ -66,15 +63,8 @@ func TestRelayProcess(t *testing.T) {
 func (s *stack) relayProcess(t *testing.T, name string, batch int, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
 	active := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRelayProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "RELAY_DB="+s.db.URL, "RELAY_AMQP="+s.vhost.URL, "RELAY_ACTIVE="+active, "RELAY_BATCH="+strconv.Itoa(batch))
-	cmd.Env = append(cmd.Env, extra...)
-	cmd.Stdout, cmd.Stderr = testenv.LogWriter(), testenv.LogWriter()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd, active
+	env := []string{"RELAY_DB=" + s.db.URL, "RELAY_AMQP=" + s.vhost.URL, "RELAY_ACTIVE=" + active, "RELAY_BATCH=" + strconv.Itoa(batch)}
+	return testenv.StartProcess(t, "TestRelayProcess", append(env, extra...)...), active
 }
 
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }
@@ -263,36 +253,51 @@ func settleDuplicates(t *testing.T, c *tally, want map[string]bool) int {
 	return total - len(want)
 }
 
-// A relay killed with SIGKILL in the middle of a drain of 50,000 rows,
-// inside one of its transactions of 2,000, repeats at most the batch it
-// had in hand, on either reader: what it published before that batch is
-// recorded, the rows of a transaction only partly published included.
-func TestRelayKilledMidTransactionRepeatsAtMostTheBatchInHand(t *testing.T) {
+// The crash tests drain crashRows rows committed crashPerTx to a
+// transaction, in batches and a confirm window of crashWindow.
+const crashRows, crashPerTx, crashWindow = 50_000, 2_000, 256
+
+// eachReaderCrash runs drain once on each reader, with a stack, a tally of
+// its auditoria.tarefas queue and a set to add the drained events' ids
+// to; drain commits them, crashes (what) in the middle of a transaction
+// and returns how many had arrived then. It fails unless every event
+// arrives, and arrives once but for at most a window.
+func eachReaderCrash(t *testing.T, what string, drain func(t *testing.T, reader string, s *stack, c *tally, want map[string]bool) int) {
 	for _, reader := range []string{outbox.ReaderPoll, outbox.ReaderLogical} {
 		t.Run(reader, func(t *testing.T) {
 			s := newStack(t)
 			c := newTally(t, s.vhost.URL, "auditoria.tarefas")
 			want := map[string]bool{}
-			const rows, perTx, window = 50_000, 2_000, 256
-			env := []string{"RELAY_READER=" + reader, "RELAY_WINDOW=" + strconv.Itoa(window)}
-			// A relay that led once and stopped: a logical one leaves its
-			// slot, so the backlog below is streamed, not read from the
-			// table as the rows committed before a slot existed are.
-			zero, active := s.relayProcess(t, "zero", window, env...)
-			testenv.Eventually(t, 60*time.Second, "a relay leading once", func() bool { return exists(active) })
-			kill(t, zero)
-			s.commitBulk(t, rows, perTx, want)
-			first, active := s.relayProcess(t, "first", window, env...)
-			testenv.Eventually(t, 60*time.Second, "the first relay leading", func() bool { return exists(active) })
-			atKill := crashMidTransaction(t, c, rows, perTx, func() { kill(t, first) })
-			s.relayProcess(t, "second", window, env...)
+			at := drain(t, reader, s, c, want)
 			dups := settleDuplicates(t, c, want)
-			t.Logf("%s: killed after %d of %d deliveries; %d repeated (batch and confirm window %d)", reader, atKill, rows, dups, window)
-			if dups > window {
-				t.Fatalf("%d events repeated after the kill, more than the batch in hand and the confirm window (%d)", dups, window)
+			t.Logf("%s: %s after %d of %d deliveries; %d repeated (batch and confirm window %d)", reader, what, at, crashRows, dups, crashWindow)
+			if dups > crashWindow {
+				t.Fatalf("%d events repeated after %s, more than the batch in hand and the confirm window (%d)", dups, what, crashWindow)
 			}
 		})
 	}
+}
+
+// A relay killed with SIGKILL in the middle of a drain of 50,000 rows,
+// inside one of its transactions of 2,000, repeats at most the batch it
+// had in hand, on either reader: what it published before that batch is
+// recorded, the rows of a transaction only partly published included.
+func TestRelayKilledMidTransactionRepeatsAtMostTheBatchInHand(t *testing.T) {
+	eachReaderCrash(t, "the relay was killed", func(t *testing.T, reader string, s *stack, c *tally, want map[string]bool) int {
+		env := []string{"RELAY_READER=" + reader, "RELAY_WINDOW=" + strconv.Itoa(crashWindow)}
+		// A relay that led once and stopped: a logical one leaves its
+		// slot, so the backlog below is streamed, not read from the
+		// table as the rows committed before a slot existed are.
+		zero, active := s.relayProcess(t, "zero", crashWindow, env...)
+		testenv.Eventually(t, 60*time.Second, "a relay leading once", func() bool { return exists(active) })
+		kill(t, zero)
+		s.commitBulk(t, crashRows, crashPerTx, want)
+		first, active := s.relayProcess(t, "first", crashWindow, env...)
+		testenv.Eventually(t, 60*time.Second, "the first relay leading", func() bool { return exists(active) })
+		atKill := crashMidTransaction(t, c, crashRows, crashPerTx, func() { kill(t, first) })
+		s.relayProcess(t, "second", crashWindow, env...)
+		return atKill
+	})
 }
 
 // PostgreSQL crashing (pg_ctlcluster restart -m immediate) in the middle
@@ -303,34 +308,23 @@ func TestRelayKilledMidTransactionRepeatsAtMostTheBatchInHand(t *testing.T) {
 // restarts the server: run alone, with TEST_POSTGRES_ALONE=1 (.ci/test).
 func TestPostgresCrashMidDrainRepeatsAtMostTheBatchInHand(t *testing.T) {
 	testenv.PostgresAlone(t)
-	for _, reader := range []string{outbox.ReaderPoll, outbox.ReaderLogical} {
-		t.Run(reader, func(t *testing.T) {
-			s := newStack(t)
-			c := newTally(t, s.vhost.URL, "auditoria.tarefas")
-			want := map[string]bool{}
-			const rows, perTx, window = 50_000, 2_000, 256
-			cfg := testConfig
-			cfg.Reader, cfg.BatchSize, cfg.ConfirmWindow = reader, window, window
-			dest := s.publisher(t, "moenda outbox relay", window, s.top)
-			// The relay leads once and stops first: a logical one keeps
-			// its slot, so the backlog is streamed, not read from the
-			// table as the rows committed before a slot existed are.
-			once := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
-			stop := s.run(t, "relay", once)
-			testenv.Eventually(t, 60*time.Second, "a relay leading once", once.Active)
-			stop()
-			s.commitBulk(t, rows, perTx, want)
-			relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
-			s.run(t, "relay", relay)
-			testenv.Eventually(t, 60*time.Second, "the relay leading", relay.Active)
-			atCrash := crashMidTransaction(t, c, rows, perTx, func() { restartPostgres(t, "immediate") })
-			dups := settleDuplicates(t, c, want)
-			t.Logf("%s: PostgreSQL crashed after %d of %d deliveries; %d repeated (batch and confirm window %d)", reader, atCrash, rows, dups, window)
-			if dups > window {
-				t.Fatalf("%d events repeated after PostgreSQL crashed, more than the batch in hand and the confirm window (%d)", dups, window)
-			}
-		})
-	}
+	eachReaderCrash(t, "PostgreSQL crashed", func(t *testing.T, reader string, s *stack, c *tally, want map[string]bool) int {
+		cfg := testConfig
+		cfg.Reader, cfg.BatchSize, cfg.ConfirmWindow = reader, crashWindow, crashWindow
+		dest := s.publisher(t, "moenda outbox relay", crashWindow, s.top)
+		// The relay leads once and stops first: a logical one keeps
+		// its slot, so the backlog is streamed, not read from the
+		// table as the rows committed before a slot existed are.
+		once := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+		stop := s.run(t, "relay", once)
+		testenv.Eventually(t, 60*time.Second, "a relay leading once", once.Active)
+		stop()
+		s.commitBulk(t, crashRows, crashPerTx, want)
+		relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+		s.run(t, "relay", relay)
+		testenv.Eventually(t, 60*time.Second, "the relay leading", relay.Active)
+		return crashMidTransaction(t, c, crashRows, crashPerTx, func() { restartPostgres(t, "immediate") })
+	})
 }
 
 // restartPostgres restarts the local cluster with pg_ctlcluster in mode

@@ -16,38 +16,6 @@ import (
 	"github.com/moenda/moenda/adapters/testenv"
 )
 
-// noReplicationRole creates a login role without REPLICATION that may use
-// the test database's tables, and returns a pool connecting as it; the
-// role is dropped when the test ends (roles are the whole server's).
-func noReplicationRole(t *testing.T, db testenv.Database) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	role := "moenda_t_norepl_" + strings.TrimPrefix(db.Pool.Config().ConnConfig.Database, "moenda_t_")
-	for _, stmt := range []string{
-		"CREATE ROLE " + role + " LOGIN NOREPLICATION",
-		"GRANT ALL ON ALL TABLES IN SCHEMA public TO " + role,
-		"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO " + role,
-	} {
-		if _, err := db.Pool.Exec(ctx, stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := db.Pool.Config().Copy()
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		_, _ = db.Pool.Exec(context.Background(), "DROP OWNED BY "+role)
-		if _, err := db.Pool.Exec(context.Background(), "DROP ROLE "+role); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
-	return pool
-}
-
 // recordedReader is the reader recorded for group.
 func (s *stack) recordedReader(t *testing.T, group string) string {
 	t.Helper()
@@ -74,9 +42,9 @@ func TestAutoRelayThatCannotStreamStandsByWhileItsGroupStreams(t *testing.T) {
 		return s.recordedReader(t, auto.ConsumerGroup) == outbox.ReaderLogical
 	})
 
-	plain := noReplicationRole(t, s.db)
+	_, plain := s.db.NoReplicationRole(t)
 	dest := s.publisher(t, "moenda outbox relay polling", auto.ConfirmWindow, s.top)
-	joined, err := outbox.NewRelay(plain, namedDestination{dest, "joined", pubs}, s.top.Routable, auto, testenv.Logger().With("relay", "joined"))
+	joined, err := outbox.NewRelay(plain.Pool, namedDestination{dest, "joined", pubs}, s.top.Routable, auto, testenv.Logger().With("relay", "joined"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,12 +109,13 @@ func TestExplicitReaderSwitchesTheGroupOnceItsLeaderStops(t *testing.T) {
 	t.Logf("%d events, %d deliveries across the switch", n, total)
 }
 
-// A capability check that fails on the way (the server out of reach for a
-// moment) decides nothing: auto does not settle on polling for it.
-func TestAFailedCapabilityCheckDecidesNothing(t *testing.T) {
-	db := testenv.Postgres(t)
+// cuttablePool returns a pool on db's database holding one connection
+// already, and a switch that, while on, fails every new connection as an
+// unreachable network does.
+func cuttablePool(t *testing.T, db testenv.Database) (*pgxpool.Pool, *atomic.Bool) {
+	t.Helper()
 	ctx := context.Background()
-	var cut atomic.Bool
+	cut := &atomic.Bool{}
 	cfg := db.Pool.Config().Copy()
 	dialer := &net.Dialer{}
 	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -160,10 +129,18 @@ func TestAFailedCapabilityCheckDecidesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if err := pool.Ping(ctx); err != nil { // a connection in the pool; the replication one is dialled each check
+	if err := pool.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cut.Store(true)
+	return pool, cut
+}
+
+// A capability check that fails on the way (the server out of reach for a
+// moment) decides nothing: auto does not settle on polling for it.
+func TestAFailedCapabilityCheckDecidesNothing(t *testing.T) {
+	ctx := context.Background()
+	pool, cut := cuttablePool(t, testenv.Postgres(t))
+	cut.Store(true) // the replication connection is dialled each check
 	logs := newWarnings()
 	if got, err := outbox.ChooseReader(ctx, pool, outbox.ReaderAuto, slog.New(logs)); err == nil || got != "" {
 		t.Fatalf("auto with the replication connection cut = %q, %v; want no decision and the error", got, err)
@@ -186,25 +163,8 @@ func TestAFailedCapabilityCheckDecidesNothing(t *testing.T) {
 // the group records logical.
 func TestAutoRelayRetriesAFailedCapabilityCheck(t *testing.T) {
 	s := newStack(t)
-	ctx := context.Background()
-	var cut atomic.Bool
-	cfg := s.db.Pool.Config().Copy()
-	dialer := &net.Dialer{}
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if cut.Load() {
-			return nil, errors.New("network unreachable (cut by the test)")
-		}
-		return dialer.DialContext(ctx, network, addr)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := pool.Ping(ctx); err != nil { // the pool's connection lives; the replication connection cannot be made
-		t.Fatal(err)
-	}
-	cut.Store(true)
+	pool, cut := cuttablePool(t, s.db)
+	cut.Store(true) // the pool's connection lives; the replication connection cannot be made
 	auto := testConfig
 	auto.Reader = outbox.ReaderAuto
 	relay, err := outbox.NewRelay(pool, s.publisher(t, "auto", 64, s.top), s.top.Routable, auto, testenv.Logger())
@@ -229,9 +189,7 @@ func TestAutoRelayRetriesAFailedCapabilityCheck(t *testing.T) {
 func TestAGroupFromBeforeRecordsItsReaderOnItsFirstLeadership(t *testing.T) {
 	eachReader(t, func(t *testing.T, cfg outbox.Config) {
 		s := newStack(t)
-		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-		old := map[string]bool{}
-		s.commitBulk(t, 20, 10, old)
+		got, old := s.auditedBulk(t, 20, 10)
 		_, err := s.db.Pool.Exec(context.Background(), `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
 			SELECT $1, max("offset"), max(transaction_id) FROM watermill_outbox`, cfg.ConsumerGroup)
 		if err != nil {

@@ -65,9 +65,7 @@ func (d *partlyRefusing) PublishBatch(ctx context.Context, keys []string, msgs [
 func TestARefusedRowIsParkedAndTheRestGoOnce(t *testing.T) {
 	eachReader(t, func(t *testing.T, cfg outbox.Config) {
 		s := newStack(t)
-		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-		want := map[string]bool{}
-		s.commitBulk(t, 100, 20, want)
+		got, want := s.auditedBulk(t, 100, 20)
 		ids := slices.Sorted(maps.Keys(want))
 		dest := &partlyRefusing{Destination: s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top),
 			refuse: map[string]bool{ids[0]: true, ids[50]: true}, once: map[string]bool{ids[1]: true, ids[70]: true}, tries: map[string]int{}}

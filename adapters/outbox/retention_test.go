@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,11 +176,9 @@ func TestPruneFromTwoProcessesAtOnce(t *testing.T) {
 	deleted := make([]int, 2)
 	errs := make([]error, 2)
 	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			deleted[i], errs[i] = outbox.Prune(ctx, db.Pool, []string{"rabbit"}, time.Now().Add(-time.Hour), 100)
-		}()
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -254,13 +251,7 @@ func TestConfigChecksRetention(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := outbox.DefaultConfig()
 			cfg.Retention, cfg.RetentionInterval = tt.retention, tt.interval
-			err := cfg.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("error %v, want %q", err, tt.want)
-			}
+			checkValidate(t, cfg, tt.want)
 		})
 	}
 }

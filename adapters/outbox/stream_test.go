@@ -16,7 +16,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/amqp"
@@ -469,32 +468,19 @@ func TestChooseReader(t *testing.T) {
 	if got, err := outbox.ChooseReader(ctx, db.Pool, outbox.ReaderAuto, testenv.Logger()); err != nil || got != outbox.ReaderLogical {
 		t.Fatalf("auto as postgres = %q, %v; want logical", got, err)
 	}
-	role := "moenda_t_norepl_" + strings.TrimPrefix(db.Pool.Config().ConnConfig.Database, "moenda_t_")
-	if _, err := db.Pool.Exec(ctx, "CREATE ROLE "+role+" LOGIN NOREPLICATION"); err != nil {
-		t.Fatal(err)
-	}
-	cfg := db.Pool.Config().Copy()
-	cfg.ConnConfig.User = role
-	plain, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		plain.Close()
-		_, _ = db.Pool.Exec(context.Background(), "DROP ROLE "+role)
-	})
+	role, plain := db.NoReplicationRole(t)
 	logs := newWarnings()
-	if got, err := outbox.ChooseReader(ctx, plain, outbox.ReaderAuto, slog.New(logs)); err != nil || got != outbox.ReaderPoll {
+	if got, err := outbox.ChooseReader(ctx, plain.Pool, outbox.ReaderAuto, slog.New(logs)); err != nil || got != outbox.ReaderPoll {
 		t.Fatalf("auto as %s = %q, %v; want poll", role, got, err)
 	}
 	if w := logs.all(); len(w) != 1 || !strings.Contains(w[0]["msg"].(string), "WITH REPLICATION") {
 		t.Fatalf("auto as %s warned %v, want one WARN naming the fix", role, w)
 	}
-	if _, err := outbox.ChooseReader(ctx, plain, outbox.ReaderLogical, slog.New(logs)); err == nil ||
+	if _, err := outbox.ChooseReader(ctx, plain.Pool, outbox.ReaderLogical, slog.New(logs)); err == nil ||
 		!strings.Contains(err.Error(), "outbox.reader is logical, but the database role may not replicate: ALTER ROLE ... WITH REPLICATION") {
 		t.Fatalf("logical as %s: %v", role, err)
 	}
-	if got, err := outbox.ChooseReader(ctx, plain, outbox.ReaderPoll, slog.New(logs)); err != nil || got != outbox.ReaderPoll || len(logs.all()) != 1 {
+	if got, err := outbox.ChooseReader(ctx, plain.Pool, outbox.ReaderPoll, slog.New(logs)); err != nil || got != outbox.ReaderPoll || len(logs.all()) != 1 {
 		t.Fatalf("poll = %q, %v, with %d warnings", got, err, len(logs.all()))
 	}
 }
@@ -529,9 +515,7 @@ func (d *halfFailing) PublishBatch(ctx context.Context, keys []string, msgs []*m
 func TestAFailedPublishIsRepeatedNotSkipped(t *testing.T) {
 	eachReader(t, func(t *testing.T, cfg outbox.Config) {
 		s := newStack(t)
-		got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
-		want := map[string]bool{}
-		s.commitBulk(t, 400, 20, want)
+		got, want := s.auditedBulk(t, 400, 20)
 		cfg.BatchSize = 50
 		dest := &halfFailing{Destination: s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top), failures: 3}
 		s.run(t, "relay", s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger()))

@@ -31,7 +31,9 @@ func missingDatabase(t *testing.T, user *url.Userinfo) (admin, name, dbURL strin
 	return admin, name, dbURL
 }
 
-func adminExec(t *testing.T, admin, sql string) {
+// onAdmin runs fn on a connection of its own to admin, within 30 s,
+// failing the test on fn's error.
+func onAdmin(t *testing.T, admin string, fn func(ctx context.Context, conn *pgx.Conn) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -40,24 +42,27 @@ func adminExec(t *testing.T, admin, sql string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+	if err := fn(ctx, conn); err != nil {
+		t.Fatal(err)
 	}
+}
+
+func adminExec(t *testing.T, admin, sql string) {
+	t.Helper()
+	onAdmin(t, admin, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+		return nil
+	})
 }
 
 func databaseExists(t *testing.T, admin, name string) bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
-		t.Fatal(err)
-	}
+	onAdmin(t, admin, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists)
+	})
 	return exists
 }
 

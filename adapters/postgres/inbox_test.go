@@ -42,9 +42,7 @@ func TestOnceRunsOncePerConsumerAndEvent(t *testing.T) {
 	var runs atomic.Int32
 	var wg sync.WaitGroup
 	for range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, err := txr.Once(ctx, "q", "e-1", func(ctx context.Context) error {
 				runs.Add(1)
 				time.Sleep(50 * time.Millisecond) // the others arrive meanwhile
@@ -56,7 +54,7 @@ func TestOnceRunsOncePerConsumerAndEvent(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	var effects int

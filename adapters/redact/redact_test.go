@@ -10,8 +10,19 @@ import (
 	"unicode"
 )
 
+// expect checks that fn, named name, turns each input into its wanted
+// output.
+func expect(t *testing.T, name string, fn func(string) string, cases map[string]string) {
+	t.Helper()
+	for in, want := range cases {
+		if got := fn(in); got != want {
+			t.Errorf("%s(%q) = %q, want %q", name, in, got, want)
+		}
+	}
+}
+
 func TestURL(t *testing.T) {
-	for in, want := range map[string]string{
+	expect(t, "URL", URL, map[string]string{
 		"amqp://guest:guest@127.0.0.1:5672/":      "amqp://guest:xxxxx@127.0.0.1:5672/",
 		"postgres://moenda:s3cret@db:5432/moenda": "postgres://moenda:xxxxx@db:5432/moenda",
 		"postgres://postgres@127.0.0.1:5432/x":    "postgres://postgres@127.0.0.1:5432/x",
@@ -28,23 +39,15 @@ func TestURL(t *testing.T) {
 		"host=db user=moenda":                       "host=db user=moenda",
 		"https://example.test/path@with-at-sign/x":  "https://example.test/path@with-at-sign/x",
 		"postgres://moenda@db:5432/moenda?sslmode=": "postgres://moenda@db:5432/moenda?sslmode=",
-	} {
-		if got := URL(in); got != want {
-			t.Errorf("URL(%q) = %q, want %q", in, got, want)
-		}
-	}
-	for in, want := range map[string]string{
+	})
+	expect(t, "Path", Path, map[string]string{
 		"https://hooks.slack.com/services/T0/B0/secret": "https://hooks.slack.com/xxxxx",
 		"https://example.test/hook?token=secret":        "https://example.test/xxxxx",
 		"https://example.test":                          "https://example.test",
 		"":                                              "",
 		"https://example.test/hook?token=%zz-secret": "https://example.test/xxxxx",
 		"https://u:pa%ss@example.test/hook/secret":   "https://u:xxxxx@example.test/xxxxx",
-	} {
-		if got := Path(in); got != want {
-			t.Errorf("Path(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }
 
 // No secret survives, whatever the value around it looks like.

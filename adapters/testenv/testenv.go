@@ -3,6 +3,9 @@
 // applied, and a fresh RabbitMQ virtual host, each removed when the test
 // ends. Tests never share broker or database state, so packages can run in
 // parallel and a test can restart connections without disturbing others.
+// It also holds what those tests do alike on the services: a router
+// consuming a queue, a count of a queue or a topic, a child process of the
+// test binary.
 package testenv
 
 import (
@@ -27,10 +30,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/moenda/moenda/adapters/await"
-	"github.com/moenda/moenda/adapters/kafka"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -171,6 +172,42 @@ func newDatabase(t testing.TB, exclusive bool) Database {
 		dropDatabase(t, base, name)
 	})
 	return Database{URL: u.String(), Pool: pool}
+}
+
+// NoReplicationRole creates a login role without REPLICATION that may use
+// the tables and sequences db has now, and returns its name and db as
+// that role; the role is dropped when the test ends (roles are the whole
+// server's).
+func (db Database) NoReplicationRole(t testing.TB) (string, Database) {
+	t.Helper()
+	ctx := context.Background()
+	role := "moenda_t_norepl_" + strings.TrimPrefix(db.Pool.Config().ConnConfig.Database, "moenda_t_")
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN NOREPLICATION",
+		"GRANT ALL ON ALL TABLES IN SCHEMA public TO " + role,
+		"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO " + role,
+	} {
+		if _, err := db.Pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), "DROP OWNED BY "+role)
+		if _, err := db.Pool.Exec(context.Background(), "DROP ROLE "+role); err != nil {
+			t.Errorf("testenv: drop role %s: %v", role, err)
+		}
+	})
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	u.User = url.User(role)
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return role, Database{URL: u.String(), Pool: pool}
 }
 
 // MissingDatabase names a database that does not exist yet (its name has
@@ -341,6 +378,16 @@ func Consume(t testing.TB, url, queue string) func() []amqp091.Delivery {
 	}
 }
 
+// ReadyMessages is how many messages wait in queue, not delivered.
+func ReadyMessages(t testing.TB, url, queue string) int {
+	t.Helper()
+	state, err := Channel(t, url).QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return state.Messages
+}
+
 // Rabbitmqctl runs rabbitmqctl with args and returns its output.
 func Rabbitmqctl(t testing.TB, args ...string) string {
 	t.Helper()
@@ -363,34 +410,6 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 
 // Name returns a unique name with prefix, for resources tests create.
 func Name(prefix string) string { return fmt.Sprintf("%s-%s", prefix, suffix()) }
-
-// KafkaCluster is a Kafka cluster for one test. Fake is the in-process
-// cluster when no KAFKA_BROKERS is set, and nil on a real one.
-type KafkaCluster struct {
-	Config kafka.Config
-	Fake   *kfake.Cluster
-}
-
-// Kafka returns a cluster of the test's own: an in-process kfake cluster
-// ended with the test, or, with KAFKA_BROKERS set (comma-separated
-// host:port), that cluster with every topic and group name under a prefix
-// of the test's own.
-func Kafka(t testing.TB) KafkaCluster {
-	t.Helper()
-	cfg := kafka.DefaultConfig()
-	if brokers := os.Getenv("KAFKA_BROKERS"); brokers != "" {
-		cfg.Brokers = strings.Split(brokers, ",")
-		cfg.TopicPrefix = Name("test") + "."
-		return KafkaCluster{Config: cfg}
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(cfg.Partitions)))
-	if err != nil {
-		t.Fatalf("testenv: start kfake: %v", err)
-	}
-	t.Cleanup(c.Close)
-	cfg.Brokers = c.ListenAddrs()
-	return KafkaCluster{Config: cfg, Fake: c}
-}
 
 // ClosedAddr is a loopback host:port nothing listens on, for a broker
 // that is away.

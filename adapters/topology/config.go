@@ -88,48 +88,29 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for i, x := range c.Exchanges {
 		path := fmt.Sprintf("topology.exchanges[%d]", i)
-		if x.Name == "" {
-			errs = append(errs, fmt.Errorf("%s.name is empty", path))
-		} else if seen[x.Name] {
-			errs = append(errs, fmt.Errorf("%s.name: exchange %q is listed twice", path, x.Name))
-		}
-		seen[x.Name] = true
+		errs = append(errs, unique(seen, path+".name", "exchange ", x.Name))
 		for j, p := range x.Events {
 			if err := ValidatePattern(p); err != nil {
 				errs = append(errs, fmt.Errorf("%s.events[%d]: %w", path, j, err))
 			}
 		}
 		errs = append(errs, x.Failure.validate(path+".failure", false))
-		if x.Envelope != "" && !slices.Contains(event.PublishedEnvelopes, string(x.Envelope)) {
-			errs = append(errs, fmt.Errorf("%s.envelope %q must be one of %s", path, x.Envelope, strings.Join(event.PublishedEnvelopes, ", ")))
-		}
-		errs = append(errs, validateQueueType(path+".queue_type", x.QueueType))
+		errs = append(errs, oneOf(path+".envelope", string(x.Envelope), event.PublishedEnvelopes))
+		errs = append(errs, oneOf(path+".queue_type", x.QueueType, QueueTypes))
 	}
 	errs = append(errs, c.Failure.validate("topology.failure", true))
-	errs = append(errs, validateQueueType("topology.queue_type", c.QueueType))
+	errs = append(errs, oneOf("topology.queue_type", c.QueueType, QueueTypes))
 	queues := map[string]bool{}
 	for i, s := range c.Subscriptions {
 		path := fmt.Sprintf("topology.subscriptions[%d]", i)
-		if s.Queue == "" {
-			errs = append(errs, fmt.Errorf("%s.queue is empty", path))
-		} else if queues[s.Queue] {
-			errs = append(errs, fmt.Errorf("%s.queue: %q is listed twice", path, s.Queue))
-		}
-		queues[s.Queue] = true
+		errs = append(errs, unique(queues, path+".queue", "", s.Queue))
 		errs = append(errs, s.Failure.validate(path+".failure", false))
-		if s.Envelope != "" && !slices.Contains(event.Envelopes, string(s.Envelope)) {
-			errs = append(errs, fmt.Errorf("%s.envelope %q must be one of %s", path, s.Envelope, strings.Join(event.Envelopes, ", ")))
-		}
-		errs = append(errs, validateQueueType(path+".queue_type", s.QueueType))
+		errs = append(errs, oneOf(path+".envelope", string(s.Envelope), event.Envelopes))
+		errs = append(errs, oneOf(path+".queue_type", s.QueueType, QueueTypes))
 	}
 	for i, q := range c.Queues {
 		path := fmt.Sprintf("topology.queues[%d]", i)
-		if q.Name == "" {
-			errs = append(errs, fmt.Errorf("%s.name is empty", path))
-		} else if queues[q.Name] {
-			errs = append(errs, fmt.Errorf("%s.name: %q is listed twice", path, q.Name))
-		}
-		queues[q.Name] = true
+		errs = append(errs, unique(queues, path+".name", "", q.Name))
 		if len(q.Bindings) == 0 {
 			errs = append(errs, fmt.Errorf("%s.bindings is empty: the queue would receive nothing", path))
 		}
@@ -148,10 +129,25 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateQueueType accepts the queue types and empty, which inherits.
-func validateQueueType(path, typ string) error {
-	if typ != "" && !slices.Contains(QueueTypes, typ) {
-		return fmt.Errorf("%s %q must be one of %s", path, typ, strings.Join(QueueTypes, ", "))
+// oneOf accepts value at path if it is one of valid, or empty, which
+// inherits.
+func oneOf(path, value string, valid []string) error {
+	if value != "" && !slices.Contains(valid, value) {
+		return fmt.Errorf("%s %q must be one of %s", path, value, strings.Join(valid, ", "))
+	}
+	return nil
+}
+
+// unique rejects a name at path that is empty or already in seen (a
+// "kind" such as "exchange " prefixes it in the message), and adds it to
+// seen.
+func unique(seen map[string]bool, path, kind, name string) error {
+	defer func() { seen[name] = true }()
+	if name == "" {
+		return fmt.Errorf("%s is empty", path)
+	}
+	if seen[name] {
+		return fmt.Errorf("%s: %s%q is listed twice", path, kind, name)
 	}
 	return nil
 }

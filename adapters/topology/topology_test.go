@@ -70,14 +70,11 @@ func TestBuildSeed000(t *testing.T) {
 	}
 }
 
-func TestBuildTarefasPrint(t *testing.T) {
-	cfg := Config{
-		Exchanges: []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"},
-			Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "notificacoes.dlx"}}}},
-		Failure:  defaultFailure,
-		Unrouted: "{exchange}.unrouted",
-	}
-	top, err := Build(cfg, []Subscription{{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}}})
+// buildPrints builds cfg with subs, checks that the topology prints as
+// want, and returns it.
+func buildPrints(t *testing.T, cfg Config, subs []Subscription, want string) *Topology {
+	t.Helper()
+	top, err := Build(cfg, subs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +82,20 @@ func TestBuildTarefasPrint(t *testing.T) {
 	if err := top.Print(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := `exchange eventos.dominio type=topic durable alternate-exchange=eventos.dominio.unrouted
+	if b.String() != want {
+		t.Fatalf("Print:\n%s\nwant:\n%s", b.String(), want)
+	}
+	return top
+}
+
+func TestBuildTarefasPrint(t *testing.T) {
+	cfg := Config{
+		Exchanges: []ExchangeConfig{{Name: "eventos.dominio", Events: []string{"tarefa.#"},
+			Failure: FailureConfig{DeadLetter: DeadLetterConfig{Exchange: "notificacoes.dlx"}}}},
+		Failure:  defaultFailure,
+		Unrouted: "{exchange}.unrouted",
+	}
+	top := buildPrints(t, cfg, []Subscription{{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}}}, `exchange eventos.dominio type=topic durable alternate-exchange=eventos.dominio.unrouted
 exchange eventos.dominio.unrouted type=fanout durable
 exchange notificacoes.dlx type=direct durable
 queue eventos.dominio.unrouted durable
@@ -97,10 +107,7 @@ queue notificacoes.tarefas-concluidas.retry.5s durable x-dead-letter-exchange= x
 binding eventos.dominio -> notificacoes.tarefas-concluidas key="tarefa.concluida"
 binding eventos.dominio.unrouted -> eventos.dominio.unrouted key=""
 binding notificacoes.dlx -> notificacoes.tarefas-concluidas.dlq key="notificacoes.tarefas-concluidas"
-`
-	if b.String() != want {
-		t.Fatalf("Print:\n%s\nwant:\n%s", b.String(), want)
-	}
+`)
 	if got := top.QueuesFor("eventos.dominio.unrouted", "tarefa.criada"); !slices.Equal(got, []string{"eventos.dominio.unrouted"}) {
 		t.Errorf("fanout routing = %v", got)
 	}
@@ -367,15 +374,7 @@ func TestBuildQuorumPrint(t *testing.T) {
 		Unrouted:  "{exchange}.unrouted",
 		QueueType: Quorum,
 	}
-	top, err := Build(cfg, []Subscription{{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	if err := top.Print(&b); err != nil {
-		t.Fatal(err)
-	}
-	want := `exchange eventos.dominio type=topic durable alternate-exchange=eventos.dominio.unrouted
+	top := buildPrints(t, cfg, []Subscription{{Queue: "notificacoes.tarefas-concluidas", Patterns: []string{"tarefa.concluida"}}}, `exchange eventos.dominio type=topic durable alternate-exchange=eventos.dominio.unrouted
 exchange eventos.dominio.unrouted type=fanout durable
 exchange notificacoes.dlx type=direct durable
 queue eventos.dominio.unrouted durable x-queue-type=quorum
@@ -385,10 +384,7 @@ queue notificacoes.tarefas-concluidas.retry.1s durable x-dead-letter-exchange= x
 binding eventos.dominio -> notificacoes.tarefas-concluidas key="tarefa.concluida"
 binding eventos.dominio.unrouted -> eventos.dominio.unrouted key=""
 binding notificacoes.dlx -> notificacoes.tarefas-concluidas.dlq key="notificacoes.tarefas-concluidas"
-`
-	if b.String() != want {
-		t.Fatalf("Print:\n%s\nwant:\n%s", b.String(), want)
-	}
+`)
 	for _, q := range top.Queues {
 		if got := top.QueueType(q.Name); got != Quorum {
 			t.Errorf("QueueType(%s) = %q", q.Name, got)
