@@ -14,10 +14,12 @@ import (
 type Case struct {
 	ID    string
 	Title string
-	// Quick marks the cases run for every change (--quick, CI): a storm
-	// of broker and database connections, database sessions killed, and a
+	// Quick marks the cases run for every change (--quick, CI): a
 	// consumer crashed mid-handler, within CI's 20 minutes. The paths of
-	// T11, T17 and T25 have tests of their own in go test.
+	// the others have tests of their own in go test; T03's connection
+	// storm, for one: TestRelaySurvivesBrokerDroppingConnections,
+	// TestNotificationsSurviveDroppedConnections and
+	// TestUnitsOfWorkAnswer503WhileTheDatabaseIsAway.
 	Quick bool
 	// NotHere says why the command does not run the case, and where what
 	// it checks is shown instead; empty when it runs.
@@ -80,7 +82,7 @@ func Cases() []Case {
 			must(clauseNoLoss, "no event whose outbox row was marked forwarded is missing (confirms ⇒ fsync)"),
 			recoveredWithin("recovery ≤ 15 s after the node is up"),
 		}},
-		{ID: "T03", Title: "connection drop storm", Quick: true, Run: connectionStorm, Holds: []Clause{
+		{ID: "T03", Title: "connection drop storm", Run: connectionStorm, Holds: []Clause{
 			must(clauseReconnect, "each reconnect ≤ 5 s (the probe queue's consumers; the relay's shows in the recovery)"),
 			must(clauseResources, "no goroutine leak (nor file descriptor leak) once the storm is over"),
 		}},
