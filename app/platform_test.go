@@ -20,8 +20,6 @@ import (
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers"
-	"github.com/moenda/moenda/handlers/notificacoes"
-	"github.com/moenda/moenda/handlers/tarefas"
 )
 
 // running is a platform serving on a free port for one test.
@@ -111,7 +109,7 @@ func TestServeProcess(t *testing.T) {
 	}
 	src, reg := Source{Env: "test", Files: configs.FS}, registry(t)
 	if os.Getenv("SERVE_PROBE") != "" {
-		src, reg = Source{Env: "probe", Files: probeFiles(t)}, registryOf(t, tarefas.Plugin(), notificacoes.Plugin(), probePlugin(&probeRuns{}))
+		src, reg = Source{Env: "probe", Files: probeFiles(t)}, probeRegistry(t, &probeRuns{})
 	}
 	src.Environ = append(os.Environ(), "MOENDA_HTTP__ADDR=127.0.0.1:0")
 	cfg, err := Load(src, reg)
