@@ -12,7 +12,6 @@ import (
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/app/harness"
-	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/faultprobe"
 )
@@ -22,9 +21,7 @@ import (
 // counter; poison events go through the retry schedule to the dead-letter
 // queue; the checker finds the run clean.
 func TestFaultProbeUnderThePlatform(t *testing.T) {
-	reg := registryOf(t, append(Shipped(), faultprobe.Plugin())...)
-	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
-	p := startWith(t, reg, configs.FS, "test", "MOENDA_POSTGRES__URL="+db.URL, "MOENDA_AMQP__URL="+vhost.URL, "MOENDA_HANDLERS__ENABLED=faultprobe")
+	p, vhost := startAMQPWith(t, registryOf(t, append(Shipped(), faultprobe.Plugin())...), "MOENDA_HANDLERS__ENABLED=faultprobe")
 	dead := testenv.Consume(t, vhost.URL, faultprobe.Queue+".dlq")
 
 	// No aggregate: a RabbitMQ queue's messages are handled prefetch at a
@@ -49,7 +46,7 @@ func TestFaultProbeUnderThePlatform(t *testing.T) {
 	}
 	testenv.Eventually(t, 20*time.Second, "the dead letters", func() bool { return len(dead()) == 2 })
 
-	seen := observeProbe(t, db.Pool, dead())
+	seen := observeProbe(t, p.pool, dead())
 	seen.Drained = true
 	if r := harness.Check(history, seen); !r.Valid || r.Confirmed != 20 {
 		t.Fatalf("%+v", r)

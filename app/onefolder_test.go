@@ -21,8 +21,8 @@ func TestAPluginIsOneFolder(t *testing.T) {
 	brokers := map[string]func(t *testing.T) running{
 		"memory": func(t *testing.T) running { return startWith(t, reg, configs.FS, "memory", environ...) },
 		"rabbitmq": func(t *testing.T) running {
-			db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
-			return startWith(t, reg, configs.FS, "test", append(environ, "MOENDA_POSTGRES__URL="+db.URL, "MOENDA_AMQP__URL="+vhost.URL)...)
+			p, _ := startAMQPWith(t, reg, environ...)
+			return p
 		},
 	}
 	for name, start := range brokers {

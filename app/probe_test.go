@@ -170,8 +170,14 @@ func (s *probeStack) start(t *testing.T) running {
 // startFiles is start with the configuration files of files.
 func (s *probeStack) startFiles(t *testing.T, files fs.FS) running {
 	t.Helper()
-	reg := registryOf(t, tarefas.Plugin(), notificacoes.Plugin(), probePlugin(s.runs))
-	return startWith(t, reg, files, "probe", s.environ()...)
+	return startWith(t, probeRegistry(t, s.runs), files, "probe", s.environ()...)
+}
+
+// probeRegistry registers the probe plugin, recording its runs in runs,
+// beside tarefas and notificacoes, which a test may enable with it.
+func probeRegistry(t *testing.T, runs *probeRuns) *handlers.Registry {
+	t.Helper()
+	return registryOf(t, tarefas.Plugin(), notificacoes.Plugin(), probePlugin(runs))
 }
 
 // effects counts the effect rows of one event.

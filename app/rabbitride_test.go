@@ -5,11 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +16,6 @@ import (
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -329,43 +324,15 @@ func TestRabbitRideAnalysisDeliveredTwice(t *testing.T) {
 	}
 }
 
-// TestRabbitRideServeProcess is not a test: it is the process the crash
-// test starts and kills. It serves the shipped plugins until killed and
-// writes its address to RIDE_SERVE_READY once it consumes.
-func TestRabbitRideServeProcess(t *testing.T) {
-	ready := testenv.ProcessEnv(t, "RIDE_SERVE_READY", "run by TestRabbitRideKilledBetweenCommitAndPublish")
-	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: append(os.Environ(), "MOENDA_HTTP__ADDR=127.0.0.1:0")}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	p, err := New(ctx, cfg, slog.New(slog.NewTextHandler(testenv.LogWriter(), nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		<-p.Running()
-		_ = os.WriteFile(ready+".tmp", []byte("http://"+p.Addr()), 0o600)
-		_ = os.Rename(ready+".tmp", ready)
-	}()
-	t.Fatal(p.Run(ctx)) // runs until killed
-}
-
 // The process killed after the rental committed and before the relay
 // published it: after a restart the saga completes (the outbox), where the
 // seed's save-then-publish would have lost the event.
 func TestRabbitRideKilledBetweenCommitAndPublish(t *testing.T) {
 	r := newRabbitRide(t)
-	dir := t.TempDir()
-	serve := func(name string) *exec.Cmd {
-		ready := filepath.Join(dir, name)
-		cmd := testenv.StartProcess(t, "TestRabbitRideServeProcess", append(r.environ(), "RIDE_SERVE_READY="+ready)...)
-		testenv.Eventually(t, 60*time.Second, name+" serving", func() bool {
-			b, err := os.ReadFile(ready)
-			r.base = string(b)
-			return err == nil
-		})
-		return cmd
+	serve := func() *serveProcess {
+		p := startServe(t, r.environ()...)
+		r.base = p.base
+		return p
 	}
 	// Holding the relay's lock keeps the first process from publishing.
 	ctx := context.Background()
@@ -377,21 +344,20 @@ func TestRabbitRideKilledBetweenCommitAndPublish(t *testing.T) {
 	if _, err := lock.Exec(ctx, `SELECT pg_advisory_lock($1)`, outbox.LockKey("moenda-relay")); err != nil {
 		t.Fatal(err)
 	}
-	first := serve("first")
+	first := serve()
 	ana := r.register("ana@example.com", "52998224725")
 	id := r.rent(ana, r.carro(ana, "FOR8G65"))
 	var rows, published int
 	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*), (SELECT count(*) FROM watermill_offsets_outbox WHERE offset_acked > 0) FROM watermill_outbox`).Scan(&rows, &published); err != nil || rows != 1 || published != 0 {
 		t.Fatalf("%d outbox rows after the commit, %d relay positions past them: %v", rows, published, err)
 	}
-	if err := first.Process.Kill(); err != nil { // SIGKILL, the event unpublished
+	if err := first.kill(); err != nil { // the event unpublished
 		t.Fatal(err)
 	}
-	_ = first.Wait()
 	if _, err := lock.Exec(ctx, `SELECT pg_advisory_unlock($1)`, outbox.LockKey("moenda-relay")); err != nil {
 		t.Fatal(err)
 	}
-	serve("second")
+	serve()
 	if l := r.ends(ana, id); l.Status != "CONFIRMADO" {
 		t.Fatalf("rental after the restart %+v", l)
 	}

@@ -5,98 +5,20 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/configs"
 )
-
-// TestServeRoleProcess is not a test: it is one serve process of the role
-// tests, running the role ROLE_TEST_ROLE in the test environment until
-// SIGTERM. Once it serves, it writes its HTTP address to the file
-// ROLE_TEST_READY.
-func TestServeRoleProcess(t *testing.T) {
-	ready := testenv.ProcessEnv(t, "ROLE_TEST_READY", "run by the role tests")
-	role, err := ParseServeRole(os.Getenv("ROLE_TEST_ROLE"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: os.Environ()}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	p, err := New(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, nil)), WithRole(role))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		<-p.Running()
-		tmp := ready + ".tmp"
-		if os.WriteFile(tmp, []byte(p.Addr()), 0o600) == nil {
-			_ = os.Rename(tmp, ready)
-		}
-	}()
-	if err := p.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// roleProcess is a serve process of one role, started by startRole.
-type roleProcess struct {
-	cmd  *exec.Cmd
-	base string
-	logs *testenv.Buffer
-	done chan struct{}
-}
 
 // startRole starts a serve process of role with environ on top of the
 // test's, and waits until it serves; it is stopped when the test ends.
-func startRole(t *testing.T, role ServeRole, environ ...string) *roleProcess {
+func startRole(t *testing.T, role ServeRole, environ ...string) *serveProcess {
 	t.Helper()
-	ready := filepath.Join(t.TempDir(), "addr")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeRoleProcess$", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), environ...), "MOENDA_HTTP__ADDR=127.0.0.1:0", "ROLE_TEST_ROLE="+string(role), "ROLE_TEST_READY="+ready)
-	rp := &roleProcess{cmd: cmd, logs: &testenv.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(rp.logs, testenv.LogWriter()), io.MultiWriter(rp.logs, testenv.LogWriter())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(rp.done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-rp.done })
-	testenv.Eventually(t, 60*time.Second, string(role)+" serving", func() bool {
-		select {
-		case <-rp.done:
-			t.Fatalf("the %s process exited while starting:\n%s", role, rp.logs.String())
-		default:
-		}
-		addr, err := os.ReadFile(ready)
-		rp.base = "http://" + string(addr)
-		return err == nil
-	})
-	return rp
-}
-
-// get answers a GET to the process: the status and the body.
-func (rp *roleProcess) get(t *testing.T, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(rp.base + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return startServe(t, append(environ, "SERVE_ROLE="+string(role))...)
 }
 
 // The Tarefas walk-through with its API, its handlers and its relay in
@@ -124,7 +46,7 @@ func tarefasAcrossThreeProcesses(t *testing.T, environ ...string) {
 	title := tarefasFlow(t, api.base)
 	want := "Tarefa '" + title + "' foi concluída pelo usuário 1"
 	testenv.Eventually(t, 20*time.Second, "the worker's notification", func() bool { return strings.Contains(worker.logs.String(), want) })
-	for name, rp := range map[string]*roleProcess{"api": api, "relay": relay} {
+	for name, rp := range map[string]*serveProcess{"api": api, "relay": relay} {
 		if strings.Contains(rp.logs.String(), "foi concluída") {
 			t.Errorf("the %s process ran a handler:\n%s", name, rp.logs.String())
 		}
@@ -137,7 +59,7 @@ func tarefasAcrossThreeProcesses(t *testing.T, environ ...string) {
 	}
 
 	// Each role answers the health checks; only the api serves the API.
-	for name, rp := range map[string]*roleProcess{"api": api, "worker": worker, "relay": relay} {
+	for name, rp := range map[string]*serveProcess{"api": api, "worker": worker, "relay": relay} {
 		if code, body := rp.get(t, "/readyz"); code != http.StatusOK {
 			t.Errorf("%s: GET /readyz = %d %s", name, code, body)
 		}
@@ -160,7 +82,7 @@ func tarefasAcrossThreeProcesses(t *testing.T, environ ...string) {
 	}
 
 	// SIGTERM: each exits cleanly, and says so.
-	for name, rp := range map[string]*roleProcess{"api": api, "worker": worker, "relay": relay} {
+	for name, rp := range map[string]*serveProcess{"api": api, "worker": worker, "relay": relay} {
 		if err := rp.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
