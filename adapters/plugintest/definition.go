@@ -3,6 +3,7 @@ package plugintest
 import (
 	"io/fs"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/moenda/moenda/adapters/testenv"
@@ -29,6 +30,20 @@ func CheckDefinition(t testing.TB, def handlers.Definition, migration string, ot
 		t.Fatal(err)
 	}
 	return p
+}
+
+// CheckConfig checks def's configuration cfg (what its NewConfig gives,
+// set): its Validate fails with an error holding want, or passes when
+// want is "", and Build agrees, building cfg only when it is valid.
+func CheckConfig(t testing.TB, def handlers.Definition, cfg any, want string) {
+	t.Helper()
+	err := def.ValidateConfig(cfg)
+	if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+		t.Fatalf("Validate = %v, want %q", err, want)
+	}
+	if _, err := def.Build(cfg, handlers.Deps{Logger: testenv.Logger(), Tx: Memory()}); (err == nil) != (want == "") {
+		t.Fatalf("Build = %v", err)
+	}
 }
 
 // Reaches tells whether a published e reaches the subscription and its

@@ -165,17 +165,7 @@ func TestConfig(t *testing.T) {
 		{"twice", []string{"ana", "bruno", "ana"}, `handlers.car.analistas[2] "ana" is listed twice`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := Config{Analistas: tt.analistas}.Validate()
-			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-				t.Fatalf("Validate = %v, want %q", err, tt.want)
-			}
-			def := Plugin()
-			_, err = def.Build(&Config{Analistas: tt.analistas}, handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()})
-			if (err == nil) != (tt.want == "") {
-				t.Fatalf("Build = %v", err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { plugintest.CheckConfig(t, Plugin(), &Config{Analistas: tt.analistas}, tt.want) })
 	}
 	if got := Plugin().NewConfig().(*Config).Analistas; !slices.Equal(got, []string{"ana", "bruno", "carla"}) {
 		t.Fatalf("default analistas = %v", got)

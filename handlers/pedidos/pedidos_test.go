@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/plugintest"
-	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/migrations"
@@ -77,16 +76,7 @@ func TestConfig(t *testing.T) {
 		{"twice", []int{2, 1, 2}, "handlers.pedidos.versoes_criado[2] 2 is listed twice"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := Config{VersoesCriado: tt.versoes}.Validate()
-			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-				t.Fatalf("Validate = %v, want %q", err, tt.want)
-			}
-			_, err = Plugin().Build(&Config{VersoesCriado: tt.versoes}, handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()})
-			if (err == nil) != (tt.want == "") {
-				t.Fatalf("Build = %v", err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { plugintest.CheckConfig(t, Plugin(), &Config{VersoesCriado: tt.versoes}, tt.want) })
 	}
 	if got := Plugin().NewConfig().(*Config).VersoesCriado; !reflect.DeepEqual(got, []int{1, 2}) {
 		t.Fatalf("default versoes_criado = %v", got)
