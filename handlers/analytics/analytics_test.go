@@ -5,91 +5,57 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/moenda/moenda/adapters/plugintest"
-	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/migrations"
 )
 
-// transactors returns a transactor over every store the plugin runs on,
-// so the same behaviour is checked against each.
-func transactors(t *testing.T) map[string]func() handlers.Transactor {
-	out := map[string]func() handlers.Transactor{}
-	for name, store := range plugintest.Stores(t, nil, migrations.Set{Name: "analytics", Files: Migrations()}) {
-		out[name] = func() handlers.Transactor { return store().Tx }
-	}
-	return out
-}
+// stores returns every store the plugin runs on, so the same behaviour is
+// checked against each.
+func stores(t *testing.T) map[string]func() plugintest.Store { return plugintest.Stores(t, Plugin()) }
 
 // fixture is the plugin built as the platform builds it, over one store.
-type fixture struct {
-	t      *testing.T
-	tx     handlers.Transactor
-	plugin handlers.Plugin
-	router chi.Router
-}
+type fixture struct{ *plugintest.Plugin }
 
-func newFixture(t *testing.T, tx handlers.Transactor) fixture {
+func newFixture(t *testing.T, s plugintest.Store) fixture {
 	t.Helper()
-	def := Plugin()
-	p, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: tx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	p.Routes(r)
-	return fixture{t: t, tx: tx, plugin: p, router: r}
+	return fixture{plugintest.Build(t, s, plugintest.Defaults(Plugin()))}
 }
 
-// handle delivers e to the handler as the router does: inside a unit of
-// work it joins.
+// handle delivers each of es to the handler as the router does.
 func (f fixture) handle(es ...event.Event) {
-	f.t.Helper()
+	f.T.Helper()
 	for _, e := range es {
-		err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-			return f.plugin.Handlers["metricas"](ctx, e)
-		})
-		if err != nil {
-			f.t.Fatalf("handle %s: %v", e.ID, err)
+		if err := f.Deliver("metricas", e); err != nil {
+			f.T.Fatalf("handle %s: %v", e.ID, err)
 		}
 	}
 }
 
-func (f fixture) rewind(from time.Time) {
-	f.t.Helper()
-	if err := f.plugin.Rewind(context.Background(), from); err != nil {
-		f.t.Fatalf("Rewind(%s): %v", from, err)
-	}
+// unit runs fn in one unit of work, as a delivery's handler runs.
+func (f fixture) unit(fn func(ctx context.Context) error) error {
+	return f.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error { return fn(ctx) })
 }
 
-// get answers GET path.
-func (f fixture) get(path string) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	f.router.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
-	return rec
+func (f fixture) rewind(from time.Time) {
+	f.T.Helper()
+	if err := f.Rewind(context.Background(), from); err != nil {
+		f.T.Fatalf("Rewind(%s): %v", from, err)
+	}
 }
 
 // counts reads the counts through the route.
 func (f fixture) counts(query string) Contagens {
-	f.t.Helper()
-	rec := f.get("/analytics/contagens" + query)
-	if rec.Code != http.StatusOK {
-		f.t.Fatalf("GET %s = %d %s", query, rec.Code, rec.Body)
-	}
+	f.T.Helper()
 	var c Contagens
-	if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil {
-		f.t.Fatal(err)
-	}
+	f.Must(http.StatusOK, "GET", "/analytics/contagens"+query, "", &c)
 	return c
 }
 
@@ -144,13 +110,13 @@ func TestSpec(t *testing.T) {
 }
 
 func TestCountsOnEveryStore(t *testing.T) {
-	for name, newTx := range transactors(t) {
+	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
+			f := newFixture(t, newStore())
 			if got := f.counts(""); len(got.PorDia) != 0 || len(got.PorMunicipio) != 0 {
 				t.Fatalf("counts before any event = %+v", got)
 			}
-			if rec := f.get("/analytics/contagens"); !strings.Contains(rec.Body.String(), `{"por_dia":[],"por_municipio":[]}`) {
+			if rec := f.Do("GET", "/analytics/contagens", ""); !strings.Contains(rec.Body.String(), `{"por_dia":[],"por_municipio":[]}`) {
 				t.Fatalf("empty answer = %s, want empty lists, not null", rec.Body)
 			}
 			es := events()
@@ -185,15 +151,13 @@ func TestCountsOnEveryStore(t *testing.T) {
 // a batch holding one event twice, or events already counted, counts each
 // once.
 func TestBatchCountsWhatTheHandlerCounts(t *testing.T) {
-	for name, newTx := range transactors(t) {
+	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
+			f := newFixture(t, newStore())
 			es := events()
 			batch := append(append([]event.Event{}, es...), es[0], es[2])
 			f.handle(es[1])
-			err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-				return f.plugin.Batches["metricas"](ctx, batch)
-			})
+			err := f.unit(func(ctx context.Context) error { return f.Batches["metricas"](ctx, batch) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,13 +171,13 @@ func TestBatchCountsWhatTheHandlerCounts(t *testing.T) {
 // A handler's facts are part of its delivery's unit of work: when that
 // unit rolls back, nothing is counted, and the redelivery counts once.
 func TestFactCommitsWithItsDelivery(t *testing.T) {
-	for name, newTx := range transactors(t) {
+	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
+			f := newFixture(t, newStore())
 			e := ev("tarefa.concluida.v1", day1, `{"municipio_ibge":"3550308"}`)
 			failed := errors.New("the inbox claim failed")
-			err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-				if err := f.plugin.Handlers["metricas"](ctx, e); err != nil {
+			err := f.unit(func(ctx context.Context) error {
+				if err := f.Handlers["metricas"](ctx, e); err != nil {
 					return err
 				}
 				return failed
@@ -233,9 +197,9 @@ func TestFactCommitsWithItsDelivery(t *testing.T) {
 }
 
 func TestRewindOnEveryStore(t *testing.T) {
-	for name, newTx := range transactors(t) {
+	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
+			f := newFixture(t, newStore())
 			es := events()
 			f.handle(es...)
 
@@ -268,16 +232,16 @@ func TestRewindOnEveryStore(t *testing.T) {
 // Within one unit of work, what was rewound is gone and what is added
 // after the rewind stays (the memory store stages both).
 func TestRewindThenAddInOneUnit(t *testing.T) {
-	for name, newTx := range transactors(t) {
+	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
+			f := newFixture(t, newStore())
 			old, late := ev("a.b.v1", day1, `{}`), ev("a.b.v1", day2, `{}`)
 			f.handle(old, late)
-			err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-				if err := f.plugin.Rewind(ctx, day1.Add(time.Minute)); err != nil {
+			err := f.unit(func(ctx context.Context) error {
+				if err := f.Rewind(ctx, day1.Add(time.Minute)); err != nil {
 					return err
 				}
-				return f.plugin.Handlers["metricas"](ctx, late)
+				return f.Handlers["metricas"](ctx, late)
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -322,9 +286,9 @@ func TestMunicipio(t *testing.T) {
 
 // Any payload is counted: analytics never rejects an event.
 func TestOddPayloadsAreCounted(t *testing.T) {
-	for name, newTx := range transactors(t) {
+	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
+			f := newFixture(t, newStore())
 			for _, p := range []string{`[1]`, `"x"`, `{"municipio_ibge":"a\u0000b"}`, `{"municipio_ibge":false}`} {
 				f.handle(ev("x.y.v1", day1, p))
 			}
@@ -337,9 +301,9 @@ func TestOddPayloadsAreCounted(t *testing.T) {
 }
 
 func TestContagensRoute(t *testing.T) {
-	for name, newTx := range transactors(t) {
+	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
+			f := newFixture(t, newStore())
 			f.handle(ev("tarefa.concluida.v1", day2, `{"municipio_ibge":"3550308"}`))
 			tests := []struct {
 				path string
@@ -358,7 +322,7 @@ func TestContagensRoute(t *testing.T) {
 				{"/analytics/contagens?dia=%zz", http.StatusBadRequest, `{"error":"requisição inválida: query string malformada"}`},
 			}
 			for _, tt := range tests {
-				rec := f.get(tt.path)
+				rec := f.Do("GET", tt.path, "")
 				if rec.Code != tt.code || strings.TrimSpace(rec.Body.String()) != tt.want {
 					t.Errorf("GET %s = %d %s, want %d %s", tt.path, rec.Code, rec.Body, tt.code, tt.want)
 				}

@@ -13,34 +13,22 @@ import (
 	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/migrations"
 )
 
-// store is a unit of work over one store, and the events it committed.
-type store = plugintest.Store
-
 // stores returns every store the plugin runs on.
-func stores(t *testing.T) map[string]func() store {
-	return plugintest.Stores(t, nil, migrations.Set{Name: "pedidos", Files: Migrations()})
-}
+func stores(t *testing.T) map[string]func() plugintest.Store { return plugintest.Stores(t, Plugin()) }
 
-type fixture struct {
-	*plugintest.Plugin
-	t *testing.T
-}
+type fixture struct{ *plugintest.Plugin }
 
 // newFixture builds the plugin over s with cfg and a clock that moves one
 // second at each reading.
-func newFixture(t *testing.T, s store, cfg Config) *fixture {
+func newFixture(t *testing.T, s plugintest.Store, cfg Config) *fixture {
 	t.Helper()
-	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
-		return build(cfg, deps)
-	})
-	return &fixture{Plugin: p, t: t}
+	return &fixture{plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) { return build(cfg, deps) })}
 }
 
 func (f *fixture) criar(body string) Pedido {
-	f.t.Helper()
+	f.T.Helper()
 	var p Pedido
 	f.Must(http.StatusCreated, "POST", "/pedidos", body, &p)
 	return p

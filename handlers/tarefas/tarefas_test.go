@@ -17,7 +17,6 @@ import (
 	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
-	"github.com/moenda/moenda/migrations"
 )
 
 func TestConcluir(t *testing.T) {
@@ -59,16 +58,14 @@ func TestConcluir(t *testing.T) {
 	}
 }
 
-var routeAll = func(string) error { return nil }
-
 // services returns the service over every store it runs on, so the same
-// behaviour is checked against each, and a count of the events its units
-// committed.
+// behaviour is checked against each, with the rule its outbox applies
+// (nil: every event), and a count of the events its units committed.
 func services(t *testing.T) map[string]func(routable func(string) error) (*Service, func() int) {
 	out := map[string]func(func(string) error) (*Service, func() int){}
-	for _, name := range []string{"memory", "postgres"} {
+	for name, newStore := range plugintest.Routed(t, Plugin()) {
 		out[name] = func(routable func(string) error) (*Service, func() int) {
-			s := plugintest.Stores(t, routable, migrations.Set{Name: "tarefas", Files: Migrations()})[name]()
+			s := newStore(routable)
 			svc := &Service{handlers.NewStore(s.Tx, time.Now, newPostgresRepository, handlers.Memory(newMemoryRepository))}
 			return svc, func() int { return len(s.Committed()) }
 		}
@@ -80,15 +77,9 @@ func TestServiceOnEveryStore(t *testing.T) {
 	for name, newService := range services(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			svc, events := newService(routeAll)
-			pai, err := svc.Criar(ctx, CriarTarefa{UsuarioID: 1, Titulo: "pai"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sub, err := svc.Criar(ctx, CriarTarefa{UsuarioID: 1, Titulo: "sub", TarefaPaiID: &pai.ID})
-			if err != nil {
-				t.Fatal(err)
-			}
+			svc, events := newService(nil)
+			pai := criar(t, svc, 1, "pai", nil)
+			sub := criar(t, svc, 1, "sub", &pai.ID)
 			if _, err := svc.Criar(ctx, CriarTarefa{UsuarioID: 2, Titulo: "alheia", TarefaPaiID: &pai.ID}); !errors.Is(err, ErrInvalida) {
 				t.Fatalf("subtask under another user's task: %v", err)
 			}
@@ -123,17 +114,14 @@ func TestConclusionAndEventCommitTogether(t *testing.T) {
 			ctx := context.Background()
 			refuse := func(string) error { return errors.New("outbox refuses") }
 			svc, events := newService(refuse)
-			task, err := svc.Criar(ctx, CriarTarefa{UsuarioID: 1, Titulo: "x"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			task := criar(t, svc, 1, "x", nil)
 			if _, err := svc.Concluir(ctx, task.ID, 1); err == nil {
 				t.Fatal("Concluir succeeded although its event could not be written")
 			}
 			if n := events(); n != 0 {
 				t.Fatalf("%d events left", n)
 			}
-			err = svc.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+			err := svc.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 				got, err := svc.Repo(tx).Get(ctx, task.ID, 1)
 				if err == nil && got.Concluida {
 					t.Error("the task was concluded without its event")
@@ -172,7 +160,7 @@ func TestTarefasReadOnEveryStore(t *testing.T) {
 	for name, newService := range services(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			svc, _ := newService(routeAll)
+			svc, _ := newService(nil)
 			a := criar(t, svc, 1, "a", nil)
 			b := criar(t, svc, 1, "b", nil)
 			sub := criar(t, svc, 1, "sub", &a.ID)
@@ -260,7 +248,7 @@ func TestTarefasReadOnEveryStore(t *testing.T) {
 func TestTarefasRoutes(t *testing.T) {
 	for name, newService := range services(t) {
 		t.Run(name, func(t *testing.T) {
-			svc, _ := newService(routeAll)
+			svc, _ := newService(nil)
 			r := chi.NewRouter()
 			routes(svc, testenv.Logger())(r)
 			a := criar(t, svc, 1, "a", nil)
