@@ -46,6 +46,18 @@ func CheckConfig(t testing.TB, def handlers.Definition, cfg any, want string) {
 	}
 }
 
+// CheckReach checks, for each event name in want, whether a published
+// event of that name reaches the subscription s and its handler (see
+// Reaches): want says whether it should.
+func CheckReach(t testing.TB, s handlers.Subscription, want map[string]bool) {
+	t.Helper()
+	for name, w := range want {
+		if got := Reaches(s, event.Event{Name: name}); got != w {
+			t.Errorf("%s reaches the handler of %s: %v, want %v", name, s.Name, got, w)
+		}
+	}
+}
+
 // Reaches tells whether a published e reaches the subscription and its
 // handler handles it: one of the bindings' topic patterns matches, then
 // Handles lists e (an empty Handles takes every event).
