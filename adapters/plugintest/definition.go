@@ -32,17 +32,27 @@ func CheckDefinition(t testing.TB, def handlers.Definition, migration string, ot
 	return p
 }
 
-// CheckConfig checks def's configuration cfg (what its NewConfig gives,
-// set): its Validate fails with an error holding want, or passes when
-// want is "", and Build agrees, building cfg only when it is valid.
-func CheckConfig(t testing.TB, def handlers.Definition, cfg any, want string) {
-	t.Helper()
-	err := def.ValidateConfig(cfg)
-	if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
-		t.Fatalf("Validate = %v, want %q", err, want)
-	}
-	if _, err := def.Build(cfg, handlers.Deps{Logger: testenv.Logger(), Tx: Memory()}); (err == nil) != (want == "") {
-		t.Fatalf("Build = %v", err)
+// ConfigCase is a configuration of a plugin that CheckConfigs checks.
+type ConfigCase struct {
+	Name   string
+	Config any    // what the definition's NewConfig gives, set
+	Want   string // a part of its Validate error; "" when it is valid
+}
+
+// CheckConfigs checks each case, as a subtest by its name: the
+// configuration's Validate fails with an error holding Want, or passes
+// when Want is "", and def's Build agrees, building it only when valid.
+func CheckConfigs(t *testing.T, def handlers.Definition, cases []ConfigCase) {
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			err := def.ValidateConfig(c.Config)
+			if c.Want == "" && err != nil || c.Want != "" && (err == nil || !strings.Contains(err.Error(), c.Want)) {
+				t.Fatalf("Validate = %v, want %q", err, c.Want)
+			}
+			if _, err := def.Build(c.Config, handlers.Deps{Logger: testenv.Logger(), Tx: Memory()}); (err == nil) != (c.Want == "") {
+				t.Fatalf("Build = %v", err)
+			}
+		})
 	}
 }
 

@@ -139,21 +139,14 @@ func TestSpec(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	tests := []struct {
-		name      string
-		analistas []string
-		want      string // "" when valid
-	}{
-		{"defaults", defaultConfig().Analistas, ""},
-		{"one analyst", []string{"ana"}, ""},
-		{"none", nil, "handlers.car.analistas is empty"},
-		{"an empty name", []string{"ana", ""}, "handlers.car.analistas[1] is empty"},
-		{"a blank name", []string{" ", "ana"}, "handlers.car.analistas[0] is empty"},
-		{"twice", []string{"ana", "bruno", "ana"}, `handlers.car.analistas[2] "ana" is listed twice`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { plugintest.CheckConfig(t, Plugin(), &Config{Analistas: tt.analistas}, tt.want) })
-	}
+	plugintest.CheckConfigs(t, Plugin(), []plugintest.ConfigCase{
+		{Name: "defaults", Config: &Config{Analistas: defaultConfig().Analistas}, Want: ""},
+		{Name: "one analyst", Config: &Config{Analistas: []string{"ana"}}, Want: ""},
+		{Name: "none", Config: &Config{Analistas: nil}, Want: "handlers.car.analistas is empty"},
+		{Name: "an empty name", Config: &Config{Analistas: []string{"ana", ""}}, Want: "handlers.car.analistas[1] is empty"},
+		{Name: "a blank name", Config: &Config{Analistas: []string{" ", "ana"}}, Want: "handlers.car.analistas[0] is empty"},
+		{Name: "twice", Config: &Config{Analistas: []string{"ana", "bruno", "ana"}}, Want: `handlers.car.analistas[2] "ana" is listed twice`},
+	})
 	if got := Plugin().NewConfig().(*Config).Analistas; !slices.Equal(got, []string{"ana", "bruno", "carla"}) {
 		t.Fatalf("default analistas = %v", got)
 	}

@@ -49,23 +49,16 @@ func TestSpec(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	tests := []struct {
-		name    string
-		versoes []int
-		want    string // "" when valid
-	}{
-		{"defaults", defaultConfig().VersoesCriado, ""},
-		{"v1 only", []int{1}, ""},
-		{"v2 only", []int{2}, ""},
-		{"v2 then v1", []int{2, 1}, ""},
-		{"none", nil, "handlers.pedidos.versoes_criado is empty"},
-		{"v3", []int{1, 3}, "handlers.pedidos.versoes_criado[1] is 3: pedido.criado has versions 1 and 2 only"},
-		{"v0", []int{0}, "handlers.pedidos.versoes_criado[0] is 0"},
-		{"twice", []int{2, 1, 2}, "handlers.pedidos.versoes_criado[2] 2 is listed twice"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { plugintest.CheckConfig(t, Plugin(), &Config{VersoesCriado: tt.versoes}, tt.want) })
-	}
+	plugintest.CheckConfigs(t, Plugin(), []plugintest.ConfigCase{
+		{Name: "defaults", Config: &Config{VersoesCriado: defaultConfig().VersoesCriado}, Want: ""},
+		{Name: "v1 only", Config: &Config{VersoesCriado: []int{1}}, Want: ""},
+		{Name: "v2 only", Config: &Config{VersoesCriado: []int{2}}, Want: ""},
+		{Name: "v2 then v1", Config: &Config{VersoesCriado: []int{2, 1}}, Want: ""},
+		{Name: "none", Config: &Config{VersoesCriado: nil}, Want: "handlers.pedidos.versoes_criado is empty"},
+		{Name: "v3", Config: &Config{VersoesCriado: []int{1, 3}}, Want: "handlers.pedidos.versoes_criado[1] is 3: pedido.criado has versions 1 and 2 only"},
+		{Name: "v0", Config: &Config{VersoesCriado: []int{0}}, Want: "handlers.pedidos.versoes_criado[0] is 0"},
+		{Name: "twice", Config: &Config{VersoesCriado: []int{2, 1, 2}}, Want: "handlers.pedidos.versoes_criado[2] 2 is listed twice"},
+	})
 	if got := Plugin().NewConfig().(*Config).VersoesCriado; !reflect.DeepEqual(got, []int{1, 2}) {
 		t.Fatalf("default versoes_criado = %v", got)
 	}
