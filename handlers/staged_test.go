@@ -144,3 +144,13 @@ func TestResult(t *testing.T) {
 		t.Errorf("Result = %d, %v; want 0 and the failure", got, err)
 	}
 }
+
+func TestList(t *testing.T) {
+	if l := handlers.List[int](nil); l == nil || len(l) != 0 {
+		t.Fatalf("List(nil) = %#v", l)
+	}
+	l := []int{1}
+	if got := handlers.List(l); &got[0] != &l[0] {
+		t.Fatal("List copied a list that was not nil")
+	}
+}

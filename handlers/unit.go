@@ -64,3 +64,12 @@ func (s Store[R]) Write(ctx context.Context, fn func(context.Context, R) error) 
 func Read[R, T any](ctx context.Context, s Store[R], fn func(context.Context, R) (T, error)) (T, error) {
 	return Result(ctx, s.Tx, func(ctx context.Context, tx Tx) (T, error) { return fn(ctx, s.Repo(tx)) })
 }
+
+// List is l, or an empty list when l is nil: an answer's lists read [] in
+// JSON, never null, whatever the store gave.
+func List[T any](l []T) []T {
+	if l == nil {
+		return []T{}
+	}
+	return l
+}

@@ -23,7 +23,8 @@ import (
 type Plugin struct {
 	handlers.Plugin
 	Store
-	t      testing.TB
+	// T is the test that drives it, which its checks fail.
+	T      testing.TB
 	router chi.Router
 }
 
@@ -39,7 +40,7 @@ func Build(t testing.TB, s Store, build func(handlers.Deps) (handlers.Plugin, er
 	if p.Routes != nil {
 		p.Routes(r)
 	}
-	return &Plugin{Plugin: p, Store: s, t: t, router: r}
+	return &Plugin{Plugin: p, Store: s, T: t, router: r}
 }
 
 // Defaults is def's build with its default configuration, for Build.
@@ -57,14 +58,14 @@ func (p *Plugin) Serve(req *http.Request) *httptest.ResponseRecorder {
 // Expect answers req, which must answer code, decoding the answer into out
 // when it is not nil.
 func (p *Plugin) Expect(code int, req *http.Request, out any) {
-	p.t.Helper()
+	p.T.Helper()
 	rec := p.Serve(req)
 	if rec.Code != code {
-		p.t.Fatalf("%s %s = %d %s, want %d", req.Method, req.URL, rec.Code, rec.Body, code)
+		p.T.Fatalf("%s %s = %d %s, want %d", req.Method, req.URL, rec.Code, rec.Body, code)
 	}
 	if out != nil {
 		if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
-			p.t.Fatalf("%s %s: %v in %s", req.Method, req.URL, err, rec.Body)
+			p.T.Fatalf("%s %s: %v in %s", req.Method, req.URL, err, rec.Body)
 		}
 	}
 }
@@ -77,7 +78,7 @@ func (p *Plugin) Do(method, path, body string) *httptest.ResponseRecorder {
 // Must answers one request that must answer code, decoding the answer
 // into out when it is not nil.
 func (p *Plugin) Must(code int, method, path, body string, out any) {
-	p.t.Helper()
+	p.T.Helper()
 	p.Expect(code, httptest.NewRequest(method, path, strings.NewReader(body)), out)
 }
 
@@ -106,16 +107,27 @@ func (p *Plugin) Relay(s handlers.Subscription, events []event.Event) error {
 
 // Events decodes every committed event, in order.
 func (p *Plugin) Events() []event.Event {
-	p.t.Helper()
+	p.T.Helper()
 	var out []event.Event
 	for _, b := range p.Committed() {
 		e, err := event.Decode(b)
 		if err != nil {
-			p.t.Fatalf("a committed event does not decode: %v", err)
+			p.T.Fatalf("a committed event does not decode: %v", err)
 		}
 		out = append(out, e)
 	}
 	return out
+}
+
+// Event is an event as source publishes it, with payload (verbatim when
+// it is a json.RawMessage). A name event.New refuses is the test's own
+// mistake: it panics.
+func Event(name, source string, payload any) event.Event {
+	e, err := event.New(name, source, payload)
+	if err != nil {
+		panic(err)
+	}
+	return e
 }
 
 // Clock is a clock that starts on 2026-01-15 at 10:30 UTC and moves one

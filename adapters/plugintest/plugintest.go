@@ -27,24 +27,35 @@ type Store struct {
 	Committed func() [][]byte
 }
 
-// Stores returns a constructor for each store, by name. routable decides
-// which events the outbox takes (nil: every one); the PostgreSQL store is
-// a fresh database with the platform's migrations and sets.
-func Stores(t testing.TB, routable func(string) error, sets ...migrations.Set) map[string]func() Store {
-	if routable == nil {
-		routable = func(string) error { return nil }
+// Stores returns a constructor for each store, by name, whose outbox
+// takes every event; the PostgreSQL store is a fresh database with the
+// platform's migrations and those of defs, as the platform runs them.
+func Stores(t testing.TB, defs ...handlers.Definition) map[string]func() Store {
+	out := map[string]func() Store{}
+	for name, store := range Routed(t, defs...) {
+		out[name] = func() Store { return store(nil) }
 	}
-	return map[string]func() Store{
-		"memory": func() Store {
+	return out
+}
+
+// Routed is Stores for a test that chooses which events each store's
+// outbox takes: routable decides (nil: every one).
+func Routed(t testing.TB, defs ...handlers.Definition) map[string]func(routable func(string) error) Store {
+	sets := make([]migrations.Set, len(defs))
+	for i, def := range defs {
+		sets[i] = migrations.Set{Name: def.Name, Files: def.Migrations}
+	}
+	return map[string]func(func(string) error) Store{
+		"memory": func(routable func(string) error) Store {
 			pub := &collector{}
-			return Store{Tx: memory.NewTransactor(pub, routable), Committed: pub.bodies}
+			return Store{Tx: memory.NewTransactor(pub, anyEvent(routable)), Committed: pub.bodies}
 		},
-		"postgres": func() Store {
+		"postgres": func(routable func(string) error) Store {
 			db := testenv.Postgres(t)
 			if _, err := migrations.Up(context.Background(), db.Pool, testenv.Logger(), sets...); err != nil {
 				t.Fatal(err)
 			}
-			out := outbox.New(routable, watermill.NewSlogLogger(testenv.Logger()))
+			out := outbox.New(anyEvent(routable), watermill.NewSlogLogger(testenv.Logger()))
 			return Store{Tx: postgres.NewTransactor(db.Pool, out), Committed: func() [][]byte {
 				rows, err := db.Pool.Query(context.Background(), `SELECT payload FROM watermill_outbox ORDER BY transaction_id, "offset"`)
 				if err != nil {
@@ -58,6 +69,14 @@ func Stores(t testing.TB, routable func(string) error, sets ...migrations.Set) m
 			}}
 		},
 	}
+}
+
+// anyEvent is routable, or a rule that takes every event when it is nil.
+func anyEvent(routable func(string) error) func(string) error {
+	if routable == nil {
+		return func(string) error { return nil }
+	}
+	return routable
 }
 
 // collector keeps what the memory transactor publishes: what committed.
@@ -88,5 +107,5 @@ func (c *collector) bodies() [][]byte {
 // Memory is a unit of work in memory whose events go nowhere: for building
 // a plugin in a test that delivers nothing.
 func Memory() handlers.Transactor {
-	return memory.NewTransactor(&collector{}, func(string) error { return nil })
+	return memory.NewTransactor(&collector{}, anyEvent(nil))
 }

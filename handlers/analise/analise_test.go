@@ -11,54 +11,39 @@ import (
 	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/pedidos"
-	"github.com/moenda/moenda/migrations"
 )
-
-// store is a unit of work over one store, and the events it committed.
-type store = plugintest.Store
 
 // stores returns every store the plugin runs on; the PostgreSQL one has
 // the tables of the pedidos plugin too, for the end-to-end test.
-func stores(t *testing.T) map[string]func() store {
-	return plugintest.Stores(t, nil, migrations.Set{Name: "analise", Files: Migrations()}, migrations.Set{Name: "pedidos", Files: pedidos.Migrations()})
+func stores(t *testing.T) map[string]func() plugintest.Store {
+	return plugintest.Stores(t, Plugin(), pedidos.Plugin())
 }
 
-type fixture struct {
-	*plugintest.Plugin
-	t *testing.T
-}
+type fixture struct{ *plugintest.Plugin }
 
-func newFixture(t *testing.T, s store) *fixture {
+func newFixture(t *testing.T, s plugintest.Store) *fixture {
 	t.Helper()
-	p := plugintest.Build(t, s, plugintest.Defaults(Plugin()))
-	return &fixture{Plugin: p, t: t}
+	return &fixture{plugintest.Build(t, s, plugintest.Defaults(Plugin()))}
 }
 
 func (f *fixture) deliver(e event.Event) error { return f.Deliver(SubPedidos, e) }
 
 func (f *fixture) resumo() (string, Resumo) {
-	f.t.Helper()
+	f.T.Helper()
 	rec := f.Do("GET", "/analise/pedidos", "")
 	if rec.Code != http.StatusOK {
-		f.t.Fatalf("GET /analise/pedidos = %d %s", rec.Code, rec.Body)
+		f.T.Fatalf("GET /analise/pedidos = %d %s", rec.Code, rec.Body)
 	}
 	var out Resumo
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return strings.TrimSpace(rec.Body.String()), out
 }
 
 func ev(name, payload string) event.Event {
-	e, err := event.New(name, "pedidos", json.RawMessage(payload))
-	if err != nil {
-		panic(err)
-	}
-	return e
+	return plugintest.Event(name, "pedidos", json.RawMessage(payload))
 }
-
-// received tells whether the subscription receives and handles e.
-func received(e event.Event) bool { return plugintest.Reaches(Plugin().Subscriptions[0], e) }
 
 func TestSpec(t *testing.T) {
 	def := Plugin()
@@ -70,14 +55,10 @@ func TestSpec(t *testing.T) {
 		t.Fatalf("subscription %+v, queue %s", s, def.Queue(s))
 	}
 	plugintest.CheckDefinition(t, def, "00001_analise.sql", pedidos.Plugin())
-	for name, want := range map[string]bool{
+	plugintest.CheckReach(t, s, map[string]bool{
 		"pedido.criado.v1": true, "pedido.criado.v2": true, "pedido.pago.v1": true, "pedido.cancelado.v1": true,
 		"pedido.criado.v9": true, "pedido.item.devolvido.v1": true, "produto.criado.v1": false, "pedidos.criado.v1": false,
-	} {
-		if got := received(event.Event{Name: name}); got != want {
-			t.Errorf("%s reaches the handler: %v, want %v", name, got, want)
-		}
-	}
+	})
 }
 
 // Distinct pedidos per type: versions and redeliveries of one fact count

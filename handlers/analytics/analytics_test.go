@@ -5,91 +5,57 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/moenda/moenda/adapters/plugintest"
-	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/migrations"
 )
 
-// transactors returns a transactor over every store the plugin runs on,
-// so the same behaviour is checked against each.
-func transactors(t *testing.T) map[string]func() handlers.Transactor {
-	out := map[string]func() handlers.Transactor{}
-	for name, store := range plugintest.Stores(t, nil, migrations.Set{Name: "analytics", Files: Migrations()}) {
-		out[name] = func() handlers.Transactor { return store().Tx }
-	}
-	return out
-}
-
 // fixture is the plugin built as the platform builds it, over one store.
-type fixture struct {
-	t      *testing.T
-	tx     handlers.Transactor
-	plugin handlers.Plugin
-	router chi.Router
-}
+type fixture struct{ *plugintest.Plugin }
 
-func newFixture(t *testing.T, tx handlers.Transactor) fixture {
-	t.Helper()
-	def := Plugin()
-	p, err := def.Build(def.NewConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: tx})
-	if err != nil {
-		t.Fatal(err)
+// onEveryStore runs test on the plugin built over a fresh store of each
+// kind the plugin runs on, as a subtest named after the store, so the same
+// behaviour is checked against each.
+func onEveryStore(t *testing.T, test func(t *testing.T, f fixture)) {
+	for name, newStore := range plugintest.Stores(t, Plugin()) {
+		t.Run(name, func(t *testing.T) { test(t, fixture{plugintest.Build(t, newStore(), plugintest.Defaults(Plugin()))}) })
 	}
-	r := chi.NewRouter()
-	p.Routes(r)
-	return fixture{t: t, tx: tx, plugin: p, router: r}
 }
 
-// handle delivers e to the handler as the router does: inside a unit of
-// work it joins.
+// handle delivers each of es to the handler as the router does.
 func (f fixture) handle(es ...event.Event) {
-	f.t.Helper()
+	f.T.Helper()
 	for _, e := range es {
-		err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-			return f.plugin.Handlers["metricas"](ctx, e)
-		})
-		if err != nil {
-			f.t.Fatalf("handle %s: %v", e.ID, err)
+		if err := f.Deliver("metricas", e); err != nil {
+			f.T.Fatalf("handle %s: %v", e.ID, err)
 		}
 	}
 }
 
-func (f fixture) rewind(from time.Time) {
-	f.t.Helper()
-	if err := f.plugin.Rewind(context.Background(), from); err != nil {
-		f.t.Fatalf("Rewind(%s): %v", from, err)
-	}
+// unit runs fn in one unit of work, as a delivery's handler runs.
+func (f fixture) unit(fn func(ctx context.Context) error) error {
+	return f.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error { return fn(ctx) })
 }
 
-// get answers GET path.
-func (f fixture) get(path string) *httptest.ResponseRecorder {
-	rec := httptest.NewRecorder()
-	f.router.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
-	return rec
+func (f fixture) rewind(from time.Time) {
+	f.T.Helper()
+	if err := f.Rewind(context.Background(), from); err != nil {
+		f.T.Fatalf("Rewind(%s): %v", from, err)
+	}
 }
 
 // counts reads the counts through the route.
 func (f fixture) counts(query string) Contagens {
-	f.t.Helper()
-	rec := f.get("/analytics/contagens" + query)
-	if rec.Code != http.StatusOK {
-		f.t.Fatalf("GET %s = %d %s", query, rec.Code, rec.Body)
-	}
+	f.T.Helper()
 	var c Contagens
-	if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil {
-		f.t.Fatal(err)
-	}
+	f.Must(http.StatusOK, "GET", "/analytics/contagens"+query, "", &c)
 	return c
 }
 
@@ -144,150 +110,133 @@ func TestSpec(t *testing.T) {
 }
 
 func TestCountsOnEveryStore(t *testing.T) {
-	for name, newTx := range transactors(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
-			if got := f.counts(""); len(got.PorDia) != 0 || len(got.PorMunicipio) != 0 {
-				t.Fatalf("counts before any event = %+v", got)
-			}
-			if rec := f.get("/analytics/contagens"); !strings.Contains(rec.Body.String(), `{"por_dia":[],"por_municipio":[]}`) {
-				t.Fatalf("empty answer = %s, want empty lists, not null", rec.Body)
-			}
-			es := events()
-			f.handle(es...)
+	onEveryStore(t, func(t *testing.T, f fixture) {
+		if got := f.counts(""); len(got.PorDia) != 0 || len(got.PorMunicipio) != 0 {
+			t.Fatalf("counts before any event = %+v", got)
+		}
+		if rec := f.Do("GET", "/analytics/contagens", ""); !strings.Contains(rec.Body.String(), `{"por_dia":[],"por_municipio":[]}`) {
+			t.Fatalf("empty answer = %s, want empty lists, not null", rec.Body)
+		}
+		es := events()
+		f.handle(es...)
+		if got := f.counts(""); !reflect.DeepEqual(got, want) {
+			t.Fatalf("counts = %+v\nwant     %+v", got, want)
+		}
+		t.Run("the same event twice counts once", func(t *testing.T) {
+			f.handle(es[0], es[4])
+			again := es[1]
+			again.Name, again.Payload = "car.reserved.v1", json.RawMessage(`{"municipio_ibge":"1"}`) // same id, other content: the first wins
+			f.handle(again)
 			if got := f.counts(""); !reflect.DeepEqual(got, want) {
-				t.Fatalf("counts = %+v\nwant     %+v", got, want)
+				t.Fatalf("counts after redelivery = %+v\nwant     %+v", got, want)
 			}
-			t.Run("the same event twice counts once", func(t *testing.T) {
-				f.handle(es[0], es[4])
-				again := es[1]
-				again.Name, again.Payload = "car.reserved.v1", json.RawMessage(`{"municipio_ibge":"1"}`) // same id, other content: the first wins
-				f.handle(again)
-				if got := f.counts(""); !reflect.DeepEqual(got, want) {
-					t.Fatalf("counts after redelivery = %+v\nwant     %+v", got, want)
-				}
-			})
-			t.Run("one day", func(t *testing.T) {
-				got := f.counts("?dia=2026-11-30")
-				wantDay := Contagens{PorDia: want.PorDia[2:4], PorMunicipio: want.PorMunicipio[2:3]}
-				if !reflect.DeepEqual(got, wantDay) {
-					t.Fatalf("counts of 2026-11-30 = %+v\nwant     %+v", got, wantDay)
-				}
-				if got := f.counts("?dia=2020-01-01"); len(got.PorDia) != 0 || len(got.PorMunicipio) != 0 {
-					t.Fatalf("counts of a day without events = %+v", got)
-				}
-			})
 		})
-	}
+		t.Run("one day", func(t *testing.T) {
+			got := f.counts("?dia=2026-11-30")
+			wantDay := Contagens{PorDia: want.PorDia[2:4], PorMunicipio: want.PorMunicipio[2:3]}
+			if !reflect.DeepEqual(got, wantDay) {
+				t.Fatalf("counts of 2026-11-30 = %+v\nwant     %+v", got, wantDay)
+			}
+			if got := f.counts("?dia=2020-01-01"); len(got.PorDia) != 0 || len(got.PorMunicipio) != 0 {
+				t.Fatalf("counts of a day without events = %+v", got)
+			}
+		})
+	})
 }
 
 // The batch form, which a replay uses, counts what the handler counts, and
 // a batch holding one event twice, or events already counted, counts each
 // once.
 func TestBatchCountsWhatTheHandlerCounts(t *testing.T) {
-	for name, newTx := range transactors(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
-			es := events()
-			batch := append(append([]event.Event{}, es...), es[0], es[2])
-			f.handle(es[1])
-			err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-				return f.plugin.Batches["metricas"](ctx, batch)
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := f.counts(""); !reflect.DeepEqual(got, want) {
-				t.Fatalf("counts after a batch = %+v\nwant     %+v", got, want)
-			}
-		})
-	}
+	onEveryStore(t, func(t *testing.T, f fixture) {
+		es := events()
+		batch := append(append([]event.Event{}, es...), es[0], es[2])
+		f.handle(es[1])
+		err := f.unit(func(ctx context.Context) error { return f.Batches["metricas"](ctx, batch) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.counts(""); !reflect.DeepEqual(got, want) {
+			t.Fatalf("counts after a batch = %+v\nwant     %+v", got, want)
+		}
+	})
 }
 
 // A handler's facts are part of its delivery's unit of work: when that
 // unit rolls back, nothing is counted, and the redelivery counts once.
 func TestFactCommitsWithItsDelivery(t *testing.T) {
-	for name, newTx := range transactors(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
-			e := ev("tarefa.concluida.v1", day1, `{"municipio_ibge":"3550308"}`)
-			failed := errors.New("the inbox claim failed")
-			err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-				if err := f.plugin.Handlers["metricas"](ctx, e); err != nil {
-					return err
-				}
-				return failed
-			})
-			if !errors.Is(err, failed) {
-				t.Fatalf("InTx = %v", err)
+	onEveryStore(t, func(t *testing.T, f fixture) {
+		e := ev("tarefa.concluida.v1", day1, `{"municipio_ibge":"3550308"}`)
+		failed := errors.New("the inbox claim failed")
+		err := f.unit(func(ctx context.Context) error {
+			if err := f.Handlers["metricas"](ctx, e); err != nil {
+				return err
 			}
-			if got := f.counts(""); len(got.PorDia) != 0 {
-				t.Fatalf("a rolled-back delivery counted: %+v", got)
-			}
-			f.handle(e)
-			if got := f.counts(""); !reflect.DeepEqual(got.PorDia, []PorDia{{"2026-11-29", "tarefa.concluida", 1}}) {
-				t.Fatalf("counts = %+v", got)
-			}
+			return failed
 		})
-	}
+		if !errors.Is(err, failed) {
+			t.Fatalf("InTx = %v", err)
+		}
+		if got := f.counts(""); len(got.PorDia) != 0 {
+			t.Fatalf("a rolled-back delivery counted: %+v", got)
+		}
+		f.handle(e)
+		if got := f.counts(""); !reflect.DeepEqual(got.PorDia, []PorDia{{"2026-11-29", "tarefa.concluida", 1}}) {
+			t.Fatalf("counts = %+v", got)
+		}
+	})
 }
 
 func TestRewindOnEveryStore(t *testing.T) {
-	for name, newTx := range transactors(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
-			es := events()
-			f.handle(es...)
+	onEveryStore(t, func(t *testing.T, f fixture) {
+		es := events()
+		f.handle(es...)
 
-			// From the instant of day2's first events: they go, with all after them.
-			f.rewind(day2)
-			got := f.counts("")
-			wantBefore := Contagens{PorDia: want.PorDia[:2], PorMunicipio: want.PorMunicipio[:2]}
-			if !reflect.DeepEqual(got, wantBefore) {
-				t.Fatalf("counts after Rewind(%s) = %+v\nwant     %+v", day2, got, wantBefore)
-			}
-			// A replay reads every event again, from the start: the counts
-			// are what they were, nothing twice.
-			f.handle(es...)
-			if got := f.counts(""); !reflect.DeepEqual(got, want) {
-				t.Fatalf("counts after the replay = %+v\nwant     %+v", got, want)
-			}
+		// From the instant of day2's first events: they go, with all after them.
+		f.rewind(day2)
+		got := f.counts("")
+		wantBefore := Contagens{PorDia: want.PorDia[:2], PorMunicipio: want.PorMunicipio[:2]}
+		if !reflect.DeepEqual(got, wantBefore) {
+			t.Fatalf("counts after Rewind(%s) = %+v\nwant     %+v", day2, got, wantBefore)
+		}
+		// A replay reads every event again, from the start: the counts
+		// are what they were, nothing twice.
+		f.handle(es...)
+		if got := f.counts(""); !reflect.DeepEqual(got, want) {
+			t.Fatalf("counts after the replay = %+v\nwant     %+v", got, want)
+		}
 
-			f.rewind(time.Time{})
-			if got := f.counts(""); len(got.PorDia) != 0 || len(got.PorMunicipio) != 0 {
-				t.Fatalf("counts after Rewind(zero) = %+v", got)
-			}
-			f.handle(es...)
-			if got := f.counts(""); !reflect.DeepEqual(got, want) {
-				t.Fatalf("counts after the full replay = %+v\nwant     %+v", got, want)
-			}
-		})
-	}
+		f.rewind(time.Time{})
+		if got := f.counts(""); len(got.PorDia) != 0 || len(got.PorMunicipio) != 0 {
+			t.Fatalf("counts after Rewind(zero) = %+v", got)
+		}
+		f.handle(es...)
+		if got := f.counts(""); !reflect.DeepEqual(got, want) {
+			t.Fatalf("counts after the full replay = %+v\nwant     %+v", got, want)
+		}
+	})
 }
 
 // Within one unit of work, what was rewound is gone and what is added
 // after the rewind stays (the memory store stages both).
 func TestRewindThenAddInOneUnit(t *testing.T) {
-	for name, newTx := range transactors(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
-			old, late := ev("a.b.v1", day1, `{}`), ev("a.b.v1", day2, `{}`)
-			f.handle(old, late)
-			err := f.tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-				if err := f.plugin.Rewind(ctx, day1.Add(time.Minute)); err != nil {
-					return err
-				}
-				return f.plugin.Handlers["metricas"](ctx, late)
-			})
-			if err != nil {
-				t.Fatal(err)
+	onEveryStore(t, func(t *testing.T, f fixture) {
+		old, late := ev("a.b.v1", day1, `{}`), ev("a.b.v1", day2, `{}`)
+		f.handle(old, late)
+		err := f.unit(func(ctx context.Context) error {
+			if err := f.Rewind(ctx, day1.Add(time.Minute)); err != nil {
+				return err
 			}
-			wantCounts := []PorDia{{"2026-11-29", "a.b", 1}, {"2026-11-30", "a.b", 1}}
-			if got := f.counts(""); !reflect.DeepEqual(got.PorDia, wantCounts) {
-				t.Fatalf("counts = %+v, want %+v", got.PorDia, wantCounts)
-			}
+			return f.Handlers["metricas"](ctx, late)
 		})
-	}
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCounts := []PorDia{{"2026-11-29", "a.b", 1}, {"2026-11-30", "a.b", 1}}
+		if got := f.counts(""); !reflect.DeepEqual(got.PorDia, wantCounts) {
+			t.Fatalf("counts = %+v, want %+v", got.PorDia, wantCounts)
+		}
+	})
 }
 
 func TestMunicipio(t *testing.T) {
@@ -322,50 +271,44 @@ func TestMunicipio(t *testing.T) {
 
 // Any payload is counted: analytics never rejects an event.
 func TestOddPayloadsAreCounted(t *testing.T) {
-	for name, newTx := range transactors(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
-			for _, p := range []string{`[1]`, `"x"`, `{"municipio_ibge":"a\u0000b"}`, `{"municipio_ibge":false}`} {
-				f.handle(ev("x.y.v1", day1, p))
-			}
-			got := f.counts("")
-			if !reflect.DeepEqual(got.PorDia, []PorDia{{"2026-11-29", "x.y", 4}}) || len(got.PorMunicipio) != 0 {
-				t.Fatalf("counts = %+v", got)
-			}
-		})
-	}
+	onEveryStore(t, func(t *testing.T, f fixture) {
+		for _, p := range []string{`[1]`, `"x"`, `{"municipio_ibge":"a\u0000b"}`, `{"municipio_ibge":false}`} {
+			f.handle(ev("x.y.v1", day1, p))
+		}
+		got := f.counts("")
+		if !reflect.DeepEqual(got.PorDia, []PorDia{{"2026-11-29", "x.y", 4}}) || len(got.PorMunicipio) != 0 {
+			t.Fatalf("counts = %+v", got)
+		}
+	})
 }
 
 func TestContagensRoute(t *testing.T) {
-	for name, newTx := range transactors(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newTx())
-			f.handle(ev("tarefa.concluida.v1", day2, `{"municipio_ibge":"3550308"}`))
-			tests := []struct {
-				path string
-				code int
-				want string // the whole answer
-			}{
-				{"/analytics/contagens", http.StatusOK, `{"por_dia":[{"dia":"2026-11-30","evento":"tarefa.concluida","total":1}],"por_municipio":[{"dia":"2026-11-30","evento":"tarefa.concluida","municipio_ibge":"3550308","total":1}]}`},
-				{"/analytics/contagens?dia=2026-11-30", http.StatusOK, `{"por_dia":[{"dia":"2026-11-30","evento":"tarefa.concluida","total":1}],"por_municipio":[{"dia":"2026-11-30","evento":"tarefa.concluida","municipio_ibge":"3550308","total":1}]}`},
-				{"/analytics/contagens?dia=2026-11-29", http.StatusOK, `{"por_dia":[],"por_municipio":[]}`},
-				{"/analytics/contagens?dia=30/11/2026", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"30/11/2026\""}`},
-				{"/analytics/contagens?dia=2026-02-30", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"2026-02-30\""}`},
-				{"/analytics/contagens?dia=", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"\""}`},
-				{"/analytics/contagens?dia=2026-11-30T00:00:00Z", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"2026-11-30T00:00:00Z\""}`},
-				{"/analytics/contagens?dia=2026-11-30&dia=2026-11-29", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia repetido"}`},
-				{"/analytics/contagens?data=2026-11-30", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro desconhecido \"data\" (aceitos: dia)"}`},
-				{"/analytics/contagens?dia=%zz", http.StatusBadRequest, `{"error":"requisição inválida: query string malformada"}`},
+	onEveryStore(t, func(t *testing.T, f fixture) {
+		f.handle(ev("tarefa.concluida.v1", day2, `{"municipio_ibge":"3550308"}`))
+		tests := []struct {
+			path string
+			code int
+			want string // the whole answer
+		}{
+			{"/analytics/contagens", http.StatusOK, `{"por_dia":[{"dia":"2026-11-30","evento":"tarefa.concluida","total":1}],"por_municipio":[{"dia":"2026-11-30","evento":"tarefa.concluida","municipio_ibge":"3550308","total":1}]}`},
+			{"/analytics/contagens?dia=2026-11-30", http.StatusOK, `{"por_dia":[{"dia":"2026-11-30","evento":"tarefa.concluida","total":1}],"por_municipio":[{"dia":"2026-11-30","evento":"tarefa.concluida","municipio_ibge":"3550308","total":1}]}`},
+			{"/analytics/contagens?dia=2026-11-29", http.StatusOK, `{"por_dia":[],"por_municipio":[]}`},
+			{"/analytics/contagens?dia=30/11/2026", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"30/11/2026\""}`},
+			{"/analytics/contagens?dia=2026-02-30", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"2026-02-30\""}`},
+			{"/analytics/contagens?dia=", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"\""}`},
+			{"/analytics/contagens?dia=2026-11-30T00:00:00Z", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"2026-11-30T00:00:00Z\""}`},
+			{"/analytics/contagens?dia=2026-11-30&dia=2026-11-29", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia repetido"}`},
+			{"/analytics/contagens?data=2026-11-30", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro desconhecido \"data\" (aceitos: dia)"}`},
+			{"/analytics/contagens?dia=%zz", http.StatusBadRequest, `{"error":"requisição inválida: query string malformada"}`},
+		}
+		for _, tt := range tests {
+			rec := f.Do("GET", tt.path, "")
+			if rec.Code != tt.code || strings.TrimSpace(rec.Body.String()) != tt.want {
+				t.Errorf("GET %s = %d %s, want %d %s", tt.path, rec.Code, rec.Body, tt.code, tt.want)
 			}
-			for _, tt := range tests {
-				rec := f.get(tt.path)
-				if rec.Code != tt.code || strings.TrimSpace(rec.Body.String()) != tt.want {
-					t.Errorf("GET %s = %d %s, want %d %s", tt.path, rec.Code, rec.Body, tt.code, tt.want)
-				}
-				if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
-					t.Errorf("GET %s Content-Type = %q", tt.path, ct)
-				}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("GET %s Content-Type = %q", tt.path, ct)
 			}
-		})
-	}
+		}
+	})
 }

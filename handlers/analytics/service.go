@@ -101,12 +101,7 @@ func (s *service) contagens(ctx context.Context, dia *time.Time) (Contagens, err
 	slices.SortFunc(c.PorMunicipio, func(a, b PorMunicipio) int {
 		return cmp.Or(strings.Compare(a.Dia, b.Dia), strings.Compare(a.Evento, b.Evento), strings.Compare(a.MunicipioIBGE, b.MunicipioIBGE))
 	})
-	if c.PorDia == nil {
-		c.PorDia = []PorDia{}
-	}
-	if c.PorMunicipio == nil {
-		c.PorMunicipio = []PorMunicipio{}
-	}
+	c.PorDia, c.PorMunicipio = handlers.List(c.PorDia), handlers.List(c.PorMunicipio)
 	return c, nil
 }
 

@@ -19,41 +19,28 @@ import (
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/migrations"
 )
 
-// routeAll lets the outbox take every event.
-var routeAll = func(string) error { return nil }
-
-// store is a unit of work over one store, and the events it committed.
-type store = plugintest.Store
-
 // stores returns every store the plugin runs on, each with the routing
-// rule its outbox applies.
-func stores(t *testing.T) map[string]func(routable func(string) error) store {
-	set := migrations.Set{Name: "car", Files: Migrations()}
-	return map[string]func(func(string) error) store{
-		"memory":   func(r func(string) error) store { return plugintest.Stores(t, r)["memory"]() },
-		"postgres": func(r func(string) error) store { return plugintest.Stores(t, r, set)["postgres"]() },
-	}
+// rule its outbox applies (nil: every event).
+func stores(t *testing.T) map[string]func(routable func(string) error) plugintest.Store {
+	return plugintest.Routed(t, Plugin())
 }
 
 // fixture is the plugin built as the platform builds it, over one store,
 // with a clock that moves one second at each reading.
 type fixture struct {
 	*plugintest.Plugin
-	t         *testing.T
 	delivered int // events of Committed already delivered by pump
 }
 
-func newFixture(t *testing.T, s store) *fixture {
+func newFixture(t *testing.T, s plugintest.Store) *fixture {
 	t.Helper()
-	p := plugintest.Build(t, s, plugintest.Defaults(Plugin()))
-	return &fixture{Plugin: p, t: t}
+	return &fixture{Plugin: plugintest.Build(t, s, plugintest.Defaults(Plugin()))}
 }
 
 func (f *fixture) submeter(municipio string) Processo {
-	f.t.Helper()
+	f.T.Helper()
 	var p Processo
 	f.Must(http.StatusCreated, "POST", "/processos", fmt.Sprintf(`{"requerente_id":"req-1","municipio_ibge":%q}`, municipio), &p)
 	return p
@@ -62,7 +49,7 @@ func (f *fixture) submeter(municipio string) Processo {
 // escrever makes every write of a processo, in 2111300: submits it,
 // attaches planta.pdf, sends the mensagem texto and regularizes it.
 func (f *fixture) escrever(texto string) (Processo, Documento, Mensagem) {
-	f.t.Helper()
+	f.T.Helper()
 	p := f.submeter("2111300")
 	var d Documento
 	f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, &d)
@@ -73,7 +60,7 @@ func (f *fixture) escrever(texto string) (Processo, Documento, Mensagem) {
 }
 
 func (f *fixture) ficha(id string) Ficha {
-	f.t.Helper()
+	f.T.Helper()
 	var out Ficha
 	f.Must(http.StatusOK, "GET", "/processos/"+id, "", &out)
 	return out
@@ -94,13 +81,13 @@ func reached(e event.Event) []string {
 // pump delivers every event committed since the last pump to the
 // subscriptions it reaches, in order, until none is left.
 func (f *fixture) pump() {
-	f.t.Helper()
+	f.T.Helper()
 	for es := f.Events(); f.delivered < len(es); es = f.Events() {
 		e := es[f.delivered]
 		f.delivered++
 		for _, sub := range reached(e) {
 			if err := f.Deliver(sub, e); err != nil {
-				f.t.Fatalf("deliver %s to %s: %v", e.Name, sub, err)
+				f.T.Fatalf("deliver %s to %s: %v", e.Name, sub, err)
 			}
 		}
 	}
@@ -152,31 +139,14 @@ func TestSpec(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	tests := []struct {
-		name      string
-		analistas []string
-		want      string // "" when valid
-	}{
-		{"defaults", defaultConfig().Analistas, ""},
-		{"one analyst", []string{"ana"}, ""},
-		{"none", nil, "handlers.car.analistas is empty"},
-		{"an empty name", []string{"ana", ""}, "handlers.car.analistas[1] is empty"},
-		{"a blank name", []string{" ", "ana"}, "handlers.car.analistas[0] is empty"},
-		{"twice", []string{"ana", "bruno", "ana"}, `handlers.car.analistas[2] "ana" is listed twice`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := Config{Analistas: tt.analistas}.Validate()
-			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-				t.Fatalf("Validate = %v, want %q", err, tt.want)
-			}
-			def := Plugin()
-			_, err = def.Build(&Config{Analistas: tt.analistas}, handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()})
-			if (err == nil) != (tt.want == "") {
-				t.Fatalf("Build = %v", err)
-			}
-		})
-	}
+	plugintest.CheckConfigs(t, Plugin(), []plugintest.ConfigCase{
+		{Name: "defaults", Config: &Config{Analistas: defaultConfig().Analistas}, Want: ""},
+		{Name: "one analyst", Config: &Config{Analistas: []string{"ana"}}, Want: ""},
+		{Name: "none", Config: &Config{Analistas: nil}, Want: "handlers.car.analistas is empty"},
+		{Name: "an empty name", Config: &Config{Analistas: []string{"ana", ""}}, Want: "handlers.car.analistas[1] is empty"},
+		{Name: "a blank name", Config: &Config{Analistas: []string{" ", "ana"}}, Want: "handlers.car.analistas[0] is empty"},
+		{Name: "twice", Config: &Config{Analistas: []string{"ana", "bruno", "ana"}}, Want: `handlers.car.analistas[2] "ana" is listed twice`},
+	})
 	if got := Plugin().NewConfig().(*Config).Analistas; !slices.Equal(got, []string{"ana", "bruno", "carla"}) {
 		t.Fatalf("default analistas = %v", got)
 	}
@@ -186,7 +156,7 @@ func TestConfig(t *testing.T) {
 func TestRoutes(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(routeAll))
+			f := newFixture(t, newStore(nil))
 			p := f.submeter("2111300")
 			unknown := uuid.NewString()
 			tests := []struct {
@@ -260,7 +230,7 @@ func payload(t *testing.T, e event.Event) map[string]any {
 func TestWritesRaiseTheirEvents(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(routeAll))
+			f := newFixture(t, newStore(nil))
 			p, d, m := f.escrever("Olá, requerente")
 			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
 
@@ -338,7 +308,7 @@ func TestWriteAndEventCommitTogether(t *testing.T) {
 func TestConsumersEffects(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(routeAll))
+			f := newFixture(t, newStore(nil))
 			p, d, m := f.escrever("Olá")
 
 			before := f.ficha(p.ID)
@@ -384,7 +354,7 @@ func TestConsumersEffects(t *testing.T) {
 func TestRoundRobin(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(routeAll))
+			f := newFixture(t, newStore(nil))
 			var ps []Processo
 			for range 4 {
 				ps = append(ps, f.submeter("2111300"))
@@ -441,7 +411,7 @@ func TestRoundRobin(t *testing.T) {
 func TestSameEventTwiceHasOneEffect(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(routeAll))
+			f := newFixture(t, newStore(nil))
 			p := f.submeter("2111300")
 			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, nil)
 			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, nil)
@@ -500,7 +470,7 @@ func TestBadPayloadIsPermanent(t *testing.T) {
 	}
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(routeAll))
+			f := newFixture(t, newStore(nil))
 			for _, tt := range tests {
 				e := event.Event{ID: uuid.NewString(), Name: tt.event, OccurredAt: time.Now(), Payload: json.RawMessage(tt.payload)}
 				if err := f.Deliver(tt.sub, e); !event.IsPermanent(err) {

@@ -131,6 +131,16 @@ type MensagemWeb struct {
 	Texto      string `json:"texto"`
 }
 
+// evento is the event that records d, attached to the processo ref names.
+func (d Documento) evento(ref Referencia) (string, any) {
+	return EventDocumentoAnexado, DocumentoAnexado{Referencia: ref, DocumentoID: d.ID, Nome: d.Nome}
+}
+
+// evento is the event that records m, sent on the processo ref names.
+func (m Mensagem) evento(ref Referencia) (string, any) {
+	return EventMensagemWeb, MensagemWeb{Referencia: ref, MensagemID: m.ID, Texto: m.Texto}
+}
+
 // referencia is the part of every payload that names the processo.
 func (p Processo) referencia() Referencia {
 	return Referencia{ProcessoID: p.ID, RequerenteID: p.RequerenteID, MunicipioIBGE: p.MunicipioIBGE}

@@ -98,17 +98,9 @@ func (c AnexarDocumento) Validate() error {
 // Anexar attaches a documento to the processo and raises
 // documento.anexado.v1.
 func (s *Service) Anexar(ctx context.Context, processoID string, cmd AnexarDocumento) (Documento, error) {
-	if err := cmd.Validate(); err != nil {
-		return Documento{}, err
-	}
-	d := Documento{ID: uuid.NewString(), ProcessoID: processoID, Nome: cmd.Nome, AnexadoEm: s.Clock()}
-	err := s.addToProcesso(ctx, processoID, EventDocumentoAnexado, d.AnexadoEm,
-		func(ref Referencia) any { return DocumentoAnexado{Referencia: ref, DocumentoID: d.ID, Nome: d.Nome} },
-		func(ctx context.Context, repo Repository) error { return repo.AddDocumento(ctx, d) })
-	if err != nil {
-		return Documento{}, err
-	}
-	return d, nil
+	return addToProcesso(ctx, s, processoID, cmd, Repository.AddDocumento, func(at time.Time) Documento {
+		return Documento{ID: uuid.NewString(), ProcessoID: processoID, Nome: cmd.Nome, AnexadoEm: at}
+	})
 }
 
 // EnviarMensagem is the body of POST /processos/{id}/mensagens.
@@ -124,52 +116,50 @@ func (c EnviarMensagem) Validate() error {
 // Enviar records a message to the processo's requerente and raises
 // canal.web.mensagem.v1; the mensagens consumer delivers it.
 func (s *Service) Enviar(ctx context.Context, processoID string, cmd EnviarMensagem) (Mensagem, error) {
-	if err := cmd.Validate(); err != nil {
-		return Mensagem{}, err
-	}
-	m := Mensagem{ID: uuid.NewString(), ProcessoID: processoID, Texto: cmd.Texto, EnviadaEm: s.Clock()}
-	err := s.addToProcesso(ctx, processoID, EventMensagemWeb, m.EnviadaEm,
-		func(ref Referencia) any { return MensagemWeb{Referencia: ref, MensagemID: m.ID, Texto: m.Texto} },
-		func(ctx context.Context, repo Repository) error { return repo.AddMensagem(ctx, m) })
-	if err != nil {
-		return Mensagem{}, err
-	}
-	return m, nil
+	return addToProcesso(ctx, s, processoID, cmd, Repository.AddMensagem, func(at time.Time) Mensagem {
+		return Mensagem{ID: uuid.NewString(), ProcessoID: processoID, Texto: cmd.Texto, EnviadaEm: at}
+	})
 }
 
-// addToProcesso runs add on the processo processoID, which must exist, in
-// one unit of work, and raises the event name, at at, with the payload
-// made from the processo's Referencia: both or neither.
-func (s *Service) addToProcesso(ctx context.Context, processoID, name string, at time.Time, payload func(Referencia) any, add func(context.Context, Repository) error) error {
-	return s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+// anexo is what is added to a processo: a documento or a mensagem, and
+// the event that records it.
+type anexo interface {
+	evento(Referencia) (name string, payload any)
+}
+
+// addToProcesso adds what a valid cmd makes, made now, to the processo
+// processoID, which must exist, with add, in one unit of work, and raises
+// its event with the processo's Referencia: both or neither.
+func addToProcesso[T anexo](ctx context.Context, s *Service, processoID string, cmd interface{ Validate() error },
+	add func(Repository, context.Context, T) error, made func(at time.Time) T) (T, error) {
+	var zero T
+	if err := cmd.Validate(); err != nil {
+		return zero, err
+	}
+	at := s.Clock()
+	v := made(at)
+	err := s.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		repo := s.Repo(tx)
 		p, err := repo.GetProcesso(ctx, processoID)
 		if err != nil {
 			return err
 		}
-		return raise(ctx, tx, name, p.ID, at, payload(p.referencia()), func() error { return add(ctx, repo) })
+		name, payload := v.evento(p.referencia())
+		return raise(ctx, tx, name, p.ID, at, payload, func() error { return add(repo, ctx, v) })
 	})
+	if err != nil {
+		return zero, err
+	}
+	return v, nil
 }
 
 // Buscar returns the processo with every effect of the consumers.
 func (s *Service) Buscar(ctx context.Context, id string) (Ficha, error) {
-	f, err := handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Ficha, error) {
-		return repo.GetFicha(ctx, id)
+	return handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Ficha, error) {
+		f, err := repo.GetFicha(ctx, id)
+		f.Notificacoes, f.Documentos, f.Mensagens = handlers.List(f.Notificacoes), handlers.List(f.Documentos), handlers.List(f.Mensagens)
+		return f, err
 	})
-	if err != nil {
-		return Ficha{}, err
-	}
-	// Empty lists, not null, whatever the store.
-	if f.Notificacoes == nil {
-		f.Notificacoes = []Notificacao{}
-	}
-	if f.Documentos == nil {
-		f.Documentos = []Documento{}
-	}
-	if f.Mensagens == nil {
-		f.Mensagens = []Mensagem{}
-	}
-	return f, nil
 }
 
 // checkText checks a required text field of at most max characters.

@@ -10,12 +10,11 @@ import (
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/migrations"
 )
 
 func TestAnalysis(t *testing.T) {
 	ctx := context.Background()
-	store := plugintest.Stores(t, nil, migrations.Set{Name: "credito", Files: Migrations()})["postgres"]()
+	store := plugintest.Stores(t, Plugin())["postgres"]()
 	if err := store.Tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		_, err := tx.Postgres().Exec(ctx, `INSERT INTO credito_cpfs_bloqueados (cpf, motivo) VALUES ('11144477735', 'pendência financeira')`)
 		return err
@@ -40,11 +39,7 @@ func TestAnalysis(t *testing.T) {
 		return handle(ctx, e)
 	}
 	requested := func(body string) event.Event {
-		e, err := event.New(EventRentalRequested, "locacoes", json.RawMessage(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
+		return plugintest.Event(EventRentalRequested, "locacoes", json.RawMessage(body))
 	}
 	const approved, rejected = "6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b10", "6f1c2a8e-3b7d-4c2e-9a41-0c6f7e2d9b11"
 	start := time.Now()

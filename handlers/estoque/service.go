@@ -51,26 +51,18 @@ func (s *Service) handle(ctx context.Context, e event.Event) error {
 // Reserva returns the pedido's reservation; ErrNaoEncontrada when the
 // stock has heard of no such pedido.
 func (s *Service) Reserva(ctx context.Context, pedidoID int64) (Reserva, error) {
-	r, err := handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Reserva, error) {
-		return repo.GetReserva(ctx, pedidoID)
+	return handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Reserva, error) {
+		r, err := repo.GetReserva(ctx, pedidoID)
+		r.Itens = handlers.List(r.Itens)
+		return r, err
 	})
-	if err != nil {
-		return Reserva{}, err
-	}
-	if r.Itens == nil {
-		r.Itens = []Item{}
-	}
-	return r, nil
 }
 
 // Produto returns how much of the product is reserved and not released;
 // a product no reservation names has 0.
 func (s *Service) Produto(ctx context.Context, produtoID int64) (Produto, error) {
-	n, err := handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (int64, error) {
-		return repo.SumReservado(ctx, produtoID)
+	return handlers.Read(ctx, s.Store, func(ctx context.Context, repo Repository) (Produto, error) {
+		n, err := repo.SumReservado(ctx, produtoID)
+		return Produto{ProdutoID: produtoID, Reservado: n}, err
 	})
-	if err != nil {
-		return Produto{}, err
-	}
-	return Produto{ProdutoID: produtoID, Reservado: n}, nil
 }

@@ -118,27 +118,19 @@ type tipoVersao struct {
 }
 
 func decodeTipoVersao(body []byte) (Event, error) {
-	if !utf8.Valid(body) {
-		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
-	}
-	var s tipoVersao
-	if err := json.Unmarshal(body, &s); err != nil {
-		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode tipo-versao envelope: %w", err))
-	}
-	if s.EventID != "" && s.ID == "" {
-		return Decode(body)
-	}
+	return decodeForeign(body, nil, "tipo-versao envelope", &tipoVersao{})
+}
+
+func (s *tipoVersao) ownEnvelope() bool { return s.EventID != "" && s.ID == "" }
+
+func (s *tipoVersao) event([]byte, message.Metadata) (Event, error) {
 	if s.ID == "" {
 		return Event{}, Reject(ReasonMissingEventID, errors.New("invalid envelope: id is missing"))
 	}
 	if s.Versao < 1 {
 		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid envelope: versao must be 1 or more, got %d", s.Versao))
 	}
-	e := Event{ID: s.ID, Name: fmt.Sprintf("%s.v%d", s.Tipo, s.Versao), OccurredAt: s.OcorridoEm, Source: s.Origem, Payload: s.Dados}
-	if err := e.Validate(); err != nil {
-		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid tipo-versao envelope: %w", err))
-	}
-	return e, nil
+	return Event{ID: s.ID, Name: fmt.Sprintf("%s.v%d", s.Tipo, s.Versao), OccurredAt: s.OcorridoEm, Source: s.Origem, Payload: s.Dados}, nil
 }
 
 // flat is the identity of a flat body.
@@ -149,16 +141,12 @@ type flat struct {
 }
 
 func decodeFlat(body []byte, meta message.Metadata) (Event, error) {
-	if !utf8.Valid(body) {
-		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
-	}
-	var s flat
-	if err := json.Unmarshal(body, &s); err != nil {
-		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode flat event: %w", err))
-	}
-	if s.EventID != "" && s.ID == "" {
-		return Decode(body)
-	}
+	return decodeForeign(body, meta, "flat event", &flat{})
+}
+
+func (s *flat) ownEnvelope() bool { return s.EventID != "" && s.ID == "" }
+
+func (s *flat) event(body []byte, meta message.Metadata) (Event, error) {
 	if s.ID == "" {
 		return Event{}, Reject(ReasonMissingEventID, errors.New("invalid event: eventId is missing"))
 	}
@@ -166,12 +154,40 @@ func decodeFlat(body []byte, meta message.Metadata) (Event, error) {
 	if err != nil {
 		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid event: occurredAt: %w", err))
 	}
-	e := Event{
+	return Event{
 		ID: s.ID, Name: nameOf(meta), OccurredAt: at, Payload: bytes.TrimSpace(body),
 		CorrelationID: meta.Get(MetaCorrelationID), CausationID: meta.Get(MetaCausationID), AggregateID: meta.Get(MetaAggregateID),
+	}, nil
+}
+
+// foreign is a body in a format other than moenda's envelope, as read.
+type foreign interface {
+	// ownEnvelope tells a body that is moenda's envelope after all: a queue
+	// in a foreign format reads moenda's own publishers too.
+	ownEnvelope() bool
+	// event is the event the body, delivered with meta, carries.
+	event(body []byte, meta message.Metadata) (Event, error)
+}
+
+// decodeForeign decodes body, delivered with meta, into s, a format that
+// errors name kind: moenda's own envelope as Decode does, any other as
+// the format's event, which must be valid.
+func decodeForeign(body []byte, meta message.Metadata, kind string, s foreign) (Event, error) {
+	if !utf8.Valid(body) {
+		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
+	}
+	if err := json.Unmarshal(body, s); err != nil {
+		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode %s: %w", kind, err))
+	}
+	if s.ownEnvelope() {
+		return Decode(body)
+	}
+	e, err := s.event(body, meta)
+	if err != nil {
+		return Event{}, err
 	}
 	if err := e.Validate(); err != nil {
-		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid flat event: %w", err))
+		return Event{}, Reject(ReasonInvalidEnvelope, fmt.Errorf("invalid %s: %w", kind, err))
 	}
 	return e, nil
 }

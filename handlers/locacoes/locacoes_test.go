@@ -15,14 +15,12 @@ import (
 	"github.com/moenda/moenda/adapters/plugintest"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/migrations"
 )
 
 const secret = "a-test-secret-of-at-least-32-bytes!!"
 
 type fixture struct {
 	*plugintest.Plugin
-	t     *testing.T
 	mu    sync.Mutex
 	clock time.Time
 }
@@ -31,8 +29,8 @@ type fixture struct {
 // clock the test moves.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clock: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
-	s := plugintest.Stores(t, nil, migrations.Set{Name: "locacoes", Files: Migrations()})["postgres"]()
+	f := &fixture{clock: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
+	s := plugintest.Stores(t, Plugin())["postgres"]()
 	cfg := defaults
 	cfg.JWTSecret, cfg.CustoSenha = secret, 4
 	f.Plugin = plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
@@ -68,13 +66,13 @@ func (f *fixture) do(method, path, token, body string) *httptest.ResponseRecorde
 }
 
 func (f *fixture) must(code int, method, path, token, body string, out any) {
-	f.t.Helper()
+	f.T.Helper()
 	f.Expect(code, request(method, path, token, body), out)
 }
 
 // register registers a user with cpf and returns their token.
 func (f *fixture) register(email, cpf string) string {
-	f.t.Helper()
+	f.T.Helper()
 	var out Token
 	f.must(http.StatusCreated, "POST", "/auth/register", "", `{"nome":"Ana","email":"`+email+`","cpf":"`+cpf+`","senha":"segredo123"}`, &out)
 	return out.Token
@@ -82,7 +80,7 @@ func (f *fixture) register(email, cpf string) string {
 
 // carro returns the id of the available car of plate placa.
 func (f *fixture) carro(token, placa string) string {
-	f.t.Helper()
+	f.T.Helper()
 	var cs []Carro
 	f.must(http.StatusOK, "GET", "/carros", token, "", &cs)
 	for _, c := range cs {
@@ -90,22 +88,19 @@ func (f *fixture) carro(token, placa string) string {
 			return c.ID
 		}
 	}
-	f.t.Fatalf("no car %s in %+v", placa, cs)
+	f.T.Fatalf("no car %s in %+v", placa, cs)
 	return ""
 }
 
 func (f *fixture) rent(token, carro string) Locacao {
-	f.t.Helper()
+	f.T.Helper()
 	var l Locacao
 	f.must(http.StatusAccepted, "POST", "/rentals", token, `{"carroId":"`+carro+`"}`, &l)
 	return l
 }
 
 func (f *fixture) analysed(rental, resultado string, motivo *string) error {
-	e, err := event.New(EventAnalysisCompleted, "credito", AnalysisCompleted{RentalID: rental, Resultado: resultado, Motivo: motivo})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	e := plugintest.Event(EventAnalysisCompleted, "credito", AnalysisCompleted{RentalID: rental, Resultado: resultado, Motivo: motivo})
 	return f.Handlers[SubAnalises](context.Background(), e)
 }
 

@@ -11,37 +11,24 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/plugintest"
-	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
-	"github.com/moenda/moenda/migrations"
 )
 
-// store is a unit of work over one store, and the events it committed.
-type store = plugintest.Store
-
 // stores returns every store the plugin runs on.
-func stores(t *testing.T) map[string]func() store {
-	return plugintest.Stores(t, nil, migrations.Set{Name: "pedidos", Files: Migrations()})
-}
+func stores(t *testing.T) map[string]func() plugintest.Store { return plugintest.Stores(t, Plugin()) }
 
-type fixture struct {
-	*plugintest.Plugin
-	t *testing.T
-}
+type fixture struct{ *plugintest.Plugin }
 
 // newFixture builds the plugin over s with cfg and a clock that moves one
 // second at each reading.
-func newFixture(t *testing.T, s store, cfg Config) *fixture {
+func newFixture(t *testing.T, s plugintest.Store, cfg Config) *fixture {
 	t.Helper()
-	p := plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) {
-		return build(cfg, deps)
-	})
-	return &fixture{Plugin: p, t: t}
+	return &fixture{plugintest.Build(t, s, func(deps handlers.Deps) (handlers.Plugin, error) { return build(cfg, deps) })}
 }
 
 func (f *fixture) criar(body string) Pedido {
-	f.t.Helper()
+	f.T.Helper()
 	var p Pedido
 	f.Must(http.StatusCreated, "POST", "/pedidos", body, &p)
 	return p
@@ -62,32 +49,16 @@ func TestSpec(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	tests := []struct {
-		name    string
-		versoes []int
-		want    string // "" when valid
-	}{
-		{"defaults", defaultConfig().VersoesCriado, ""},
-		{"v1 only", []int{1}, ""},
-		{"v2 only", []int{2}, ""},
-		{"v2 then v1", []int{2, 1}, ""},
-		{"none", nil, "handlers.pedidos.versoes_criado is empty"},
-		{"v3", []int{1, 3}, "handlers.pedidos.versoes_criado[1] is 3: pedido.criado has versions 1 and 2 only"},
-		{"v0", []int{0}, "handlers.pedidos.versoes_criado[0] is 0"},
-		{"twice", []int{2, 1, 2}, "handlers.pedidos.versoes_criado[2] 2 is listed twice"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := Config{VersoesCriado: tt.versoes}.Validate()
-			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-				t.Fatalf("Validate = %v, want %q", err, tt.want)
-			}
-			_, err = Plugin().Build(&Config{VersoesCriado: tt.versoes}, handlers.Deps{Logger: testenv.Logger(), Tx: plugintest.Memory()})
-			if (err == nil) != (tt.want == "") {
-				t.Fatalf("Build = %v", err)
-			}
-		})
-	}
+	plugintest.CheckConfigs(t, Plugin(), []plugintest.ConfigCase{
+		{Name: "defaults", Config: &Config{VersoesCriado: defaultConfig().VersoesCriado}, Want: ""},
+		{Name: "v1 only", Config: &Config{VersoesCriado: []int{1}}, Want: ""},
+		{Name: "v2 only", Config: &Config{VersoesCriado: []int{2}}, Want: ""},
+		{Name: "v2 then v1", Config: &Config{VersoesCriado: []int{2, 1}}, Want: ""},
+		{Name: "none", Config: &Config{VersoesCriado: nil}, Want: "handlers.pedidos.versoes_criado is empty"},
+		{Name: "v3", Config: &Config{VersoesCriado: []int{1, 3}}, Want: "handlers.pedidos.versoes_criado[1] is 3: pedido.criado has versions 1 and 2 only"},
+		{Name: "v0", Config: &Config{VersoesCriado: []int{0}}, Want: "handlers.pedidos.versoes_criado[0] is 0"},
+		{Name: "twice", Config: &Config{VersoesCriado: []int{2, 1, 2}}, Want: "handlers.pedidos.versoes_criado[2] 2 is listed twice"},
+	})
 	if got := Plugin().NewConfig().(*Config).VersoesCriado; !reflect.DeepEqual(got, []int{1, 2}) {
 		t.Fatalf("default versoes_criado = %v", got)
 	}

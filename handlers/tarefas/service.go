@@ -177,8 +177,6 @@ func (s *Service) Listar(ctx context.Context, q ListarTarefas) (PaginaDeTarefas,
 		next := ts[limite-1].ID
 		page.ProximoAntesDe = &next
 	}
-	if page.Tarefas == nil {
-		page.Tarefas = []Tarefa{}
-	}
+	page.Tarefas = handlers.List(page.Tarefas)
 	return page, nil
 }
