@@ -72,9 +72,8 @@ func testAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T, s *probeSt
 	requireQueueTypes(t, s.vhost.Name, typ)
 	dead := testenv.Consume(t, s.vhost.URL, "probe.slow.dlq")
 	id, runs := exhaustRetries(t, s, p, func() int { return len(dead()) })
-	delays := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
 	queues := declaredQueues(t, s.vhost.Name)
-	for _, d := range delays {
+	for _, d := range slowDelays {
 		name := topology.RetryQueue("probe.slow", d)
 		want := map[string]string{topology.ArgMessageTTL: fmt.Sprint(d.Milliseconds()), topology.ArgDeadLetterExchange: "", topology.ArgDeadLetterRoutingKey: "probe.slow"}
 		for k, v := range want {
@@ -83,25 +82,7 @@ func testAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T, s *probeSt
 			}
 		}
 	}
-	// One retry copy per delay, in the schedule's order, each logged with
-	// its attempt; the dead letter is the fourth failure's copy.
-	var copies []string
-	for _, line := range strings.Split(p.logs.String(), "\n") {
-		if contains(line, `msg="handler failed: the broker hands the event back later"`, "event_id="+id) {
-			copies = append(copies, retryRE.FindString(line))
-		}
-	}
-	wantCopies := []string{"attempt=1 attempts=4 retry_in=200ms", "attempt=2 attempts=4 retry_in=400ms", "attempt=3 attempts=4 retry_in=800ms"}
-	if !slices.Equal(copies, wantCopies) {
-		t.Errorf("retry copies %q, want %q", copies, wantCopies)
-	}
-	// Each redelivery comes after its delay, give or take the broker's
-	// timer; the upper bound only catches one gone far astray.
-	for i, want := range delays {
-		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want+3*time.Second {
-			t.Errorf("redelivery %d came after %s, want %s", i+1, gap, want)
-		}
-	}
+	requireSchedule(t, p, id, runs)
 	if got := dead(); len(got) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(got))
 	}
@@ -132,6 +113,33 @@ func testAlwaysFailingFollowsTheScheduleThenDeadLetters(t *testing.T, s *probeSt
 	testenv.Eventually(t, 2*time.Second, "the WARN line", func() bool {
 		return contains(p.logs.String(), `level=WARN msg="event dead-lettered"`, "event_id="+id, "reason=retries_exhausted", "queue=probe.slow")
 	})
+}
+
+// slowDelays are probe.slow's redelivery delays (probeConfig).
+var slowDelays = []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
+
+// requireSchedule checks that event id, failing every time, went through
+// probe.slow's schedule: one retry copy per delay, in order, each logged
+// with its attempt, and each redelivery (runs are the handler's) after
+// its delay. A busy machine makes a redelivery late, never early, so the
+// upper bound only catches one gone far astray.
+func requireSchedule(t *testing.T, p running, id string, runs []time.Time) {
+	t.Helper()
+	var copies []string
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		if contains(line, `msg="handler failed: the broker hands the event back later"`, "event_id="+id) {
+			copies = append(copies, retryRE.FindString(line))
+		}
+	}
+	wantCopies := []string{"attempt=1 attempts=4 retry_in=200ms", "attempt=2 attempts=4 retry_in=400ms", "attempt=3 attempts=4 retry_in=800ms"}
+	if !slices.Equal(copies, wantCopies) {
+		t.Errorf("retry copies %q, want %q", copies, wantCopies)
+	}
+	for i, want := range slowDelays {
+		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want+3*time.Second {
+			t.Errorf("redelivery %d came after %s, want %s", i+1, gap, want)
+		}
+	}
 }
 
 // envelope returns a probe envelope named name asking o, as any producer

@@ -337,11 +337,7 @@ func TestKafkaRetryTopicsFollowTheScheduleThenDeadLetter(t *testing.T) {
 	p := s.start(t)
 	dead := topicReader(t, k, "probe.slow.dlq")
 	id, runs := exhaustRetries(t, s, p, func() int { return len(dead()) })
-	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond} {
-		if gap := runs[i+1].Sub(runs[i]); gap < want*7/10 || gap > want*2 {
-			t.Errorf("redelivery %d came after %s, want %s (-30%%, +100%%)", i+1, gap, want)
-		}
-	}
+	requireSchedule(t, p, id, runs)
 	if got := dead(); len(got) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(got))
 	}
@@ -434,7 +430,7 @@ func TestKafkaPoisonRecordDoesNotBlockItsPartition(t *testing.T) {
 	kp := startKafkaProbe(t)
 	poison := uuid.NewString()
 	kp.sendAhead(t, "the poison", kp.record(poison, []byte("{not json")))
-	testenv.Eventually(t, 10*time.Second, "the dead letter", func() bool { return len(kp.dead()) == 1 })
+	testenv.Eventually(t, 30*time.Second, "the dead letter", func() bool { return len(kp.dead()) == 1 })
 	d := kp.dead()[0]
 	if header(d, event.HeaderReason) != event.ReasonDecode || header(d, event.HeaderQueue) != "probe.work" || header(d, event.HeaderEventID) != poison || string(d.Value) != "{not json" {
 		t.Fatalf("dead letter: headers %v, body %q", d.Headers, d.Value)

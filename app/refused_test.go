@@ -133,7 +133,7 @@ func TestKafkaFailureCopyOverTheRecordLimitIsCutAndDeadLettered(t *testing.T) {
 	retriedBody, permanentBody := body(retried, "-1"), body(permanent, `"x"`)
 	sizes := map[string]int{retried: len(retriedBody), permanent: len(permanentBody)}
 	kp.sendAhead(t, "the large ones", kp.record(retried, retriedBody), kp.record(permanent, permanentBody))
-	testenv.Eventually(t, 10*time.Second, "the two dead letters", func() bool { return len(kp.dead()) == 2 })
+	testenv.Eventually(t, 30*time.Second, "the two dead letters", func() bool { return len(kp.dead()) == 2 })
 	reasons := map[string]string{retried: event.ReasonTooLarge, permanent: event.ReasonPermanent}
 	for _, d := range kp.dead() {
 		id := header(d, event.HeaderEventID)
