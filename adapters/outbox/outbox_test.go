@@ -53,7 +53,7 @@ func newStack(t *testing.T) *stack {
 	ctx := context.Background()
 	s := &stack{db: testenv.Postgres(t), vhost: testenv.RabbitMQ(t), wlog: watermill.NewSlogLogger(testenv.Logger())}
 	// The business rows of these tests are the Tarefas plugin's.
-	_, err := migrations.Up(ctx, s.db.Pool, testenv.Logger(), migrations.Set{Name: "tarefas", Files: tarefas.Migrations()})
+	_, err := migrations.Up(ctx, s.db.Pool, testenv.Logger(), migrations.Set{Name: "tarefas", Files: tarefas.Plugin().Migrations})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -292,7 +292,7 @@ func (d *countedDestination) PublishBatch(ctx context.Context, keys []string, ms
 // until every partition is read to its end. The ceiling reads the same
 // topic with a raw sarama consumer first.
 func (k *kafkaBench) replay(ctx context.Context, e *env, r *Result) error {
-	if _, err := migrations.Up(ctx, e.pool, slog.New(slog.DiscardHandler), migrations.Set{Name: k.def.Name, Files: analytics.Migrations()}); err != nil {
+	if _, err := migrations.Up(ctx, e.pool, slog.New(slog.DiscardHandler), migrations.Set{Name: k.def.Name, Files: k.def.Migrations}); err != nil {
 		return err
 	}
 	topic, err := k.topic()

@@ -7,16 +7,12 @@ package analise
 
 import (
 	"embed"
-	"io/fs"
 
 	"github.com/moenda/moenda/handlers"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
-
-// Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
 
 // SubPedidos is the subscription to the pedidos exchange; its queue is
 // analise.pedidos, the seed's.
@@ -31,7 +27,7 @@ func Plugin() handlers.Definition {
 			Name:   SubPedidos,
 			Events: []string{"pedido.#"},
 		}},
-		Migrations: Migrations(),
+		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 	}, struct{}{}, build) // no settings: handlers.analise has no keys
 }
 

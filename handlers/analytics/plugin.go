@@ -7,16 +7,12 @@ package analytics
 
 import (
 	"embed"
-	"io/fs"
 
 	"github.com/moenda/moenda/handlers"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
-
-// Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
 
 // subscription is the seed's queue name: analytics.metricas.
 const subscription = "metricas"
@@ -30,7 +26,7 @@ func Plugin() handlers.Definition {
 		Subscriptions: []handlers.Subscription{
 			{Name: subscription, Events: []string{"#"}},
 		},
-		Migrations: Migrations(),
+		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 		Replayable: true,
 	}, struct{}{}, build) // no settings: handlers.analytics has no keys
 }

@@ -11,7 +11,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 
@@ -44,9 +43,6 @@ func (c Config) Validate() error {
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
-
 // Subscription names; the queues are the seed's.
 const (
 	SubAnalista    = "analista"
@@ -70,7 +66,7 @@ func Plugin() handlers.Definition {
 			{Name: SubSICAR, Queue: "integracao.sicar", Events: []string{"*.regular"}, Handles: []string{EventProcessoRegular}},
 			{Name: SubMensagens, Queue: "canal.web.mensagens", Events: []string{"canal.web.*"}, Handles: []string{EventMensagemWeb}},
 		},
-		Migrations: Migrations(),
+		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 	}, defaultConfig(), build)
 }
 

@@ -11,7 +11,6 @@ package credito
 import (
 	"embed"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/moenda/moenda/handlers"
@@ -34,9 +33,6 @@ func (c Config) Validate() error {
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
-
 // SubSolicitacoes is the subscription to rental.requested; its queue is
 // the seed's analysis.requested.queue.
 const SubSolicitacoes = "solicitacoes"
@@ -53,7 +49,7 @@ func Plugin() handlers.Definition {
 			Handles: []string{EventRentalRequested},
 		}},
 		Exchange:      Exchange,
-		Migrations:    Migrations(),
+		Migrations:    handlers.MigrationsDir(migrationFiles, "migrations"),
 		NeedsPostgres: true,
 	}, Config{Latencia: 2 * time.Second}, build)
 }

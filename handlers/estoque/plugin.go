@@ -8,16 +8,12 @@ package estoque
 
 import (
 	"embed"
-	"io/fs"
 
 	"github.com/moenda/moenda/handlers"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
-
-// Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
 
 // SubPedidos is the subscription to the pedidos exchange; its queue is
 // estoque.pedidos, the seed's, named after the service, not an instance.
@@ -41,7 +37,7 @@ func Plugin() handlers.Definition {
 			Events:  []string{"pedido.criado", "pedido.cancelado"},
 			Handles: []string{EventPedidoCriadoV1, EventPedidoCriadoV2, EventPedidoCancelado},
 		}},
-		Migrations: Migrations(),
+		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 	}, struct{}{}, build) // no settings: handlers.estoque has no keys
 }
 

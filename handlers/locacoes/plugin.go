@@ -14,7 +14,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -57,9 +56,6 @@ var defaults = Config{TokenValidade: time.Hour, CustoSenha: 12}
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
-
 // SubAnalises is the subscription to analysis.completed; its queue is the
 // seed's rental.analysis.completed.queue.
 const SubAnalises = "analises"
@@ -76,7 +72,7 @@ func Plugin() handlers.Definition {
 			Handles: []string{EventAnalysisCompleted},
 		}},
 		Exchange:      Exchange,
-		Migrations:    Migrations(),
+		Migrations:    handlers.MigrationsDir(migrationFiles, "migrations"),
 		NeedsPostgres: true,
 		RouteAuth:     handlers.AuthOwn, // customers' HS256 tokens, not the platform's
 	}, defaults, build)

@@ -10,7 +10,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 
 	"github.com/moenda/moenda/handlers"
@@ -44,9 +43,6 @@ func (c Config) Validate() error {
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
-
 // Plugin returns the plugin's definition: a publisher with no
 // subscriptions.
 func Plugin() handlers.Definition {
@@ -54,7 +50,7 @@ func Plugin() handlers.Definition {
 		Name:       "pedidos",
 		Exchange:   "pedidos", // seed 001
 		Publishes:  []string{EventPedidoCriadoV1, EventPedidoCriadoV2, EventPedidoPago, EventPedidoCancelado},
-		Migrations: Migrations(),
+		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 	}, defaultConfig(), build)
 }
 

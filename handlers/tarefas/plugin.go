@@ -5,7 +5,6 @@ package tarefas
 
 import (
 	"embed"
-	"io/fs"
 
 	"github.com/moenda/moenda/handlers"
 )
@@ -13,16 +12,13 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations are the plugin's tables, applied in order by the platform.
-func Migrations() fs.FS { return handlers.MigrationsDir(migrationFiles, "migrations") }
-
 // Plugin returns the plugin's definition.
 func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
 		Name:       "tarefas",
 		Publishes:  []string{EventTarefaConcluida},
 		Exchange:   "eventos.dominio", // seed 002
-		Migrations: Migrations(),
+		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 	}, struct{}{}, build) // no settings: handlers.tarefas has no keys
 }
 
