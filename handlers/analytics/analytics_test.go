@@ -297,9 +297,9 @@ func TestContagensRoute(t *testing.T) {
 			{"/analytics/contagens?dia=2026-02-30", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"2026-02-30\""}`},
 			{"/analytics/contagens?dia=", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"\""}`},
 			{"/analytics/contagens?dia=2026-11-30T00:00:00Z", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia deve ser uma data AAAA-MM-DD, como 2026-11-30; recebido \"2026-11-30T00:00:00Z\""}`},
-			{"/analytics/contagens?dia=2026-11-30&dia=2026-11-29", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro dia repetido"}`},
-			{"/analytics/contagens?data=2026-11-30", http.StatusBadRequest, `{"error":"requisição inválida: parâmetro desconhecido \"data\" (aceitos: dia)"}`},
-			{"/analytics/contagens?dia=%zz", http.StatusBadRequest, `{"error":"requisição inválida: query string malformada"}`},
+			{"/analytics/contagens?dia=2026-11-30&dia=2026-11-29", http.StatusBadRequest, `{"error":"parameter dia is given more than once"}`},
+			{"/analytics/contagens?data=2026-11-30", http.StatusBadRequest, `{"error":"unknown parameter \"data\" (accepted: dia)"}`},
+			{"/analytics/contagens?dia=%zz", http.StatusBadRequest, `{"error":"the query string is malformed: invalid URL escape \"%zz\""}`},
 		}
 		for _, tt := range tests {
 			rec := f.Do("GET", tt.path, "")

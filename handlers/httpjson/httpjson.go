@@ -11,9 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
+	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -161,6 +164,28 @@ func PathID(param string, invalid error) func(*http.Request) (int64, error) {
 		}
 		return id, nil
 	}
+}
+
+// Query reads r's query string as strictly as Decode reads a body: a
+// parameter not in accepted (a misspelt name) or one given twice is an
+// error of kind handlers.ErrInvalid, answered 400 by Fail. It returns each
+// parameter given, by name; the route judges the values in its own words.
+func Query(r *http.Request, accepted ...string) (map[string]string, error) {
+	values, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, handlers.NewError(handlers.ErrInvalid, "the query string is malformed: "+err.Error())
+	}
+	out := make(map[string]string, len(values))
+	for _, name := range slices.Sorted(maps.Keys(values)) {
+		switch {
+		case !slices.Contains(accepted, name):
+			return nil, handlers.NewError(handlers.ErrInvalid, fmt.Sprintf("unknown parameter %s (accepted: %s)", strconv.Quote(handlers.Cut(name, 64)), strings.Join(accepted, ", ")))
+		case len(values[name]) > 1:
+			return nil, handlers.NewError(handlers.ErrInvalid, fmt.Sprintf("parameter %s is given more than once", name))
+		}
+		out[name] = values[name][0]
+	}
+	return out, nil
 }
 
 // Decode reads a command strictly into v: unknown fields (a misspelt key)

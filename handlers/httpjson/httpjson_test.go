@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +204,32 @@ func TestFail(t *testing.T) {
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != tt.code || out.Error != tt.msg {
 			t.Errorf("Fail(%q) = %d %s, want %d %q", tt.err, rec.Code, rec.Body, tt.code, tt.msg)
+		}
+	}
+}
+
+// A query string is read as strictly as a body: a misspelt or repeated
+// parameter is the client's error, never silently dropped.
+func TestQuery(t *testing.T) {
+	tests := []struct {
+		query   string
+		want    map[string]string
+		wantErr string
+	}{
+		{"", map[string]string{}, ""},
+		{"a=1&b=x", map[string]string{"a": "1", "b": "x"}, ""},
+		{"b=", map[string]string{"b": ""}, ""},
+		{"a=1&c=2", nil, `unknown parameter "c" (accepted: a, b)`},
+		{"a=1&a=2", nil, "parameter a is given more than once"},
+		{"a=%zz", nil, `the query string is malformed: invalid URL escape "%zz"`},
+	}
+	for _, tt := range tests {
+		got, err := Query(httptest.NewRequest("GET", "/x?"+tt.query, nil), "a", "b")
+		switch {
+		case tt.wantErr == "" && (err != nil || !reflect.DeepEqual(got, tt.want)):
+			t.Errorf("Query(%q) = %v, %v; want %v", tt.query, got, err, tt.want)
+		case tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr || !errors.Is(err, handlers.ErrInvalid)):
+			t.Errorf("Query(%q) = %v; want an invalid-input error %q", tt.query, err, tt.wantErr)
 		}
 	}
 }

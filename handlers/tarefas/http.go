@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -80,24 +76,20 @@ func pathID(r *http.Request) (int64, error) {
 }
 
 // query reads the query string of a route whose parameters are positive
-// integers: accepted names them, the first required. A parameter not
-// accepted (a misspelt name) or given twice is an error, as an unknown
-// field in a body is.
+// integers, strictly (see httpjson.Query): accepted names them, the first
+// required.
 func query(r *http.Request, accepted ...string) (map[string]int64, error) {
-	values, err := url.ParseQuery(r.URL.RawQuery)
+	p, err := httpjson.Query(r, accepted...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: query string malformada", ErrInvalida)
+		return nil, err
 	}
-	out := map[string]int64{}
-	for _, name := range slices.Sorted(maps.Keys(values)) {
-		vs := values[name]
-		switch {
-		case !slices.Contains(accepted, name):
-			return nil, fmt.Errorf("%w: parâmetro desconhecido %s (aceitos: %s)", ErrInvalida, quote(name), strings.Join(accepted, ", "))
-		case len(vs) > 1:
-			return nil, fmt.Errorf("%w: parâmetro %s repetido", ErrInvalida, name)
+	out := make(map[string]int64, len(p))
+	for _, name := range accepted {
+		v, ok := p[name]
+		if !ok {
+			continue
 		}
-		n, err := strconv.ParseInt(vs[0], 10, 64)
+		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("%w: parâmetro %s deve ser um inteiro positivo", ErrInvalida, name)
 		}
@@ -107,12 +99,4 @@ func query(r *http.Request, accepted ...string) (map[string]int64, error) {
 		return nil, fmt.Errorf("%w: parâmetro %s é obrigatório", ErrInvalida, accepted[0])
 	}
 	return out, nil
-}
-
-// quote quotes s, cut to 64 bytes, for a message.
-func quote(s string) string {
-	if len(s) > 64 {
-		return strconv.Quote(s[:64]) + "..."
-	}
-	return strconv.Quote(s)
 }
