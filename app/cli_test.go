@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/configs"
 )
 
 // run runs the command line as a user would and returns its exit code,
@@ -128,10 +127,7 @@ func TestMigrateUpTwiceIsANoOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: environ}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := load(t, Source{Env: "test", Environ: environ})
 	for _, set := range cfg.migrations() {
 		plugin, err := fs.Glob(set.Files, "*.sql")
 		if err != nil {

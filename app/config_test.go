@@ -85,18 +85,29 @@ func TestResolvedConfigGolden(t *testing.T) {
 	}
 }
 
+// load loads src, from the shipped files unless it names others, with
+// the shipped plugins, and fails the test on an error.
+func load(t *testing.T, src Source) *Resolved {
+	t.Helper()
+	if src.Files == nil {
+		src.Files = configs.FS
+	}
+	cfg, err := Load(src, registry(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func TestLoadLayersAndEnvironment(t *testing.T) {
-	cfg, err := Load(Source{Env: "memory", Files: configs.FS, Environ: []string{
+	cfg := load(t, Source{Env: "memory", Environ: []string{
 		"MOENDA_ENV=ignored-here",
 		"MOENDA_HTTP__ADDR=127.0.0.1:9090",
 		"MOENDA_TOPOLOGY__FAILURE__IMMEDIATE_RETRIES=7",
 		"MOENDA_HANDLERS__ENABLED=tarefas",
 		"MOENDA_HANDLERS__NOTIFICACOES__CHANNEL=#geral",
 		"OTHER_VAR=1",
-	}}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	}})
 	if cfg.Broker.Kind != BrokerMemory {
 		t.Errorf("the memory overlay did not apply: broker.kind = %q", cfg.Broker.Kind)
 	}
@@ -112,7 +123,7 @@ func TestLoadLayersAndEnvironment(t *testing.T) {
 }
 
 func TestPrintHidesSecrets(t *testing.T) {
-	cfg, err := Load(Source{Env: "local", Files: configs.FS, Environ: []string{
+	cfg := load(t, Source{Env: "local", Environ: []string{
 		"MOENDA_POSTGRES__URL=postgres://moenda:pg-secret@db:5432/moenda",
 		"MOENDA_AMQP__URL=amqp://moenda:mq-secret@mq:5672/",
 		"MOENDA_AMQP__URLS=amqp://moenda:mq1-secret@mq1:5672/,amqp://moenda:mq2-secret@mq2:5672/",
@@ -120,10 +131,7 @@ func TestPrintHidesSecrets(t *testing.T) {
 		"MOENDA_HANDLERS__LOCACOES__JWT_SECRET=jwt-secret-of-at-least-thirty-two-bytes",
 		"MOENDA_HANDLERS__EMAILS__SMTP__USERNAME=moenda",
 		"MOENDA_HANDLERS__EMAILS__SMTP__PASSWORD=smtp-secret",
-	}}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	}})
 	var b strings.Builder
 	if err := cfg.Print(&b); err != nil {
 		t.Fatal(err)
@@ -166,17 +174,14 @@ func TestSecretsThatDoNotParseStayHidden(t *testing.T) {
 		}
 		check("the error of "+key, err.Error())
 	}
-	cfg, err := Load(Source{Env: "local", Files: configs.FS, Environ: []string{"MOENDA_POSTGRES__URL=host=db user=moenda password=dsn-secret dbname=moenda",
-		"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URL=https://hooks.slack.com/services/T0/B0/hook%secret"}}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := load(t, Source{Env: "local", Environ: []string{"MOENDA_POSTGRES__URL=host=db user=moenda password=dsn-secret dbname=moenda",
+		"MOENDA_HANDLERS__NOTIFICACOES__WEBHOOK__URL=https://hooks.slack.com/services/T0/B0/hook%secret"}})
 	var b strings.Builder
 	if err := cfg.Print(&b); err != nil {
 		t.Fatal(err)
 	}
 	check("config print", b.String())
-	_, err = postgres.Connect(context.Background(), postgres.Config{URL: "postgres://moenda:pg#se/cret%@db:5432/moenda", MaxConns: 1})
+	_, err := postgres.Connect(context.Background(), postgres.Config{URL: "postgres://moenda:pg#se/cret%@db:5432/moenda", MaxConns: 1})
 	if err == nil {
 		t.Fatal("an unparsable postgres.url connected")
 	}
@@ -203,10 +208,7 @@ func TestAMQPNodes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			base, _ := configs.FS.ReadFile("base.yaml")
 			files := fstest.MapFS{"base.yaml": {Data: base}, "overlay.yaml": {Data: []byte(tt.overlay)}}
-			cfg, err := Load(Source{Env: "overlay", Files: files, Environ: tt.environ}, registry(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := load(t, Source{Env: "overlay", Files: files, Environ: tt.environ})
 			if got := cfg.AMQP.Nodes(); !slices.Equal(got, tt.want) {
 				t.Fatalf("amqp nodes = %q, want %q", got, tt.want)
 			}
@@ -282,14 +284,11 @@ func TestExtraConfigFiles(t *testing.T) {
 	if err := os.WriteFile(path, []byte("log: {level: error}\nhttp: {addr: '127.0.0.1:9999'}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Load(Source{Env: "local", Files: configs.FS, Extra: []string{path}, Environ: []string{"MOENDA_HTTP__ADDR=127.0.0.1:7777"}}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := load(t, Source{Env: "local", Extra: []string{path}, Environ: []string{"MOENDA_HTTP__ADDR=127.0.0.1:7777"}})
 	if cfg.Log.Level != "error" || cfg.HTTP.Addr != "127.0.0.1:7777" {
 		t.Fatalf("log.level %q (want the file's error over local's debug), http.addr %q (want the variable's)", cfg.Log.Level, cfg.HTTP.Addr)
 	}
-	_, err = Load(Source{Env: "local", Files: configs.FS, Extra: []string{filepath.Join(dir, "missing.yaml")}}, registry(t))
+	_, err := Load(Source{Env: "local", Files: configs.FS, Extra: []string{filepath.Join(dir, "missing.yaml")}}, registry(t))
 	if err == nil || !strings.Contains(err.Error(), "config: --config: open ") || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("a missing --config file: %v", err)
 	}
@@ -303,10 +302,7 @@ func TestEnvelopeFormerNames(t *testing.T) {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Load(Source{Env: "test", Files: configs.FS, Extra: []string{path}}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := load(t, Source{Env: "test", Extra: []string{path}})
 	var got []string
 	for _, s := range cfg.Topology.Subscriptions {
 		got = append(got, string(s.Envelope))
@@ -413,10 +409,7 @@ func TestMaxEventBytesFollowsTheBrokers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: tt.environ}, registry(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := load(t, Source{Env: "test", Environ: tt.environ})
 			if got := cfg.maxEventBytes(); got != tt.want {
 				t.Fatalf("maxEventBytes = %d, want %d", got, tt.want)
 			}

@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -192,10 +191,7 @@ func TestReplayOnAFreshMachineRebuildsTheLiveCounts(t *testing.T) {
 
 	// Live: the embedded cluster lives and dies with this platform.
 	ctx, stop := context.WithCancel(context.Background())
-	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: append(environ, "MOENDA_HTTP__ADDR=127.0.0.1:0")}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := load(t, Source{Env: "test", Environ: append(environ, "MOENDA_HTTP__ADDR=127.0.0.1:0")})
 	p, err := New(ctx, cfg, testenv.Logger())
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/configs"
 )
 
 // One trace spans the request that concluded a tarefa, the relay's
@@ -22,11 +21,8 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
-	cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: []string{
-		"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL, "MOENDA_HTTP__ADDR=127.0.0.1:0"}}, registry(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := load(t, Source{Env: "test", Environ: []string{
+		"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL, "MOENDA_HTTP__ADDR=127.0.0.1:0"}})
 	p := startResolved(t, cfg, WithTracerProvider(tp))
 	if code, body := call(t, "POST", p.base+"/tarefas", `{"usuario_id":1,"titulo":"Escrever relatório"}`); code != 201 {
 		t.Fatalf("POST /tarefas = %d %v", code, body)
@@ -47,7 +43,7 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 	// every ancestor of it have ended, so the chain is whole.
 	var chain []string
 	var missing string
-	err = await.Until(context.Background(), 10*time.Second, "the handler's span and its ancestors", func() (bool, error) {
+	err := await.Until(context.Background(), 10*time.Second, "the handler's span and its ancestors", func() (bool, error) {
 		chain, missing = ancestry(rec.Ended(), "process notificacoes.tarefas-concluidas")
 		return chain != nil && missing == "", nil
 	})
