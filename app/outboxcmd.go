@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -105,28 +105,18 @@ func writeParked(w io.Writer, parked []outbox.Parked, detail bool) error {
 	if len(parked) == 0 {
 		return nil
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "EVENT ID\tEVENT NAME\tROUTING KEY\tGROUP\tREASON\tPARKED AT"
+	rows := [][]string{{"EVENT ID", "EVENT NAME", "ROUTING KEY", "GROUP", "REASON", "PARKED AT"}}
 	if detail {
-		head += "\tWHY"
+		rows[0] = append(rows[0], "WHY")
 	}
-	fmt.Fprintln(tw, head)
 	for _, p := range parked {
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", p.EventID, orDash(p.EventName), orDash(p.RoutingKey), p.ConsumerGroup, p.Reason,
-			p.ParkedAt.UTC().Format(time.RFC3339))
+		row := []string{p.EventID, orDash(p.EventName), orDash(p.RoutingKey), p.ConsumerGroup, p.Reason, p.ParkedAt.UTC().Format(time.RFC3339)}
 		if detail {
-			line += "\t" + p.Detail
+			row = append(row, p.Detail)
 		}
-		fmt.Fprintln(tw, line)
+		rows = append(rows, row)
 	}
-	return tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return writeTable(w, rows)
 }
 
 // countRows is "1 row" or "n rows".
@@ -168,13 +158,12 @@ func outboxSlots(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) e
 			_, err = fmt.Fprintln(stdout, "no replication slots: no relay of this database reads the outbox by logical replication")
 			return err
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "SLOT\tGROUP\tACTIVE\tRETAINED\tLAG\tWAL STATUS\tBACKFILLING")
+		rows := [][]string{{"SLOT", "GROUP", "ACTIVE", "RETAINED", "LAG", "WAL STATUS", "BACKFILLING"}}
 		for _, s := range slots {
-			fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%s\t%s\t%t\n", s.Name, orDash(s.ConsumerGroup), s.Active, outbox.ByteSize(s.RetainedBytes),
-				outbox.ByteSize(s.LagBytes), s.WALStatus, s.Backfilling)
+			rows = append(rows, []string{s.Name, orDash(s.ConsumerGroup), strconv.FormatBool(s.Active), outbox.ByteSize(s.RetainedBytes).String(),
+				outbox.ByteSize(s.LagBytes).String(), s.WALStatus, strconv.FormatBool(s.Backfilling)})
 		}
-		return tw.Flush()
+		return writeTable(stdout, rows)
 	})
 }
 

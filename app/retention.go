@@ -27,16 +27,25 @@ func (p *Platform) pruneOutbox(ctx context.Context) {
 	for i, r := range p.relays {
 		groups[i] = r.Group()
 	}
-	every(ctx, interval, func() {
+	p.pruneEvery(ctx, "outbox", "published rows", interval, retention, func(ctx context.Context, cutoff time.Time) (int, error) {
 		if !slices.ContainsFunc(p.relays, (*outbox.Relay).Active) {
-			return
+			return 0, nil
 		}
-		n, err := outbox.Prune(ctx, p.pool, groups, time.Now().Add(-retention), outboxPruneBatch)
+		return outbox.Prune(ctx, p.pool, groups, cutoff, outboxPruneBatch)
+	}, "consumer_groups", groups)
+}
+
+// pruneEvery deletes, every interval, what prune finds older than
+// retention (given as the cutoff), until ctx ends, and logs what it did:
+// of what, in the words of the part that keeps it.
+func (p *Platform) pruneEvery(ctx context.Context, part, what string, interval, retention time.Duration, prune func(ctx context.Context, cutoff time.Time) (int, error), attrs ...any) {
+	every(ctx, interval, func() {
+		n, err := prune(ctx, time.Now().Add(-retention))
 		switch {
 		case err != nil && ctx.Err() == nil:
-			p.logger.Warn("outbox: pruning published rows failed; will try again", "error", err, "deleted", n, "retry_in", interval)
+			p.logger.Warn(part+": pruning "+what+" failed; will try again", append(attrs, "error", err, "deleted", n, "retry_in", interval)...)
 		case n > 0:
-			p.logger.Info("outbox: pruned published rows", "deleted", n, "retention", retention, "consumer_groups", groups)
+			p.logger.Info(part+": pruned "+what, append(attrs, "deleted", n, "retention", retention)...)
 		}
 	})
 }

@@ -27,11 +27,21 @@ type Store struct {
 	Committed func() [][]byte
 }
 
+// StoreSet is a constructor for each store, by name.
+type StoreSet map[string]func() Store
+
+// Each runs test as a subtest on a new store of each kind, named after it.
+func (s StoreSet) Each(t *testing.T, test func(t *testing.T, s Store)) {
+	for name, newStore := range s {
+		t.Run(name, func(t *testing.T) { test(t, newStore()) })
+	}
+}
+
 // Stores returns a constructor for each store, by name, whose outbox
 // takes every event; the PostgreSQL store is a fresh database with the
 // platform's migrations and those of defs, as the platform runs them.
-func Stores(t testing.TB, defs ...handlers.Definition) map[string]func() Store {
-	out := map[string]func() Store{}
+func Stores(t testing.TB, defs ...handlers.Definition) StoreSet {
+	out := StoreSet{}
 	for name, store := range Routed(t, defs...) {
 		out[name] = func() Store { return store(nil) }
 	}

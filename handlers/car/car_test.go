@@ -154,56 +154,54 @@ func TestConfig(t *testing.T) {
 
 // The routes answer in Portuguese, naming fields as they are on the wire.
 func TestRoutes(t *testing.T) {
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(nil))
-			p := f.submeter("2111300")
-			unknown := uuid.NewString()
-			tests := []struct {
-				method, path, body string
-				code               int
-				want               string // a part of the answer
-			}{
-				{"POST", "/processos", `{"requerente_id":"req-9","municipio_ibge":"3550308"}`, http.StatusCreated, `"requerente_id":"req-9","municipio_ibge":"3550308","status":"submetido",`},
-				{"POST", "/processos", `{"requerente_id":" ","municipio_ibge":"123"}`, http.StatusBadRequest, `{"error":"requisição inválida: requerente_id é obrigatório\nrequisição inválida: municipio_ibge deve ter exatamente 7 dígitos`},
-				{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"21113000"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos (o código IBGE do município, como 2111300)`},
-				{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"211130a"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos`},
-				{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"２１１１３００"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos`},
-				{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":2111300}`, http.StatusBadRequest, `field municipio_ibge must be a string, got a number`},
-				{"POST", "/processos", `{"requerente_id":"` + strings.Repeat("é", 101) + `","municipio_ibge":"2111300"}`, http.StatusBadRequest, `requerente_id tem mais de 100 caracteres`},
-				{"POST", "/processos", `{"requerente":"r","municipio_ibge":"2111300"}`, http.StatusBadRequest, `unknown field \"requerente\"`},
-				{"POST", "/processos", ``, http.StatusBadRequest, `body is empty`},
-				{"GET", "/processos/" + p.ID, "", http.StatusOK, `"status":"submetido","submetido_em":"2026-01-15T10:30:01Z","regularizado_em":null,"analista":null,"notificacoes":[],"documentos":[],"sicar":null,"mensagens":[]}`},
-				{"GET", "/processos/" + strings.ToUpper(p.ID), "", http.StatusOK, `"id":"` + p.ID + `"`},
-				{"GET", "/processos/" + unknown, "", http.StatusNotFound, `{"error":"processo não encontrado"}`},
-				{"GET", "/processos/123", "", http.StatusBadRequest, `{"error":"requisição inválida: id no caminho deve ser um UUID, como 550e8400-e29b-41d4-a716-446655440000"}`},
-				{"POST", "/processos/" + unknown + "/regularizar", "", http.StatusNotFound, `{"error":"processo não encontrado"}`},
-				{"POST", "/processos/x/regularizar", "", http.StatusBadRequest, `id no caminho deve ser um UUID`},
-				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"planta.pdf"}`, http.StatusCreated, `"nome":"planta.pdf","anexado_em":"2026-01-15T10:30:`},
-				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"planta.pdf"}`, http.StatusCreated, `"ocr":null}`},
-				{"POST", "/processos/" + unknown + "/documentos", `{"nome":"planta.pdf"}`, http.StatusNotFound, `{"error":"processo não encontrado"}`},
-				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":""}`, http.StatusBadRequest, `{"error":"requisição inválida: nome é obrigatório"}`},
-				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"` + strings.Repeat("a", 256) + `"}`, http.StatusBadRequest, `{"error":"requisição inválida: nome tem mais de 255 caracteres"}`},
-				{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"a","tipo":"pdf"}`, http.StatusBadRequest, `unknown field \"tipo\"`},
-				{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"Olá"}`, http.StatusCreated, `"texto":"Olá","enviada_em":"2026-01-15T10:30:`},
-				{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"Olá"}`, http.StatusCreated, `"entregue_em":null}`},
-				{"POST", "/processos/" + unknown + "/mensagens", `{"texto":"Olá"}`, http.StatusNotFound, `{"error":"processo não encontrado"}`},
-				{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"\n"}`, http.StatusBadRequest, `{"error":"requisição inválida: texto é obrigatório"}`},
-				{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"` + strings.Repeat("a", 4001) + `"}`, http.StatusBadRequest, `{"error":"requisição inválida: texto tem mais de 4000 caracteres"}`},
-				{"POST", "/processos/" + p.ID + "/regularizar", "", http.StatusOK, `"status":"regular","submetido_em":"2026-01-15T10:30:01Z","regularizado_em":"2026-01-15T10:30:`},
-				{"POST", "/processos/" + p.ID + "/regularizar", "", http.StatusOK, `"status":"regular"`},
+	plugintest.Stores(t, Plugin()).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		p := f.submeter("2111300")
+		unknown := uuid.NewString()
+		tests := []struct {
+			method, path, body string
+			code               int
+			want               string // a part of the answer
+		}{
+			{"POST", "/processos", `{"requerente_id":"req-9","municipio_ibge":"3550308"}`, http.StatusCreated, `"requerente_id":"req-9","municipio_ibge":"3550308","status":"submetido",`},
+			{"POST", "/processos", `{"requerente_id":" ","municipio_ibge":"123"}`, http.StatusBadRequest, `{"error":"requisição inválida: requerente_id é obrigatório\nrequisição inválida: municipio_ibge deve ter exatamente 7 dígitos`},
+			{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"21113000"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos (o código IBGE do município, como 2111300)`},
+			{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"211130a"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos`},
+			{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":"２１１１３００"}`, http.StatusBadRequest, `municipio_ibge deve ter exatamente 7 dígitos`},
+			{"POST", "/processos", `{"requerente_id":"r","municipio_ibge":2111300}`, http.StatusBadRequest, `field municipio_ibge must be a string, got a number`},
+			{"POST", "/processos", `{"requerente_id":"` + strings.Repeat("é", 101) + `","municipio_ibge":"2111300"}`, http.StatusBadRequest, `requerente_id tem mais de 100 caracteres`},
+			{"POST", "/processos", `{"requerente":"r","municipio_ibge":"2111300"}`, http.StatusBadRequest, `unknown field \"requerente\"`},
+			{"POST", "/processos", ``, http.StatusBadRequest, `body is empty`},
+			{"GET", "/processos/" + p.ID, "", http.StatusOK, `"status":"submetido","submetido_em":"2026-01-15T10:30:01Z","regularizado_em":null,"analista":null,"notificacoes":[],"documentos":[],"sicar":null,"mensagens":[]}`},
+			{"GET", "/processos/" + strings.ToUpper(p.ID), "", http.StatusOK, `"id":"` + p.ID + `"`},
+			{"GET", "/processos/" + unknown, "", http.StatusNotFound, `{"error":"processo não encontrado"}`},
+			{"GET", "/processos/123", "", http.StatusBadRequest, `{"error":"requisição inválida: id no caminho deve ser um UUID, como 550e8400-e29b-41d4-a716-446655440000"}`},
+			{"POST", "/processos/" + unknown + "/regularizar", "", http.StatusNotFound, `{"error":"processo não encontrado"}`},
+			{"POST", "/processos/x/regularizar", "", http.StatusBadRequest, `id no caminho deve ser um UUID`},
+			{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"planta.pdf"}`, http.StatusCreated, `"nome":"planta.pdf","anexado_em":"2026-01-15T10:30:`},
+			{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"planta.pdf"}`, http.StatusCreated, `"ocr":null}`},
+			{"POST", "/processos/" + unknown + "/documentos", `{"nome":"planta.pdf"}`, http.StatusNotFound, `{"error":"processo não encontrado"}`},
+			{"POST", "/processos/" + p.ID + "/documentos", `{"nome":""}`, http.StatusBadRequest, `{"error":"requisição inválida: nome é obrigatório"}`},
+			{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"` + strings.Repeat("a", 256) + `"}`, http.StatusBadRequest, `{"error":"requisição inválida: nome tem mais de 255 caracteres"}`},
+			{"POST", "/processos/" + p.ID + "/documentos", `{"nome":"a","tipo":"pdf"}`, http.StatusBadRequest, `unknown field \"tipo\"`},
+			{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"Olá"}`, http.StatusCreated, `"texto":"Olá","enviada_em":"2026-01-15T10:30:`},
+			{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"Olá"}`, http.StatusCreated, `"entregue_em":null}`},
+			{"POST", "/processos/" + unknown + "/mensagens", `{"texto":"Olá"}`, http.StatusNotFound, `{"error":"processo não encontrado"}`},
+			{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"\n"}`, http.StatusBadRequest, `{"error":"requisição inválida: texto é obrigatório"}`},
+			{"POST", "/processos/" + p.ID + "/mensagens", `{"texto":"` + strings.Repeat("a", 4001) + `"}`, http.StatusBadRequest, `{"error":"requisição inválida: texto tem mais de 4000 caracteres"}`},
+			{"POST", "/processos/" + p.ID + "/regularizar", "", http.StatusOK, `"status":"regular","submetido_em":"2026-01-15T10:30:01Z","regularizado_em":"2026-01-15T10:30:`},
+			{"POST", "/processos/" + p.ID + "/regularizar", "", http.StatusOK, `"status":"regular"`},
+		}
+		for _, tt := range tests {
+			rec := f.Do(tt.method, tt.path, tt.body)
+			if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
+				t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, handlers.Cut(tt.body, 80), rec.Code, rec.Body, tt.code, tt.want)
 			}
-			for _, tt := range tests {
-				rec := f.Do(tt.method, tt.path, tt.body)
-				if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.want) {
-					t.Errorf("%s %s %s = %d %s, want %d with %s", tt.method, tt.path, handlers.Cut(tt.body, 80), rec.Code, rec.Body, tt.code, tt.want)
-				}
-			}
-			if got := f.ficha(p.ID); got.Status != StatusRegular || len(got.Documentos) != 2 || len(got.Mensagens) != 2 {
-				t.Fatalf("after the routes: %+v", got)
-			}
-		})
-	}
+		}
+		if got := f.ficha(p.ID); got.Status != StatusRegular || len(got.Documentos) != 2 || len(got.Mensagens) != 2 {
+			t.Fatalf("after the routes: %+v", got)
+		}
+	})
 }
 
 // names lists the events' names.
@@ -228,47 +226,45 @@ func payload(t *testing.T, e event.Event) map[string]any {
 // Every write raises its event, once, in its unit of work, with the
 // seed's payload.
 func TestWritesRaiseTheirEvents(t *testing.T) {
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(nil))
-			p, d, m := f.escrever("Olá, requerente")
-			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+	plugintest.Stores(t, Plugin()).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		p, d, m := f.escrever("Olá, requerente")
+		f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
 
-			ref := map[string]any{"processo_id": p.ID, "requerente_id": "req-1", "municipio_ibge": "2111300"}
-			with := func(extra map[string]any) map[string]any {
-				out := map[string]any{}
-				for k, v := range ref {
-					out[k] = v
-				}
-				for k, v := range extra {
-					out[k] = v
-				}
-				return out
+		ref := map[string]any{"processo_id": p.ID, "requerente_id": "req-1", "municipio_ibge": "2111300"}
+		with := func(extra map[string]any) map[string]any {
+			out := map[string]any{}
+			for k, v := range ref {
+				out[k] = v
 			}
-			want := []struct {
-				name, key string
-				payload   map[string]any
-			}{
-				{"processo.submetido.v1", "processo.submetido", ref},
-				{"documento.anexado.v1", "documento.anexado", with(map[string]any{"documento_id": d.ID, "nome": "planta.pdf"})},
-				{"canal.web.mensagem.v1", "canal.web.mensagem", with(map[string]any{"mensagem_id": m.ID, "texto": "Olá, requerente"})},
-				{"processo.regular.v1", "processo.regular", ref}, // once, though regularized twice
+			for k, v := range extra {
+				out[k] = v
 			}
-			es := f.Events()
-			if len(es) != len(want) {
-				t.Fatalf("events %v, want %d", names(es), len(want))
+			return out
+		}
+		want := []struct {
+			name, key string
+			payload   map[string]any
+		}{
+			{"processo.submetido.v1", "processo.submetido", ref},
+			{"documento.anexado.v1", "documento.anexado", with(map[string]any{"documento_id": d.ID, "nome": "planta.pdf"})},
+			{"canal.web.mensagem.v1", "canal.web.mensagem", with(map[string]any{"mensagem_id": m.ID, "texto": "Olá, requerente"})},
+			{"processo.regular.v1", "processo.regular", ref}, // once, though regularized twice
+		}
+		es := f.Events()
+		if len(es) != len(want) {
+			t.Fatalf("events %v, want %d", names(es), len(want))
+		}
+		for i, w := range want {
+			e := es[i]
+			if e.Name != w.name || e.RoutingKey() != w.key || e.Source != "car" || e.AggregateID != p.ID || e.Validate() != nil {
+				t.Errorf("event %d = %+v, want %s", i, e, w.name)
 			}
-			for i, w := range want {
-				e := es[i]
-				if e.Name != w.name || e.RoutingKey() != w.key || e.Source != "car" || e.AggregateID != p.ID || e.Validate() != nil {
-					t.Errorf("event %d = %+v, want %s", i, e, w.name)
-				}
-				if got := payload(t, e); !reflect.DeepEqual(got, w.payload) {
-					t.Errorf("%s payload = %v, want %v", w.name, got, w.payload)
-				}
+			if got := payload(t, e); !reflect.DeepEqual(got, w.payload) {
+				t.Errorf("%s payload = %v, want %v", w.name, got, w.payload)
 			}
-		})
-	}
+		}
+	})
 }
 
 // A write and its event are one unit: when the event cannot be written,
@@ -306,145 +302,139 @@ func TestWriteAndEventCommitTogether(t *testing.T) {
 
 // Every consumer's effect shows in GET /processos/{id}.
 func TestConsumersEffects(t *testing.T) {
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(nil))
-			p, d, m := f.escrever("Olá")
+	plugintest.Stores(t, Plugin()).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		p, d, m := f.escrever("Olá")
 
-			before := f.ficha(p.ID)
-			if before.Analista != nil || len(before.Notificacoes) != 0 || before.Documentos[0].OCR != nil || before.SICAR != nil || before.Mensagens[0].EntregueEm != nil {
-				t.Fatalf("effects before any delivery: %+v", before)
+		before := f.ficha(p.ID)
+		if before.Analista != nil || len(before.Notificacoes) != 0 || before.Documentos[0].OCR != nil || before.SICAR != nil || before.Mensagens[0].EntregueEm != nil {
+			t.Fatalf("effects before any delivery: %+v", before)
+		}
+		f.pump()
+		got := f.ficha(p.ID)
+		if got.Analista == nil || *got.Analista != "ana" {
+			t.Errorf("analista = %v, want ana", got.Analista)
+		}
+		var evs []string
+		for _, n := range got.Notificacoes {
+			evs = append(evs, n.Evento)
+			if n.RequerenteID != "req-1" || !strings.Contains(n.Texto, p.ID) || n.CriadaEm.IsZero() {
+				t.Errorf("notificacao = %+v", n)
 			}
-			f.pump()
-			got := f.ficha(p.ID)
-			if got.Analista == nil || *got.Analista != "ana" {
-				t.Errorf("analista = %v, want ana", got.Analista)
+		}
+		if !slices.Equal(evs, []string{"processo.submetido", "processo.regular"}) {
+			t.Errorf("notificacoes of %v, want submetido then regular", evs)
+		}
+		if len(got.Documentos) != 1 || got.Documentos[0].ID != d.ID || got.Documentos[0].OCR == nil || got.Documentos[0].OCR.Status != "pendente" {
+			t.Errorf("documentos = %+v, want one with ocr pendente", got.Documentos)
+		}
+		if got.SICAR == nil || got.SICAR.Status != "solicitada" || got.SICAR.MunicipioIBGE != "2111300" || got.SICAR.SolicitadaEm.IsZero() {
+			t.Errorf("sicar = %+v", got.SICAR)
+		}
+		if len(got.Mensagens) != 1 || got.Mensagens[0].ID != m.ID || got.Mensagens[0].EntregueEm == nil || got.Mensagens[0].EntregueEm.Before(m.EnviadaEm) {
+			t.Errorf("mensagens = %+v, want one delivered after it was sent", got.Mensagens)
+		}
+		rec := f.Do("GET", "/processos/"+p.ID, "")
+		for _, part := range []string{`"analista":"ana"`, `"ocr":{"status":"pendente"}`, `"sicar":{"status":"solicitada","municipio_ibge":"2111300","solicitada_em":"2026-01-15T10:30:`, `"entregue_em":"2026-01-15T10:30:`} {
+			if !strings.Contains(rec.Body.String(), part) {
+				t.Errorf("GET = %s, want %s", rec.Body, part)
 			}
-			var evs []string
-			for _, n := range got.Notificacoes {
-				evs = append(evs, n.Evento)
-				if n.RequerenteID != "req-1" || !strings.Contains(n.Texto, p.ID) || n.CriadaEm.IsZero() {
-					t.Errorf("notificacao = %+v", n)
-				}
-			}
-			if !slices.Equal(evs, []string{"processo.submetido", "processo.regular"}) {
-				t.Errorf("notificacoes of %v, want submetido then regular", evs)
-			}
-			if len(got.Documentos) != 1 || got.Documentos[0].ID != d.ID || got.Documentos[0].OCR == nil || got.Documentos[0].OCR.Status != "pendente" {
-				t.Errorf("documentos = %+v, want one with ocr pendente", got.Documentos)
-			}
-			if got.SICAR == nil || got.SICAR.Status != "solicitada" || got.SICAR.MunicipioIBGE != "2111300" || got.SICAR.SolicitadaEm.IsZero() {
-				t.Errorf("sicar = %+v", got.SICAR)
-			}
-			if len(got.Mensagens) != 1 || got.Mensagens[0].ID != m.ID || got.Mensagens[0].EntregueEm == nil || got.Mensagens[0].EntregueEm.Before(m.EnviadaEm) {
-				t.Errorf("mensagens = %+v, want one delivered after it was sent", got.Mensagens)
-			}
-			rec := f.Do("GET", "/processos/"+p.ID, "")
-			for _, part := range []string{`"analista":"ana"`, `"ocr":{"status":"pendente"}`, `"sicar":{"status":"solicitada","municipio_ibge":"2111300","solicitada_em":"2026-01-15T10:30:`, `"entregue_em":"2026-01-15T10:30:`} {
-				if !strings.Contains(rec.Body.String(), part) {
-					t.Errorf("GET = %s, want %s", rec.Body, part)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // Analysts are assigned in turn, exactly: a processo keeps its analyst
 // whatever is redelivered, and a delivery that rolls back takes no turn.
 func TestRoundRobin(t *testing.T) {
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(nil))
-			var ps []Processo
-			for range 4 {
-				ps = append(ps, f.submeter("2111300"))
-			}
-			es := f.Events()
+	plugintest.Stores(t, Plugin()).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		var ps []Processo
+		for range 4 {
+			ps = append(ps, f.submeter("2111300"))
+		}
+		es := f.Events()
 
-			failed := errors.New("the inbox claim failed")
-			err := f.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
-				if err := f.Handlers[SubAnalista](ctx, es[0]); err != nil {
-					return err
-				}
-				return failed
-			})
-			if !errors.Is(err, failed) {
-				t.Fatalf("InTx = %v", err)
+		failed := errors.New("the inbox claim failed")
+		err := f.Tx.InTx(context.Background(), func(ctx context.Context, _ handlers.Tx) error {
+			if err := f.Handlers[SubAnalista](ctx, es[0]); err != nil {
+				return err
 			}
-			if a := f.ficha(ps[0].ID).Analista; a != nil {
-				t.Fatalf("a rolled-back delivery assigned %s", *a)
-			}
+			return failed
+		})
+		if !errors.Is(err, failed) {
+			t.Fatalf("InTx = %v", err)
+		}
+		if a := f.ficha(ps[0].ID).Analista; a != nil {
+			t.Fatalf("a rolled-back delivery assigned %s", *a)
+		}
 
-			for i, e := range es[:3] {
-				if err := f.Deliver(SubAnalista, e); err != nil {
-					t.Fatal(err)
-				}
-				if i == 0 { // the same event again, and another event about the same processo
-					again := e
-					again.ID = uuid.NewString()
-					for _, x := range []event.Event{e, again} {
-						if err := f.Deliver(SubAnalista, x); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-			}
-			if err := f.Deliver(SubAnalista, es[3]); err != nil {
+		for i, e := range es[:3] {
+			if err := f.Deliver(SubAnalista, e); err != nil {
 				t.Fatal(err)
 			}
-			var got []string
-			for _, p := range ps {
-				if a := f.ficha(p.ID).Analista; a != nil {
-					got = append(got, *a)
-				} else {
-					got = append(got, "")
-				}
-			}
-			if want := []string{"ana", "bruno", "carla", "ana"}; !slices.Equal(got, want) {
-				t.Fatalf("analistas = %v, want %v", got, want)
-			}
-		})
-	}
-}
-
-// The same event delivered twice has one effect, on every consumer.
-func TestSameEventTwiceHasOneEffect(t *testing.T) {
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(nil))
-			p := f.submeter("2111300")
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, nil)
-			f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, nil)
-			f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
-			f.pump()
-			once := f.ficha(p.ID)
-			if len(once.Notificacoes) != 2 {
-				t.Fatalf("notificacoes = %+v", once.Notificacoes)
-			}
-			f.delivered = 0
-			f.pump() // every event again, later by the clock
-			if twice := f.ficha(p.ID); !reflect.DeepEqual(twice, once) {
-				t.Fatalf("after redelivery:\n%+v\nwant\n%+v", twice, once)
-			}
-			// The OCR job, the SICAR request and the delivery are per
-			// documento, processo and mensagem, not per event.
-			for _, e := range f.Events() {
+			if i == 0 { // the same event again, and another event about the same processo
 				again := e
 				again.ID = uuid.NewString()
-				for _, sub := range reached(e) {
-					if sub == SubNotificacao {
-						continue // one notification per event, by design
-					}
-					if err := f.Deliver(sub, again); err != nil {
+				for _, x := range []event.Event{e, again} {
+					if err := f.Deliver(SubAnalista, x); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			if got := f.ficha(p.ID); !reflect.DeepEqual(got, once) {
-				t.Fatalf("after other events about the same entities:\n%+v\nwant\n%+v", got, once)
+		}
+		if err := f.Deliver(SubAnalista, es[3]); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range ps {
+			if a := f.ficha(p.ID).Analista; a != nil {
+				got = append(got, *a)
+			} else {
+				got = append(got, "")
 			}
-		})
-	}
+		}
+		if want := []string{"ana", "bruno", "carla", "ana"}; !slices.Equal(got, want) {
+			t.Fatalf("analistas = %v, want %v", got, want)
+		}
+	})
+}
+
+// The same event delivered twice has one effect, on every consumer.
+func TestSameEventTwiceHasOneEffect(t *testing.T) {
+	plugintest.Stores(t, Plugin()).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		p := f.submeter("2111300")
+		f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/documentos", `{"nome":"planta.pdf"}`, nil)
+		f.Must(http.StatusCreated, "POST", "/processos/"+p.ID+"/mensagens", `{"texto":"Olá"}`, nil)
+		f.Must(http.StatusOK, "POST", "/processos/"+p.ID+"/regularizar", "", nil)
+		f.pump()
+		once := f.ficha(p.ID)
+		if len(once.Notificacoes) != 2 {
+			t.Fatalf("notificacoes = %+v", once.Notificacoes)
+		}
+		f.delivered = 0
+		f.pump() // every event again, later by the clock
+		if twice := f.ficha(p.ID); !reflect.DeepEqual(twice, once) {
+			t.Fatalf("after redelivery:\n%+v\nwant\n%+v", twice, once)
+		}
+		// The OCR job, the SICAR request and the delivery are per
+		// documento, processo and mensagem, not per event.
+		for _, e := range f.Events() {
+			again := e
+			again.ID = uuid.NewString()
+			for _, sub := range reached(e) {
+				if sub == SubNotificacao {
+					continue // one notification per event, by design
+				}
+				if err := f.Deliver(sub, again); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if got := f.ficha(p.ID); !reflect.DeepEqual(got, once) {
+			t.Fatalf("after other events about the same entities:\n%+v\nwant\n%+v", got, once)
+		}
+	})
 }
 
 // A payload that cannot be decoded or lacks its ids is permanent: it is
@@ -468,17 +458,15 @@ func TestBadPayloadIsPermanent(t *testing.T) {
 		{"no mensagem_id", SubMensagens, EventMensagemWeb, `{` + ref + `,"texto":"a"}`},
 		{"a document for the notifier", SubNotificacao, EventDocumentoAnexado, `{` + ref + `,"documento_id":"` + doc + `"}`},
 	}
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore(nil))
-			for _, tt := range tests {
-				e := event.Event{ID: uuid.NewString(), Name: tt.event, OccurredAt: time.Now(), Payload: json.RawMessage(tt.payload)}
-				if err := f.Deliver(tt.sub, e); !event.IsPermanent(err) {
-					t.Errorf("%s: %s = %v, want a permanent error", tt.name, tt.sub, err)
-				}
+	plugintest.Stores(t, Plugin()).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		for _, tt := range tests {
+			e := event.Event{ID: uuid.NewString(), Name: tt.event, OccurredAt: time.Now(), Payload: json.RawMessage(tt.payload)}
+			if err := f.Deliver(tt.sub, e); !event.IsPermanent(err) {
+				t.Errorf("%s: %s = %v, want a permanent error", tt.name, tt.sub, err)
 			}
-		})
-	}
+		}
+	})
 
 	down := errors.New("connection refused")
 	p, err := build(defaultConfig(), handlers.Deps{Logger: testenv.Logger(), Tx: failing{down}})

@@ -18,7 +18,7 @@ import (
 
 // stores returns every store the plugin runs on; the PostgreSQL one has
 // the tables of the pedidos plugin too, for the end-to-end test.
-func stores(t *testing.T) map[string]func() plugintest.Store {
+func stores(t *testing.T) plugintest.StoreSet {
 	return plugintest.Stores(t, Plugin(), pedidos.Plugin())
 }
 
@@ -152,28 +152,26 @@ func TestReservesOnce(t *testing.T) {
 
 // A second cancellation leaves the first's time: released once.
 func TestReleaseKeepsItsTime(t *testing.T) {
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore())
-			for _, e := range []event.Event{criadoV1(1, `[{"produtoId":7,"quantidade":2}]`), cancelado(1)} {
-				if err := f.deliver(e); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var first, second Reserva
-			f.get("/estoque/reservas/1", &first)
-			if err := f.deliver(cancelado(1)); err != nil {
+	stores(t).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		for _, e := range []event.Event{criadoV1(1, `[{"produtoId":7,"quantidade":2}]`), cancelado(1)} {
+			if err := f.deliver(e); err != nil {
 				t.Fatal(err)
 			}
-			f.get("/estoque/reservas/1", &second)
-			if first.LiberadaEm == nil || !reflect.DeepEqual(first, second) {
-				t.Fatalf("first %+v, then %+v", first, second)
-			}
-			if !first.CriadaEm.Equal(time.Date(2026, 1, 15, 10, 30, 1, 0, time.UTC)) || !first.LiberadaEm.Equal(first.CriadaEm.Add(time.Second)) {
-				t.Fatalf("times %+v", first)
-			}
-		})
-	}
+		}
+		var first, second Reserva
+		f.get("/estoque/reservas/1", &first)
+		if err := f.deliver(cancelado(1)); err != nil {
+			t.Fatal(err)
+		}
+		f.get("/estoque/reservas/1", &second)
+		if first.LiberadaEm == nil || !reflect.DeepEqual(first, second) {
+			t.Fatalf("first %+v, then %+v", first, second)
+		}
+		if !first.CriadaEm.Equal(time.Date(2026, 1, 15, 10, 30, 1, 0, time.UTC)) || !first.LiberadaEm.Equal(first.CriadaEm.Add(time.Second)) {
+			t.Fatalf("times %+v", first)
+		}
+	})
 }
 
 // A payload retrying cannot fix is permanent and writes nothing; fields
@@ -224,77 +222,72 @@ func TestPayloads(t *testing.T) {
 }
 
 func TestRoutes(t *testing.T) {
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, newStore())
-			for _, e := range []event.Event{criadoV1(981, `[{"produtoId":7,"quantidade":2},{"produtoId":8,"quantidade":1}]`), criadoV2(982, `[{"produtoId":7,"quantidade":3}]`), cancelado(983)} {
-				if err := f.deliver(e); err != nil {
-					t.Fatal(err)
-				}
+	stores(t).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		for _, e := range []event.Event{criadoV1(981, `[{"produtoId":7,"quantidade":2},{"produtoId":8,"quantidade":1}]`), criadoV2(982, `[{"produtoId":7,"quantidade":3}]`), cancelado(983)} {
+			if err := f.deliver(e); err != nil {
+				t.Fatal(err)
 			}
-			tests := []struct {
-				path string
-				code int
-				want string
-			}{
-				{"/estoque/reservas/981", http.StatusOK, `{"pedido_id":981,"itens":[{"produto_id":7,"quantidade":2},{"produto_id":8,"quantidade":1}],"liberada":false,"criada_em":"2026-01-15T10:30:01Z","liberada_em":null}`},
-				{"/estoque/reservas/983", http.StatusOK, `{"pedido_id":983,"itens":[],"liberada":true,"criada_em":"2026-01-15T10:30:03Z","liberada_em":"2026-01-15T10:30:03Z"}`},
-				{"/estoque/reservas/984", http.StatusNotFound, `{"error":"reserva não encontrada"}`},
-				{"/estoque/reservas/x", http.StatusBadRequest, `{"error":"requisição inválida: pedido_id no caminho deve ser um número inteiro positivo, como 981"}`},
-				{"/estoque/reservas/0", http.StatusBadRequest, `{"error":"requisição inválida: pedido_id no caminho deve ser um número inteiro positivo, como 981"}`},
-				{"/estoque/produtos/7", http.StatusOK, `{"produto_id":7,"reservado":5}`},
-				{"/estoque/produtos/8", http.StatusOK, `{"produto_id":8,"reservado":1}`},
-				{"/estoque/produtos/99", http.StatusOK, `{"produto_id":99,"reservado":0}`},
-				{"/estoque/produtos/-7", http.StatusBadRequest, `{"error":"requisição inválida: id no caminho deve ser um número inteiro positivo, como 981"}`},
+		}
+		tests := []struct {
+			path string
+			code int
+			want string
+		}{
+			{"/estoque/reservas/981", http.StatusOK, `{"pedido_id":981,"itens":[{"produto_id":7,"quantidade":2},{"produto_id":8,"quantidade":1}],"liberada":false,"criada_em":"2026-01-15T10:30:01Z","liberada_em":null}`},
+			{"/estoque/reservas/983", http.StatusOK, `{"pedido_id":983,"itens":[],"liberada":true,"criada_em":"2026-01-15T10:30:03Z","liberada_em":"2026-01-15T10:30:03Z"}`},
+			{"/estoque/reservas/984", http.StatusNotFound, `{"error":"reserva não encontrada"}`},
+			{"/estoque/reservas/x", http.StatusBadRequest, `{"error":"requisição inválida: pedido_id no caminho deve ser um número inteiro positivo, como 981"}`},
+			{"/estoque/reservas/0", http.StatusBadRequest, `{"error":"requisição inválida: pedido_id no caminho deve ser um número inteiro positivo, como 981"}`},
+			{"/estoque/produtos/7", http.StatusOK, `{"produto_id":7,"reservado":5}`},
+			{"/estoque/produtos/8", http.StatusOK, `{"produto_id":8,"reservado":1}`},
+			{"/estoque/produtos/99", http.StatusOK, `{"produto_id":99,"reservado":0}`},
+			{"/estoque/produtos/-7", http.StatusBadRequest, `{"error":"requisição inválida: id no caminho deve ser um número inteiro positivo, como 981"}`},
+		}
+		for _, tt := range tests {
+			rec := f.Do("GET", tt.path, "")
+			if rec.Code != tt.code || strings.TrimSpace(rec.Body.String()) != tt.want {
+				t.Errorf("GET %s = %d %s, want %d %s", tt.path, rec.Code, rec.Body, tt.code, tt.want)
 			}
-			for _, tt := range tests {
-				rec := f.Do("GET", tt.path, "")
-				if rec.Code != tt.code || strings.TrimSpace(rec.Body.String()) != tt.want {
-					t.Errorf("GET %s = %d %s, want %d %s", tt.path, rec.Code, rec.Body, tt.code, tt.want)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // The pedidos plugin's own events, in both versions, reach the stock as
 // the broker would route them: reserved once, released once.
 func TestWithThePublisher(t *testing.T) {
-	for name, newStore := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			s := newStore()
-			f := newFixture(t, s)
-			pub := plugintest.Build(t, s, plugintest.Defaults(pedidos.Plugin()))
-			post := func(path, body string) {
-				if rec := pub.Do("POST", path, body); rec.Code/100 != 2 {
-					t.Fatalf("POST %s = %d %s", path, rec.Code, rec.Body)
-				}
+	stores(t).Each(t, func(t *testing.T, s plugintest.Store) {
+		f := newFixture(t, s)
+		pub := plugintest.Build(t, s, plugintest.Defaults(pedidos.Plugin()))
+		post := func(path, body string) {
+			if rec := pub.Do("POST", path, body); rec.Code/100 != 2 {
+				t.Fatalf("POST %s = %d %s", path, rec.Code, rec.Body)
 			}
-			delivered := 0
-			pump := func() {
-				events := pub.Events()
-				if err := f.Relay(Plugin().Subscriptions[0], events[delivered:]); err != nil {
-					t.Fatal(err)
-				}
-				delivered = len(events)
+		}
+		delivered := 0
+		pump := func() {
+			events := pub.Events()
+			if err := f.Relay(Plugin().Subscriptions[0], events[delivered:]); err != nil {
+				t.Fatal(err)
 			}
-			post("/pedidos", `{"itens":[{"produto_id":7,"quantidade":2}],"total_centavos":1990}`)
-			post("/pedidos", `{"itens":[{"produto_id":7,"quantidade":3}],"total_centavos":10}`)
-			pump()
-			if got := f.reservado(7); got != 5 {
-				t.Fatalf("after two pedidos, in v1 and v2 each: reservado %d, want 5", got)
-			}
-			var first Reserva
-			f.get("/estoque/reservas/1", &first)
-			post("/pedidos/1/pagar", "")
-			post("/pedidos/2/cancelar", "")
-			pump()
-			if got := f.reservado(7); got != 2 {
-				t.Fatalf("after one cancellation: reservado %d, want 2", got)
-			}
-			if delivered != 6 {
-				t.Fatalf("%d events committed, want 6", delivered)
-			}
-		})
-	}
+			delivered = len(events)
+		}
+		post("/pedidos", `{"itens":[{"produto_id":7,"quantidade":2}],"total_centavos":1990}`)
+		post("/pedidos", `{"itens":[{"produto_id":7,"quantidade":3}],"total_centavos":10}`)
+		pump()
+		if got := f.reservado(7); got != 5 {
+			t.Fatalf("after two pedidos, in v1 and v2 each: reservado %d, want 5", got)
+		}
+		var first Reserva
+		f.get("/estoque/reservas/1", &first)
+		post("/pedidos/1/pagar", "")
+		post("/pedidos/2/cancelar", "")
+		pump()
+		if got := f.reservado(7); got != 2 {
+			t.Fatalf("after one cancellation: reservado %d, want 2", got)
+		}
+		if delivered != 6 {
+			t.Fatalf("%d events committed, want 6", delivered)
+		}
+	})
 }
