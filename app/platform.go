@@ -297,14 +297,8 @@ func (p *Platform) Run(ctx context.Context) error {
 // pruneInbox deletes claims older than inbox.retention every
 // inbox.prune_interval, until ctx ends.
 func (p *Platform) pruneInbox(ctx context.Context) {
-	every(ctx, p.cfg.Inbox.PruneInterval, func() {
-		n, err := p.inbox.PruneInbox(ctx, time.Now().Add(-p.cfg.Inbox.Retention), 1000)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			p.logger.Warn("inbox: prune failed; will try again", "error", err, "retry_in", p.cfg.Inbox.PruneInterval)
-		case n > 0:
-			p.logger.Info("inbox: pruned old claims", "deleted", n, "retention", p.cfg.Inbox.Retention)
-		}
+	p.pruneEvery(ctx, "inbox", "old claims", p.cfg.Inbox.PruneInterval, p.cfg.Inbox.Retention, func(ctx context.Context, cutoff time.Time) (int, error) {
+		return p.inbox.PruneInbox(ctx, cutoff, 1000)
 	})
 }
 
