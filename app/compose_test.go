@@ -261,6 +261,8 @@ func TestComposeFile(t *testing.T) {
 			"moenda_relay_publish_duration_seconds_bucket",
 			"moenda_relay_lag_rows",
 			"moenda_relay_lag_seconds",
+			"moenda_relay_leader",
+			"moenda_outbox_parked_rows",
 			"moenda_unrouted_messages",
 			"moenda_dead_letter_messages",
 			"moenda_http_requests_total",
