@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -136,6 +137,7 @@ func TestComposeFile(t *testing.T) {
 		prom := service("prometheus", "prom/prometheus", "9090")
 		promConfig := mounted("prometheus", prom, "/etc/prometheus/prometheus.yml")
 		var scrape struct {
+			RuleFiles     []string `yaml:"rule_files"`
 			ScrapeConfigs []struct {
 				JobName        string `yaml:"job_name"`
 				MetricsPath    string `yaml:"metrics_path"`
@@ -160,6 +162,16 @@ func TestComposeFile(t *testing.T) {
 		}
 		if !scrapesMoenda {
 			t.Errorf("%s has no job moenda scraping api, worker and relay on 8080/metrics: %+v", promConfig, scrape.ScrapeConfigs)
+		}
+		// Prometheus reads rule files relative to its configuration: each
+		// must be mounted beside it, from beside the file in the repository.
+		if !slices.Contains(scrape.RuleFiles, "alerts.yml") {
+			t.Errorf("%s does not load the alert rules (rule_files: [alerts.yml]): %v", promConfig, scrape.RuleFiles)
+		}
+		for _, f := range scrape.RuleFiles {
+			if got, want := mounted("prometheus", prom, "/etc/prometheus/"+f), "./"+path.Join(path.Dir(strings.TrimPrefix(promConfig, "./")), f); got != want {
+				t.Errorf("prometheus mounts %s at /etc/prometheus/%s; want %s", got, f, want)
+			}
 		}
 
 		graf := service("grafana", "grafana/grafana", "3000")
@@ -249,6 +261,8 @@ func TestComposeFile(t *testing.T) {
 			"moenda_relay_publish_duration_seconds_bucket",
 			"moenda_relay_lag_rows",
 			"moenda_relay_lag_seconds",
+			"moenda_relay_leader",
+			"moenda_outbox_parked_rows",
 			"moenda_unrouted_messages",
 			"moenda_dead_letter_messages",
 			"moenda_http_requests_total",

@@ -25,7 +25,7 @@ type MetricsConfig struct {
 	// Enabled serves /metrics and times handlers and requests.
 	Enabled bool `koanf:"enabled"`
 	// PollInterval is how often the gauges that cost a query are read:
-	// dead-letter and unrouted queue depths, and relay lag. A scrape
+	// dead-letter and unrouted queue depths, relay lag and parked rows. A scrape
 	// never queries the broker or the database.
 	PollInterval time.Duration `koanf:"poll_interval"`
 }
@@ -48,6 +48,7 @@ type metrics struct {
 	unrouted *prometheus.GaugeVec // alternate-exchange queues
 	lagRows  *prometheus.GaugeVec
 	lagAge   *prometheus.GaugeVec
+	parked   *prometheus.GaugeVec // outbox rows the relays moved past
 	// The logical relays' replication slots (watchSlots).
 	slotRetained *prometheus.GaugeVec
 	slotLag      *prometheus.GaugeVec
@@ -62,13 +63,15 @@ func newMetrics(cs ...prometheus.Collector) *metrics {
 		unrouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_unrouted_messages", Help: "Messages no binding matched, kept in the exchange's alternate queue, read every metrics.poll_interval."}, []string{"exchange"}),
 		lagRows:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_rows", Help: "Outbox rows committed after the relay's position."}, []string{"consumer_group"}),
 		lagAge:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_seconds", Help: "Age of the oldest outbox row the relay has not published; 0 when caught up."}, []string{"consumer_group"}),
+		parked: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_outbox_parked_rows",
+			Help: "Outbox rows the group's relays parked (no event named, no exchange for the routing key, or refused by the broker) and `moenda outbox republish` has not sent yet."}, []string{"consumer_group"}),
 		slotRetained: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_slot_retained_bytes",
 			Help: "WAL PostgreSQL keeps for a logical relay's replication slot."}, []string{"consumer_group", "slot"}),
 		slotLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_slot_lag_bytes",
 			Help: "WAL written since a logical relay last confirmed its slot."}, []string{"consumer_group", "slot"}),
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.duration, m.depth, m.unrouted, m.lagRows, m.lagAge, m.slotRetained, m.slotLag)
+		m.requests, m.duration, m.depth, m.unrouted, m.lagRows, m.lagAge, m.parked, m.slotRetained, m.slotLag)
 	m.registry.MustRegister(cs...)
 	return m
 }
@@ -140,6 +143,11 @@ func (p *Platform) pollMetrics(ctx context.Context) {
 			if err == nil {
 				p.metrics.lagRows.WithLabelValues(r.Group()).Set(float64(rows))
 				p.metrics.lagAge.WithLabelValues(r.Group()).Set(age.Seconds())
+			}
+			parked, err := outbox.CountParked(ctx, p.pool, r.Group())
+			errs = append(errs, err)
+			if err == nil {
+				p.metrics.parked.WithLabelValues(r.Group()).Set(float64(parked))
 			}
 		}
 		if err := errors.Join(errs...); err != nil && ctx.Err() == nil {

@@ -64,6 +64,8 @@ func TestMetricsAfterTheTarefasWalkThrough(t *testing.T) {
 		`moenda_http_requests_total{code="200",method="PATCH",route="/tarefas/{id}/concluir"} 1`,
 		`moenda_dead_letter_messages{queue="notificacoes.tarefas-concluidas.dlq"} 0`,
 		`moenda_unrouted_messages{exchange="eventos.dominio"} 0`,
+		`moenda_outbox_parked_rows{consumer_group="moenda-relay"} 0`,
+		`moenda_relay_leader{consumer_group="moenda-relay"} 1`,
 	)
 	page := scrape(t, p)
 	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes", "moenda_http_request_duration_seconds_bucket"} {
@@ -71,6 +73,17 @@ func TestMetricsAfterTheTarefasWalkThrough(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
+}
+
+// A row no exchange carries is parked, and counted for its group.
+func TestMetricsCountParkedRows(t *testing.T) {
+	db := testenv.EmptyPostgres(t)
+	vhost := testenv.RabbitMQ(t)
+	// Without the tarefas plugin, no exchange carries tarefa.concluida.
+	p := start(t, "test", "MOENDA_POSTGRES__URL="+db.URL, "MOENDA_AMQP__URL="+vhost.URL, "MOENDA_HANDLERS__ENABLED=pedidos", "MOENDA_METRICS__POLL_INTERVAL=1s")
+	writeUnchecked(t, p.pool, "tarefa.concluida.v1", "tarefa.concluida.v1")
+	p.out.Committed()
+	shows(t, p, `moenda_outbox_parked_rows{consumer_group="moenda-relay"} 2`)
 }
 
 // A handler that always fails: its runs, retries and dead letter are

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
@@ -366,4 +368,29 @@ func TestAPositionNeverMovesBackwards(t *testing.T) {
 			t.Fatal("the relay no longer leads")
 		}
 	})
+}
+
+// moenda_relay_leader is 1 on the one relay of a group that leads and 0
+// on the one that stands by; once the leader stops, the other says 1.
+func TestRelayLeaderMetricFollowsTheLeadership(t *testing.T) {
+	s := newStack(t)
+	cfg := testConfig
+	cfg.ConsumerGroup = "leader-metric"
+	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
+	a := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+	b := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+	says := func(r *outbox.Relay, v int) bool {
+		want := fmt.Sprintf("# HELP moenda_relay_leader %s\n# TYPE moenda_relay_leader gauge\nmoenda_relay_leader{consumer_group=%q} %d\n",
+			"1 while this relay leads its consumer group (holds the group's lock or slot), 0 while it stands by.", cfg.ConsumerGroup, v)
+		return testutil.CollectAndCompare(r, strings.NewReader(want), "moenda_relay_leader") == nil
+	}
+	stopA := s.run(t, "relay a", a)
+	testenv.Eventually(t, 10*time.Second, "relay a leading", func() bool { return says(a, 1) })
+	s.run(t, "relay b", b)
+	time.Sleep(3 * cfg.PollInterval) // b asks for the lock, and is refused
+	if !says(b, 0) || !says(a, 1) {
+		t.Fatal("with a leading, b does not say 0 or a does not say 1")
+	}
+	stopA()
+	testenv.Eventually(t, 10*time.Second, "relay b leading once a stopped", func() bool { return says(b, 1) && says(a, 0) })
 }

@@ -33,6 +33,7 @@ func newRelayStats(group string) *relayStats {
 var (
 	descRows    = prometheus.NewDesc("moenda_relay_rows_published_total", "Outbox rows the relay published and the broker confirmed.", []string{"consumer_group"}, nil)
 	descBatches = prometheus.NewDesc("moenda_relay_batches_total", "Batches the relay published.", []string{"consumer_group"}, nil)
+	descLeader  = prometheus.NewDesc("moenda_relay_leader", "1 while this relay leads its consumer group (holds the group's lock or slot), 0 while it stands by.", []string{"consumer_group"}, nil)
 )
 
 // Describe implements prometheus.Collector. It describes nothing, as an
@@ -44,6 +45,13 @@ func (r *Relay) Describe(chan<- *prometheus.Desc) {}
 func (r *Relay) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(r.stats.rows.Load()), r.cfg.ConsumerGroup)
 	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(r.stats.batches.Load()), r.cfg.ConsumerGroup)
+	// Every replica reports its group, so a group whose replicas all say
+	// 0 has no leader: nothing publishes its rows.
+	leader := 0.0
+	if r.Active() {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader, r.cfg.ConsumerGroup)
 	r.stats.duration.Collect(ch)
 }
 

@@ -168,6 +168,17 @@ func ListParked(ctx context.Context, pool *pgxpool.Pool, limit int) ([]Parked, i
 	return list, max(total, len(list)), nil
 }
 
+// CountParked is how many rows group's relays have parked and
+// Republish has not sent yet. It counts the table, so read it every few
+// seconds, as Lag, not per request.
+func CountParked(ctx context.Context, pool *pgxpool.Pool, group string) (int64, error) {
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM moenda_outbox_parked WHERE consumer_group = $1`, group).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox: count the parked rows of %s: %w", group, err)
+	}
+	return n, nil
+}
+
 // parkedFields are the columns of moenda_outbox_parked p read into a
 // Parked, in its scan order.
 const parkedFields = `p.transaction_id::text::bigint, p."offset", p.consumer_group, p.event_id, p.event_name, p.routing_key, p.reason, p.detail, p.parked_at`

@@ -262,6 +262,23 @@ func TestListParkedLimit(t *testing.T) {
 	}
 }
 
+// CountParked counts one group's parked rows, none of another's.
+func TestCountParkedCountsOneGroup(t *testing.T) {
+	db := testenv.Postgres(t)
+	ctx := context.Background()
+	for i, group := range []string{"g", "g", "other"} {
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO moenda_outbox_parked (transaction_id, "offset", consumer_group, event_id, event_name, routing_key, reason, detail)
+			VALUES (pg_current_xact_id(), $1, $2, 'id', '', '', 'no_event', 'test')`, i, group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for group, want := range map[string]int64{"g": 2, "other": 1, "none": 0} {
+		if n, err := outbox.CountParked(ctx, db.Pool, group); err != nil || n != want {
+			t.Errorf("CountParked(%s) = %d, %v; want %d", group, n, err, want)
+		}
+	}
+}
+
 // Two republishes at once (the command and the admin endpoint) send each
 // parked row once between them.
 func TestConcurrentRepublishSendsEachRowOnce(t *testing.T) {
