@@ -108,6 +108,15 @@ func (s FailureSink) DeadLetter(ctx context.Context, queue string, msg *message.
 	return s.pub.PublishTo(ctx, pol.DeadLetterExchange, queue, msg)
 }
 
+// Redeliver implements transport.Sink: through the default exchange,
+// which routes by queue name to that queue alone.
+func (s FailureSink) Redeliver(ctx context.Context, queue string, msg *message.Message) error {
+	if _, ok := s.top.Policy(queue); !ok {
+		return fmt.Errorf("amqp: no subscription consumes %q", queue)
+	}
+	return s.pub.PublishTo(ctx, "", queue, msg)
+}
+
 // probe keeps one idle connection and redials it when it is gone.
 type probe struct {
 	nodes *nodes

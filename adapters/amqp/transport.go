@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/moenda/moenda/adapters/transport"
 )
 
@@ -20,6 +22,7 @@ type Transport struct {
 	set      transport.Settings
 	probe    *probe
 	consumer func() (transport.Consumer, error)
+	dead     func() (message.Subscriber, error)
 	depths   func() (*DepthReader, error)
 	closers  transport.Closers
 }
@@ -40,6 +43,13 @@ func NewTransport(cfg Config, set transport.Settings) (*Transport, error) {
 	}
 	t := &Transport{cfg: cfg, set: set, probe: &probe{nodes: n}}
 	t.consumer = sync.OnceValues(t.connectConsumer)
+	t.dead = sync.OnceValues(func() (message.Subscriber, error) {
+		sub, err := NewSubscriber(cfg.Nodes(), cfg.Prefetch, set.CloseTimeout, set.Logger)
+		if err == nil {
+			t.closers.Add(sub.Close)
+		}
+		return sub, err
+	})
 	t.depths = sync.OnceValues(func() (*DepthReader, error) {
 		d, err := NewDepthReader(cfg.Nodes())
 		if err == nil {
@@ -73,6 +83,11 @@ func (t *Transport) connectConsumer() (transport.Consumer, error) {
 	t.closers.Add(failures.Close)
 	return transport.Consumer{Subscriber: sub, Sink: FailureSink{pub: failures, top: t.set.Topology}}, nil
 }
+
+// DeadLetters returns a subscriber of its own, with amqp.prefetch: it
+// reads any queue by name, the topology's dead-letter queues and foreign
+// ones alike.
+func (t *Transport) DeadLetters() (message.Subscriber, error) { return t.dead() }
 
 // Destination returns a publisher with pipelined confirms, up to
 // set.ConfirmWindow in flight.

@@ -194,6 +194,19 @@ func (p *Producer) DeadLetter(ctx context.Context, queue string, msg *message.Me
 	return p.send(ctx, []*sarama.ProducerMessage{rec})
 }
 
+// Redeliver implements transport.Sink: the copy goes to queue's re-drive
+// topic (topology.RedriveQueue), which only queue's consumer group reads.
+func (p *Producer) Redeliver(ctx context.Context, queue string, msg *message.Message) error {
+	if _, ok := p.top.Policy(queue); !ok {
+		return fmt.Errorf("kafka: no subscription consumes %q", queue)
+	}
+	rec, err := record(p.cfg.Topic(topology.RedriveQueue(queue)), msg, time.Now())
+	if err != nil {
+		return err
+	}
+	return p.send(ctx, []*sarama.ProducerMessage{rec})
+}
+
 // recordVersion is the record format the producer writes (Kafka 0.11 and
 // later), for sarama's size estimate.
 const recordVersion = 2

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -77,11 +78,17 @@ type source struct {
 	exchange string        // an exchange's topic: patterns filter it
 	patterns []string      // the queue's binding keys on exchange
 	delay    time.Duration // a retry topic: records wait this long
+	// asIs: a topic of one queue's own (its dead letters, or what a
+	// re-drive sends it), whose every record is handed on as it is.
+	asIs bool
 }
 
-// sources lists the topics a queue reads: its exchanges', then its retry
-// tiers'. The dead-letter topic is not read.
+// sources lists the topics a queue reads: its exchanges', its retry
+// tiers' and its re-drive topic; a dead-letter queue's is its own topic.
 func sources(cfg Config, top *topology.Topology, queue string) ([]source, error) {
+	if slices.Contains(top.DeadLetterQueues(), queue) {
+		return []source{{topic: cfg.Topic(queue), asIs: true}}, nil
+	}
 	pol, ok := top.Policy(queue)
 	if !ok {
 		return nil, fmt.Errorf("kafka: no subscription consumes %q", queue)
@@ -98,11 +105,11 @@ func sources(cfg Config, top *topology.Topology, queue string) ([]source, error)
 	for _, d := range pol.Delays {
 		out = append(out, source{topic: cfg.Topic(topology.RetryQueue(queue, d)), delay: d})
 	}
-	return out, nil
+	return append(out, source{topic: cfg.Topic(topology.RedriveQueue(queue)), asIs: true}), nil
 }
 
 // Topics lists the topics the queues read and write: their exchanges',
-// retry tiers' and dead-letter queues'.
+// retry tiers', re-drive and dead-letter queues'.
 func Topics(top *topology.Topology, queues []string) []string {
 	seen := map[string]bool{}
 	var out []string
@@ -120,6 +127,7 @@ func Topics(top *topology.Topology, queues []string) []string {
 		for _, d := range pol.Delays {
 			add(topology.RetryQueue(q, d))
 		}
+		add(topology.RedriveQueue(q))
 		if pol.DeadLetterQueue != "" {
 			add(pol.DeadLetterQueue)
 		}
@@ -266,7 +274,7 @@ func (s *Subscriber) pump(ctx, hand context.Context, ws *wkafka.Subscriber, src 
 				return
 			}
 			msg.Metadata.Set(event.MetaDeliveryExchange, src.topic)
-		} else {
+		} else if !src.asIs {
 			name, err := event.ParseName(msg.Metadata.Get(event.MetaName))
 			if err == nil && !matchesAny(src.patterns, name.Base) {
 				msg.Ack() // another queue's event on a shared topic

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/moenda/moenda/adapters/transport"
 )
 
@@ -22,6 +24,7 @@ type Transport struct {
 	group    func(queue string) string
 	probe    *Prober
 	consumer func() (transport.Consumer, error)
+	dead     func() (message.Subscriber, error)
 	closers  transport.Closers
 }
 
@@ -37,6 +40,13 @@ func NewTransport(cfg Config, set transport.Settings, queues []string, group fun
 	}
 	t := &Transport{cfg: cfg, set: set, queues: slices.Clone(queues), group: group, probe: NewProber(cfg)}
 	t.consumer = sync.OnceValues(t.connectConsumer)
+	t.dead = sync.OnceValues(func() (message.Subscriber, error) {
+		sub, err := NewSubscriber(cfg, set.Topology, DeadLetterGroup, set.CloseTimeout, set.Logger)
+		if err == nil {
+			t.closers.Add(sub.Close)
+		}
+		return sub, err
+	})
 	return t, nil
 }
 
@@ -63,6 +73,16 @@ func (t *Transport) connectConsumer() (transport.Consumer, error) {
 	t.closers.Add(sub.Close)
 	return transport.Consumer{Subscriber: sub, Sink: failures}, nil
 }
+
+// DeadLetterGroup names the consumer group that reads the dead-letter
+// queue dlq's topic into the failure ledger: one group per topic, so the
+// ledger reads every dead letter once, whichever process reads it.
+func DeadLetterGroup(dlq string) string { return "moenda.failures." + dlq }
+
+// DeadLetters returns a subscriber of the dead-letter topics, each read in
+// its DeadLetterGroup; the offset of a record is committed once it is
+// acknowledged.
+func (t *Transport) DeadLetters() (message.Subscriber, error) { return t.dead() }
 
 // Destination returns an idempotent producer with acks=all.
 func (t *Transport) Destination(name string) (transport.Destination, error) {

@@ -103,6 +103,15 @@ func (b *Broker) DeadLetter(_ context.Context, queue string, msg *message.Messag
 	return b.route(pol.DeadLetterExchange, queue, msg)
 }
 
+// Redeliver puts msg on queue alone, through the default exchange as
+// RabbitMQ would.
+func (b *Broker) Redeliver(_ context.Context, queue string, msg *message.Message) error {
+	if _, ok := b.top.Policy(queue); !ok {
+		return fmt.Errorf("memory: no subscription consumes %q", queue)
+	}
+	return b.deliver(queue, "", queue, msg)
+}
+
 type exchangePublisher struct{ b *Broker }
 
 func (p exchangePublisher) Publish(topic string, msgs ...*message.Message) error {

@@ -37,6 +37,10 @@ func (t *Transport) Consumer() (transport.Consumer, error) {
 	return transport.Consumer{Subscriber: t.b.Subscriber, Sink: t.b}, nil
 }
 
+// DeadLetters returns the broker's subscriber: a dead-letter queue is a
+// queue like any other here.
+func (t *Transport) DeadLetters() (message.Subscriber, error) { return t.b.Subscriber, nil }
+
 // Destination returns a destination that routes each message to the
 // queues bound to its exchange; delivery is the confirm.
 func (t *Transport) Destination(string) (transport.Destination, error) {

@@ -154,6 +154,11 @@ func RetryQueue(queue string, delay time.Duration) string {
 	return queue + ".retry." + shortDuration(delay)
 }
 
+// RedriveQueue names where a broker that has no queue of its own per
+// consumer (Kafka: a topic is read by every group) holds the copies a
+// re-drive sends back to queue alone: queue's consumer reads it at once.
+func RedriveQueue(queue string) string { return queue + ".redrive" }
+
 // shortDuration writes 1500ms, 5s, 2m or 1h rather than Go's 1m0s.
 func shortDuration(d time.Duration) string {
 	switch {

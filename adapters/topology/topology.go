@@ -69,6 +69,19 @@ func (t *Topology) Policy(queue string) (Policy, bool) {
 	return p, ok
 }
 
+// DeadLetterQueues returns the dead-letter queues of the consumed queues,
+// sorted, each once.
+func (t *Topology) DeadLetterQueues() []string {
+	var out []string
+	for _, p := range t.policies {
+		if p.DeadLetterQueue != "" && !slices.Contains(out, p.DeadLetterQueue) {
+			out = append(out, p.DeadLetterQueue)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // QueueType returns the type of a queue the topology declares (Classic
 // or Quorum), and "" for a queue it does not declare.
 func (t *Topology) QueueType(queue string) string {

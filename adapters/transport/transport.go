@@ -29,6 +29,11 @@ type Transport interface {
 	// Consumer returns the subscriber the router's handlers read with
 	// (topic = queue name) and the sink their failure copies go to.
 	Consumer() (Consumer, error)
+	// DeadLetters returns a subscriber of dead-letter queues, by name
+	// (topic = queue), for the failure ledger: each dead letter leaves its
+	// queue only once acknowledged, and a Nack hands it back. The same
+	// subscriber on every call.
+	DeadLetters() (message.Subscriber, error)
 	// Destination returns a relay destination, whose PublishBatch returns
 	// once the broker has confirmed every message; name names its
 	// connection on the broker.
@@ -49,10 +54,15 @@ type Consumer struct {
 }
 
 // Sink takes the copies of failed messages: one to deliver to queue again
-// after delay, one for queue's dead letters. It has router.Sink's methods.
+// after delay, one for queue's dead letters. It has router.Sink's methods,
+// and Redeliver.
 type Sink interface {
 	Delay(ctx context.Context, queue string, delay time.Duration, msg *message.Message) error
 	DeadLetter(ctx context.Context, queue string, msg *message.Message) error
+	// Redeliver delivers msg to queue alone, at once, and returns once the
+	// broker holds it: a re-drive's copy of a failure goes back to the
+	// consumer that failed, never to every queue its event is bound to.
+	Redeliver(ctx context.Context, queue string, msg *message.Message) error
 }
 
 // Destination is where a relay publishes the outbox.
