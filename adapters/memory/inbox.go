@@ -48,6 +48,27 @@ func (x *tx) Remember(_ context.Context, r handlers.Receipt) (*handlers.Receipt,
 	return nil, nil
 }
 
+// Claimed says whether consumer has processed key.
+func (t *Transactor) Claimed(_ context.Context, consumer, key string) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, seen := t.inbox[inboxKey{consumer, key}]
+	return seen, nil
+}
+
+// Claims returns when each consumer that has processed key did.
+func (t *Transactor) Claims(_ context.Context, key string) (map[string]time.Time, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]time.Time{}
+	for k, row := range t.inbox {
+		if k.key == key {
+			out[k.consumer] = row.at.UTC()
+		}
+	}
+	return out, nil
+}
+
 // PruneInbox forgets keys processed before cutoff and returns how many.
 func (t *Transactor) PruneInbox(_ context.Context, cutoff time.Time, _ int) (int, error) {
 	t.mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
@@ -113,6 +114,42 @@ func (t *Transactor) ForgetConsumer(ctx context.Context, consumer string) error 
 		return fmt.Errorf("inbox: forget %s: %w", consumer, unavailable(err))
 	}
 	return nil
+}
+
+// Claimed says whether consumer has processed key: its claim is in the
+// inbox.
+func (t *Transactor) Claimed(ctx context.Context, consumer, key string) (bool, error) {
+	var seen bool
+	err := t.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM moenda_inbox WHERE consumer = $1 AND event_id = $2)`, consumer, key).Scan(&seen)
+	if err != nil {
+		return false, fmt.Errorf("inbox: claimed %s by %s: %w", key, consumer, unavailable(err))
+	}
+	return seen, nil
+}
+
+// Claims returns when each consumer that has processed key did.
+func (t *Transactor) Claims(ctx context.Context, key string) (map[string]time.Time, error) {
+	return Claims(ctx, t.pool, key)
+}
+
+// Claims returns when each consumer that has processed key did, from the
+// inbox of pool's database.
+func Claims(ctx context.Context, pool *pgxpool.Pool, key string) (map[string]time.Time, error) {
+	rows, err := pool.Query(ctx, `SELECT consumer, processed_at FROM moenda_inbox WHERE event_id = $1`, key)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claims of %s: %w", key, unavailable(err))
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var consumer string
+		var at time.Time
+		if err := rows.Scan(&consumer, &at); err != nil {
+			return nil, fmt.Errorf("inbox: claims of %s: %w", key, err)
+		}
+		out[consumer] = at.UTC()
+	}
+	return out, rows.Err()
 }
 
 // PruneInbox deletes inbox rows processed before cutoff, batch rows per

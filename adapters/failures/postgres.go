@@ -1,0 +1,224 @@
+package failures
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var _ Ledger = (*Postgres)(nil)
+
+// Postgres is the ledger in the table moenda_failures (migrations/).
+type Postgres struct {
+	pool *pgxpool.Pool
+}
+
+// NewPostgres returns the ledger over pool.
+func NewPostgres(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
+
+// Record implements Ledger, in one statement: the rows travel as one
+// JSON array (the body in base64), which PostgreSQL reads as a record set.
+func (l *Postgres) Record(ctx context.Context, fs []Failure) (int, error) {
+	if len(fs) == 0 {
+		return 0, nil
+	}
+	rows, err := json.Marshal(once(fs))
+	if err != nil {
+		return 0, fmt.Errorf("failures: record %d: %w", len(fs), err)
+	}
+	// A later failure of a row being re-driven makes it unresolved again;
+	// the same dead letter read twice (its last failure no later) changes
+	// nothing.
+	tag, err := l.pool.Exec(ctx, `
+		INSERT INTO moenda_failures (queue, event_id, failed_queue, handler, event_name, correlation_id, reason, error,
+			fingerprint, attempts, occurrences, first_failure_at, last_failure_at, status, original_exchange,
+			original_routing_key, headers, body)
+		SELECT queue, event_id, failed_queue, handler, event_name, correlation_id, reason, error,
+			fingerprint, attempts, occurrences, first_failure_at, last_failure_at, status, original_exchange,
+			original_routing_key, coalesce(headers, '{}'), decode(coalesce(body, ''), 'base64')
+		FROM jsonb_to_recordset($1::jsonb) AS r(queue text, event_id text, failed_queue text, handler text,
+			event_name text, correlation_id text, reason text, error text, fingerprint text, attempts int,
+			occurrences int, first_failure_at timestamptz, last_failure_at timestamptz, status text,
+			original_exchange text, original_routing_key text, headers jsonb, body text)
+		ON CONFLICT (queue, event_id) DO UPDATE SET
+			status = 'unresolved', occurrences = moenda_failures.occurrences + 1,
+			reason = excluded.reason, error = excluded.error, fingerprint = excluded.fingerprint,
+			attempts = excluded.attempts, last_failure_at = excluded.last_failure_at,
+			headers = excluded.headers, body = excluded.body
+		WHERE moenda_failures.status = 'redriving' AND excluded.last_failure_at > moenda_failures.last_failure_at`,
+		string(rows))
+	if err != nil {
+		return 0, fmt.Errorf("failures: record %d: %w", len(fs), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Mark implements Ledger.
+func (l *Postgres) Mark(ctx context.Context, ids []int64, from, to Status) (int, error) {
+	tag, err := l.pool.Exec(ctx, `UPDATE moenda_failures SET status = $3 WHERE id = ANY($1) AND status = $2`, ids, string(from), string(to))
+	if err != nil {
+		return 0, fmt.Errorf("failures: mark %d %s: %w", len(ids), to, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Redrive implements Ledger.
+func (l *Postgres) Redrive(ctx context.Context, ids []int64, redrive int64) (int, error) {
+	tag, err := l.pool.Exec(ctx, `UPDATE moenda_failures SET status = 'redriving', redrives = redrives + 1, redrive_id = $2
+		WHERE id = ANY($1) AND status = 'unresolved'`, ids, redrive)
+	if err != nil {
+		return 0, fmt.Errorf("failures: re-drive %d: %w", len(ids), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Select implements Ledger.
+func (l *Postgres) Select(ctx context.Context, f Filter) ([]int64, error) {
+	where, args := f.where()
+	return query(ctx, l, "select", pgx.RowTo[int64], "SELECT id FROM moenda_failures WHERE "+strings.Join(where, " AND ")+" ORDER BY id", args...)
+}
+
+// Delete implements Ledger.
+func (l *Postgres) Delete(ctx context.Context, ids []int64) (int, error) {
+	tag, err := l.pool.Exec(ctx, `DELETE FROM moenda_failures WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return 0, fmt.Errorf("failures: delete %d: %w", len(ids), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Unresolved implements Ledger.
+func (l *Postgres) Unresolved(ctx context.Context) ([]Count, error) {
+	return query(ctx, l, "count", pgx.RowToStructByPos[Count], `SELECT failed_queue, reason, count(*) FROM moenda_failures
+		WHERE status = 'unresolved' GROUP BY failed_queue, reason ORDER BY failed_queue, reason`)
+}
+
+// Prune implements Ledger.
+func (l *Postgres) Prune(ctx context.Context, cutoff time.Time, batch int) (int, error) {
+	tag, err := l.pool.Exec(ctx, `DELETE FROM moenda_failures WHERE id IN (
+		SELECT id FROM moenda_failures WHERE status IN ('resolved', 'archived') AND last_failure_at < $1 LIMIT $2)`, cutoff, batch)
+	if err != nil {
+		return 0, fmt.Errorf("failures: prune: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// columns are a failure's columns, in scan's order.
+const columns = `id, queue, event_id, failed_queue, handler, event_name, correlation_id, reason, error, fingerprint,
+	attempts, occurrences, redrives, redrive_id, first_failure_at, last_failure_at, recorded_at, status, original_exchange,
+	original_routing_key, headers, body`
+
+func scan(row pgx.CollectableRow) (Failure, error) {
+	var f Failure
+	var status string
+	err := row.Scan(&f.ID, &f.Queue, &f.EventID, &f.FailedQueue, &f.Handler, &f.EventName, &f.CorrelationID, &f.Reason,
+		&f.Error, &f.Fingerprint, &f.Attempts, &f.Occurrences, &f.Redrives, &f.RedriveID, &f.FirstFailureAt, &f.LastFailureAt, &f.RecordedAt,
+		&status, &f.OriginalExchange, &f.OriginalRoutingKey, &f.Headers, &f.Body)
+	f.Status = Status(status)
+	f.FirstFailureAt, f.LastFailureAt, f.RecordedAt = f.FirstFailureAt.UTC(), f.LastFailureAt.UTC(), f.RecordedAt.UTC()
+	return f, err
+}
+
+// List implements Ledger.
+func (l *Postgres) List(ctx context.Context, f Filter, page Page) ([]Failure, error) {
+	where, args := f.where()
+	if page.After > 0 {
+		args = append(args, page.After)
+		where = append(where, "id < $"+strconv.Itoa(len(args)))
+	}
+	args = append(args, page.limit())
+	return query(ctx, l, "list", scan, "SELECT "+columns+" FROM moenda_failures WHERE "+strings.Join(where, " AND ")+
+		" ORDER BY id DESC LIMIT $"+strconv.Itoa(len(args)), args...)
+}
+
+// query runs sql and scans its rows with scan; what names the query in
+// its error.
+func query[T any](ctx context.Context, l *Postgres, what string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	rows, err := l.pool.Query(ctx, sql, args...)
+	if err == nil {
+		var out []T
+		if out, err = pgx.CollectRows(rows, scan); err == nil {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("failures: %s: %w", what, err)
+}
+
+// Get implements Ledger.
+func (l *Postgres) Get(ctx context.Context, id int64) (Failure, error) {
+	fs, err := query(ctx, l, "get", scan, "SELECT "+columns+" FROM moenda_failures WHERE id = $1", id)
+	switch {
+	case err != nil:
+		return Failure{}, err
+	case len(fs) == 0:
+		return Failure{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	return fs[0], nil
+}
+
+// Groups implements Ledger. The normalised error is not a column: a
+// group's is its latest failure's, normalised here.
+func (l *Postgres) Groups(ctx context.Context, f Filter) ([]Group, error) {
+	where, args := f.where()
+	return query(ctx, l, "groups", func(row pgx.CollectableRow) (Group, error) {
+		var g Group
+		err := row.Scan(&g.Fingerprint, &g.Handler, &g.Reason, &g.Error, &g.Count, &g.FirstFailureAt, &g.LastFailureAt,
+			&g.Queues, &g.EventNames)
+		g.Error = Normalise(g.Error)
+		g.FirstFailureAt, g.LastFailureAt = g.FirstFailureAt.UTC(), g.LastFailureAt.UTC()
+		slices.Sort(g.Queues)
+		slices.Sort(g.EventNames)
+		return g, err
+	}, `
+		SELECT fingerprint, handler, reason, (array_agg(error ORDER BY id DESC))[1], count(*),
+			min(first_failure_at), max(last_failure_at), array_agg(DISTINCT failed_queue), array_agg(DISTINCT event_name)
+		FROM moenda_failures WHERE `+strings.Join(where, " AND ")+`
+		GROUP BY fingerprint, handler, reason
+		ORDER BY count(*) DESC, max(last_failure_at) DESC, fingerprint`, args...)
+}
+
+// where is f as SQL conditions over its arguments; Filter.match is the
+// same test in Go.
+func (f Filter) where() ([]string, []any) {
+	where := []string{"true"}
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if len(f.IDs) > 0 {
+		add("id = ANY(?)", f.IDs)
+	}
+	switch {
+	case f.AnyStatus:
+	case f.Status == "":
+		add("status <> ?", string(Archived))
+	default:
+		add("status = ?", string(f.Status))
+	}
+	for _, eq := range []struct{ col, v string }{
+		{"failed_queue", f.FailedQueue}, {"handler", f.Handler}, {"reason", f.Reason}, {"event_name", f.EventName},
+		{"event_id", f.EventID}, {"correlation_id", f.CorrelationID}, {"fingerprint", f.Fingerprint},
+	} {
+		if eq.v != "" {
+			add(eq.col+" = ?", eq.v)
+		}
+	}
+	if !f.Since.IsZero() {
+		add("last_failure_at >= ?", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("last_failure_at < ?", f.Until)
+	}
+	if f.Text != "" {
+		add("strpos(lower(error), lower(?)) > 0", f.Text)
+	}
+	return where, args
+}

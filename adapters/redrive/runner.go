@@ -1,0 +1,292 @@
+package redrive
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/moenda/moenda/adapters/failures"
+	"github.com/moenda/moenda/handlers"
+	"github.com/moenda/moenda/handlers/event"
+)
+
+// Headers a re-driven copy carries: which re-drive sent it, and how many
+// times its event has been re-driven, so a loop shows.
+const (
+	HeaderRedriveID    = "moenda-redrive-id"
+	HeaderRedriveCount = "moenda-redrive-count"
+)
+
+// ErrInvalid wraps a re-drive asked for with bad settings.
+var ErrInvalid = handlers.NewError(handlers.ErrInvalid, "invalid re-drive")
+
+// Clock is the time a runner goes by; tests give one they drive.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+// Sink sends a failure back to one queue (transport.Sink's Redeliver).
+type Sink interface {
+	Redeliver(ctx context.Context, queue string, msg *message.Message) error
+}
+
+// Runner sends re-drives' items and settles them.
+type Runner struct {
+	Store  Store
+	Ledger failures.Ledger
+	Sink   Sink
+	// Handled says whether queue's inbox has claimed the event: the item
+	// sent there was handled.
+	Handled func(ctx context.Context, queue, eventID string) (bool, error)
+	Clock   Clock
+	// Poll is how often sent items are settled while a re-drive waits
+	// for them; SettleTimeout how long an item may stay sent before it is
+	// called unsettled.
+	Poll, SettleTimeout time.Duration
+	Logger              *slog.Logger
+}
+
+// Start creates a re-drive of plan, by actor, and returns its id; Run
+// sends it. It starts with its canary when o has one.
+func Start(ctx context.Context, s Store, plan Plan, o Options, actor string, selection map[string]string) (int64, error) {
+	if o.Rate < 0 || o.Canary < 0 || o.Max < 0 {
+		return 0, fmt.Errorf("%w: rate, canary and max must not be negative", ErrInvalid)
+	}
+	state := Running
+	if o.Canary > 0 {
+		state = Canary
+	}
+	return s.Create(ctx, Redrive{Actor: actor, Selection: selection, To: o.To, Rate: o.Rate, Canary: o.Canary, State: state}, plan.items)
+}
+
+// Run drives the re-drive id until it is done, paused or cancelled, or
+// ctx ends; run again, it resumes where it stopped.
+func (r *Runner) Run(ctx context.Context, id int64) error {
+	for ctx.Err() == nil {
+		rd, err := r.Store.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := r.settle(ctx, rd); err != nil {
+			return err
+		}
+		var wait bool
+		switch rd.State {
+		case Canary:
+			wait, err = r.canary(ctx, rd)
+		case Running:
+			wait, err = r.running(ctx, rd)
+		case Cancelled:
+			if rd.Counters.Sent == 0 {
+				return nil
+			}
+			wait = true // what was sent settles
+		default:
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if wait {
+			select {
+			case <-ctx.Done():
+			case <-r.Clock.After(r.Poll):
+			}
+		}
+	}
+	return nil
+}
+
+// canary sends the canary items (the first Canary: a plan puts the
+// items it sends before those it skips), then, once each is settled, lets
+// the rest go, or pauses the re-drive naming the first that failed again.
+func (r *Runner) canary(ctx context.Context, rd Redrive) (wait bool, err error) {
+	first, err := r.Store.Items(ctx, rd.ID, Pending, 0, rd.Canary)
+	if err != nil {
+		return false, err
+	}
+	first = slices.DeleteFunc(first, func(it Item) bool { return it.Seq >= rd.Canary })
+	if len(first) > 0 {
+		return false, r.send(ctx, rd, first)
+	}
+	if rd.Counters.Sent > 0 {
+		return true, nil // the canaries are out: wait for them
+	}
+	failed, err := r.Store.Items(ctx, rd.ID, FailedAgain, 0, 1)
+	if err != nil {
+		return false, err
+	}
+	if len(failed) > 0 {
+		reason := fmt.Sprintf("a canary failed again: failure %d on %s: %s", failed[0].FailureID, failed[0].Queue, failed[0].Reason)
+		_, err := r.Store.Move(ctx, rd.ID, []State{Canary}, Paused, reason)
+		r.Logger.WarnContext(ctx, "re-drive paused: "+reason, "redrive_id", rd.ID)
+		return false, err
+	}
+	_, err = r.Store.Move(ctx, rd.ID, []State{Canary}, Running, "")
+	return false, err
+}
+
+// running sends the pending items at the re-drive's rate, a second's
+// worth at a time, and ends the re-drive once every item is settled.
+func (r *Runner) running(ctx context.Context, rd Redrive) (wait bool, err error) {
+	// A second's worth at a time (100 without a rate), so that a pause or
+	// a cancel is seen within about a second.
+	batch := 100
+	if rd.Rate > 0 {
+		batch = max(1, int(rd.Rate))
+	}
+	pending, err := r.Store.Items(ctx, rd.ID, Pending, 0, batch)
+	if err != nil {
+		return false, err
+	}
+	if len(pending) == 0 {
+		if rd.Counters.Sent > 0 {
+			return true, nil
+		}
+		_, err := r.Store.Move(ctx, rd.ID, []State{Running}, Done, "")
+		return false, err
+	}
+	return false, r.send(ctx, rd, pending)
+}
+
+// send sends items at the re-drive's rate: each failure is marked
+// re-driving in the ledger and its item sent, then it goes; one no longer
+// unresolved is skipped. It stops early when ctx ends.
+func (r *Runner) send(ctx context.Context, rd Redrive, items []Item) error {
+	for _, it := range items {
+		if ctx.Err() != nil {
+			return nil
+		}
+		n, err := r.Ledger.Redrive(ctx, []int64{it.FailureID}, rd.ID)
+		if err != nil {
+			return err
+		}
+		f, err := r.Ledger.Get(ctx, it.FailureID)
+		if err != nil {
+			return err
+		}
+		// Not marked now, and not by this re-drive before its process
+		// stopped, between this mark and the item's: someone else has it.
+		if n == 0 && (f.Status != failures.Redriving || f.RedriveID != rd.ID) {
+			if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Skipped, "no longer unresolved when its turn came", time.Time{}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Sent, "", r.Clock.Now()); err != nil {
+			return err
+		}
+		if err := r.Sink.Redeliver(ctx, it.Queue, copyOf(f, rd.ID)); err != nil {
+			// Not sent: the item waits for its turn again, the failure
+			// is unresolved again, and the re-drive pauses until the
+			// broker is back and someone resumes it.
+			reason := fmt.Sprintf("failure %d could not be sent to %s: %v", f.ID, it.Queue, err)
+			return r.unsent(ctx, rd, it, reason)
+		}
+		if rd.Rate > 0 {
+			select {
+			case <-ctx.Done():
+			case <-r.Clock.After(time.Duration(float64(time.Second) / rd.Rate)):
+			}
+		}
+	}
+	return nil
+}
+
+// unsent takes back the item it that could not be sent, and pauses the
+// re-drive with reason.
+func (r *Runner) unsent(ctx context.Context, rd Redrive, it Item, reason string) error {
+	ctx = context.WithoutCancel(ctx)
+	if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Pending, "", time.Time{}); err != nil {
+		return err
+	}
+	if _, err := r.Ledger.Mark(ctx, []int64{it.FailureID}, failures.Redriving, failures.Unresolved); err != nil {
+		return err
+	}
+	_, err := r.Store.Move(ctx, rd.ID, []State{Canary, Running}, Paused, reason)
+	r.Logger.WarnContext(ctx, "re-drive paused: "+reason, "redrive_id", rd.ID)
+	return err
+}
+
+// settle settles the sent items: handled once their queue's inbox has
+// claimed the event (the failure is resolved), failed again once the
+// ledger has it unresolved again, unsettled after SettleTimeout.
+func (r *Runner) settle(ctx context.Context, rd Redrive) error {
+	for from := 0; ; {
+		sent, err := r.Store.Items(ctx, rd.ID, Sent, from, 500)
+		if err != nil || len(sent) == 0 {
+			return err
+		}
+		for _, it := range sent {
+			from = it.Seq + 1
+			state, reason, err := r.outcome(ctx, it)
+			if err != nil {
+				return err
+			}
+			if state == Sent {
+				continue
+			}
+			if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, state, reason, time.Time{}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// outcome is what became of the sent item it: still Sent while neither
+// is known.
+func (r *Runner) outcome(ctx context.Context, it Item) (ItemState, string, error) {
+	handled, err := r.Handled(ctx, it.Queue, it.EventID)
+	if err != nil {
+		return Sent, "", err
+	}
+	if handled {
+		_, err := r.Ledger.Mark(ctx, []int64{it.FailureID}, failures.Redriving, failures.Resolved)
+		return Handled, "", err
+	}
+	f, err := r.Ledger.Get(ctx, it.FailureID)
+	if err != nil {
+		return Sent, "", err
+	}
+	switch {
+	case f.Status == failures.Unresolved:
+		return FailedAgain, f.Error, nil
+	case r.Clock.Now().Sub(it.SentAt) > r.SettleTimeout:
+		_, err := r.Ledger.Mark(ctx, []int64{it.FailureID}, failures.Redriving, failures.Unresolved)
+		return Unsettled, fmt.Sprintf("neither handled nor failed again %s after it was sent", r.SettleTimeout), err
+	}
+	return Sent, "", nil
+}
+
+// copyOf is the message a re-drive sends for f: its body and headers as
+// they were published, without the failure's story (the consumer's
+// schedule starts again), with the re-drive's id and count.
+func copyOf(f failures.Failure, redrive int64) *message.Message {
+	msg := message.NewMessage(f.EventID, f.Body)
+	for k, v := range f.Headers {
+		if !story(k) {
+			msg.Metadata.Set(k, v)
+		}
+	}
+	msg.Metadata.Set(HeaderRedriveID, strconv.FormatInt(redrive, 10))
+	msg.Metadata.Set(HeaderRedriveCount, strconv.Itoa(f.Redrives+1))
+	return msg
+}
+
+// story says whether header k tells of a failure rather than of the
+// event: the copy leaves those behind.
+func story(k string) bool {
+	switch k {
+	case event.HeaderAttempts, event.HeaderReason, event.HeaderError, event.HeaderQueue, event.HeaderHandler,
+		event.HeaderFirstFailureAt, event.HeaderLastFailureAt, event.HeaderTruncated, HeaderRedriveID, HeaderRedriveCount:
+		return true
+	}
+	return strings.HasPrefix(k, "x-")
+}
