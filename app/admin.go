@@ -7,14 +7,33 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/moenda/moenda/adapters/audit"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/handlers/httpjson"
 )
 
 // adminRoutes mounts the administration endpoints under /v1/admin.
 func (p *Platform) adminRoutes(r chi.Router) {
+	r.Get("/me", p.me)
 	r.Get("/outbox/parked", p.listParked)
-	r.Post("/outbox/republish", p.republishParked)
+	r.Post(adminActions["outbox.republish"], p.republishParked)
+}
+
+// adminActions are the administration endpoints that change something,
+// by the name GET /v1/admin/me gives them: an admin's alone.
+var adminActions = map[string]string{
+	"outbox.republish": "/outbox/republish",
+}
+
+// me answers who the caller is, and what it may do: a console shows only
+// those actions (the server refuses the others all the same).
+func (p *Platform) me(w http.ResponseWriter, r *http.Request) {
+	c := CallerOf(r.Context())
+	actions := []string{}
+	if may(c.Role, RoleAdmin) {
+		actions = allActions()
+	}
+	httpjson.Write(w, http.StatusOK, map[string]any{"name": c.Name, "role": c.Role, "auth": p.cfg.Auth.Enabled, "actions": actions})
 }
 
 // maxParkedListed bounds one answer of GET /v1/admin/outbox/parked: a
@@ -65,6 +84,9 @@ func (p *Platform) republishParked(w http.ResponseWriter, r *http.Request) {
 	if res.Republished > 0 {
 		p.logger.Info("outbox: republished parked rows", "republished", res.Republished, "still_parked", res.StillParked)
 	}
+	c := CallerOf(r.Context())
+	p.workbench.record(r.Context(), audit.Entry{Actor: c.Name, Role: c.Role, Action: "outbox.republish", Outcome: audit.Done,
+		Detail: map[string]any{"republished": res.Republished, "still_parked": res.StillParked}})
 	httpjson.Write(w, http.StatusOK, res)
 }
 

@@ -91,10 +91,45 @@ func TestAuthConfig(t *testing.T) {
 		{"on", AuthConfig{Enabled: true, Tokens: []string{good}}, ":8080", ""},
 		{"an unknown role", AuthConfig{Enabled: true, Tokens: []string{good, "root:" + hashOf("x")}}, ":8080", "auth.tokens[1] must be ROLE:SHA256"},
 		{"a token in clear", AuthConfig{Enabled: true, Tokens: []string{"publisher:hunter2"}}, ":8080", "auth.tokens[0]: the value after publisher: is not a SHA-256 in hex (64 hex digits, not 7 characters)"},
+		{"named", AuthConfig{Enabled: true, Tokens: []string{"admin:ana.souza:" + hashOf("x"), "viewer:" + hashOf("y")}}, ":8080", ""},
+		{"a name that is not plain", AuthConfig{Enabled: true, Tokens: []string{"admin:ana souza:" + hashOf("x")}}, ":8080", "auth.tokens[0]: the name must be 1 to 128 characters"},
+		{"too many parts", AuthConfig{Enabled: true, Tokens: []string{"admin:a:b:" + hashOf("x")}}, ":8080", "auth.tokens[0] must be ROLE:SHA256 or ROLE:NAME:SHA256"},
 	} {
 		err := tt.auth.validate(tt.addr)
 		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
 			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
 		}
+	}
+}
+
+// A viewer reads the administration endpoints and changes nothing; an
+// admin does both; /v1/admin/me says who each is and what it may do.
+func TestViewersReadAndAdminsAct(t *testing.T) {
+	const viewer, admin = "view-41aa09", "adm-5d17c2"
+	p, _ := startAMQP(t, "MOENDA_AUTH__ENABLED=true", "MOENDA_AUTH__TOKENS=viewer:"+hashOf(viewer)+",admin:ana:"+hashOf(admin))
+	for _, tt := range []struct {
+		name, method, path, token string
+		code                      int
+	}{
+		{"a viewer reads", "GET", "/v1/admin/outbox/parked", viewer, 200},
+		{"a viewer acts", "POST", "/v1/admin/outbox/republish", viewer, 403},
+		{"an admin reads", "GET", "/v1/admin/outbox/parked", admin, 200},
+		{"an admin acts", "POST", "/v1/admin/outbox/republish", admin, 200},
+		{"a viewer publishes", "POST", "/v1/events", viewer, 403},
+	} {
+		if resp, raw := send(t, tt.method, p.base+tt.path, "", bearer(tt.token)); resp.StatusCode != tt.code {
+			t.Errorf("%s: %d %s, want %d", tt.name, resp.StatusCode, raw, tt.code)
+		}
+	}
+	for token, want := range map[string]string{
+		viewer: `{"actions":[],"auth":true,"name":"viewer-` + hashOf(viewer)[:8] + `","role":"viewer"}`,
+		admin:  `{"actions":["failures.archive","failures.delete","failures.unarchive","outbox.republish","redrive.cancel","redrive.pause","redrive.resume","redrive.start"],"auth":true,"name":"ana","role":"admin"}`,
+	} {
+		if resp, raw := send(t, "GET", p.base+"/v1/admin/me", "", bearer(token)); resp.StatusCode != 200 || strings.TrimSpace(string(raw)) != want {
+			t.Errorf("GET /v1/admin/me = %d %s, want %s", resp.StatusCode, raw, want)
+		}
+	}
+	if !strings.Contains(p.logs.String(), "the token of viewer-"+hashOf(viewer)[:8]+" lacks the admin role") {
+		t.Errorf("the refusal is not logged with the caller's name:\n%s", p.logs.String())
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/knadh/koanf/v2"
 
 	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/failures"
 	"github.com/moenda/moenda/adapters/kafka"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
@@ -48,6 +49,7 @@ type Config struct {
 	Kafka     kafka.Config    `koanf:"kafka"`
 	Outbox    outbox.Config   `koanf:"outbox"`
 	Inbox     InboxConfig     `koanf:"inbox"`
+	Failures  failures.Config `koanf:"failures"`
 	Router    router.Config   `koanf:"router"`
 	Topology  topology.Config `koanf:"topology"`
 	Handlers  HandlersConfig  `koanf:"handlers"`
@@ -211,6 +213,7 @@ func defaults() *Config {
 		Kafka:     kafka.DefaultConfig(),
 		Outbox:    outbox.DefaultConfig(),
 		Inbox:     InboxConfig{Retention: 7 * 24 * time.Hour, PruneInterval: time.Hour},
+		Failures:  failures.DefaultConfig(),
 		Router:    router.DefaultConfig(),
 		Topology:  topology.DefaultConfig(),
 		Runtime:   RuntimeConfig{GCPercent: 400},
@@ -417,6 +420,10 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 			c.Outbox.MaxEventBytes, c.Kafka.MaxRecordBytes, c.Kafka.MaxEventBytes()))
 	}
 	add(c.Inbox.validate())
+	add(c.Failures.Validate())
+	if len(c.Failures.Queues) > 0 && c.Broker.Kind != BrokerAMQP {
+		add(fmt.Errorf("failures.queues names RabbitMQ queues, and broker.kind is %s; leave it empty here", c.Broker.Kind))
+	}
 	add(c.Router.Validate())
 	add(c.Topology.Validate())
 	if c.Runtime.GCPercent < 25 {

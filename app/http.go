@@ -38,6 +38,7 @@ type builtPlugin struct {
 // is there and on relays.
 func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 	auth := newTokens(p.cfg.Auth, p.logger)
+	auth.refused = p.auditRefusal
 	r := chi.NewRouter()
 	if p.metrics != nil {
 		r.Use(p.metrics.measure)
@@ -55,8 +56,9 @@ func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 	r.Get("/readyz", p.readyz)
 	if p.role.api() || p.role.relay() {
 		r.Route("/v1/admin", func(r chi.Router) {
-			r.Use(auth.require(RoleAdmin, false))
+			r.Use(auth.administer)
 			p.adminRoutes(r)
+			p.failureRoutes(r)
 		})
 	}
 	if !p.role.api() {
@@ -200,6 +202,9 @@ func (p *Platform) probeReadiness(ctx context.Context) readyAnswer {
 	body := map[string]any{"status": status, "checks": checks}
 	if relays != nil {
 		body["outbox_relays"] = relays
+	}
+	if p.ingests() {
+		body["failure_ingest"] = map[bool]string{true: "leading", false: "standby"}[p.ingest.leads.Load()]
 	}
 	// A slot that holds back WAL does not make this process unready, but
 	// the operator looking here should see it.

@@ -49,6 +49,9 @@ type metrics struct {
 	lagRows  *prometheus.GaugeVec
 	lagAge   *prometheus.GaugeVec
 	parked   *prometheus.GaugeVec // outbox rows the relays moved past
+	// The failure ledger, on the processes that ingest.
+	unresolved *prometheus.GaugeVec
+	ingestLag  prometheus.Gauge
 	// The logical relays' replication slots (watchSlots).
 	slotRetained *prometheus.GaugeVec
 	slotLag      *prometheus.GaugeVec
@@ -65,13 +68,17 @@ func newMetrics(cs ...prometheus.Collector) *metrics {
 		lagAge:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_seconds", Help: "Age of the oldest outbox row the relay has not published; 0 when caught up."}, []string{"consumer_group"}),
 		parked: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_outbox_parked_rows",
 			Help: "Outbox rows the group's relays parked (no event named, no exchange for the routing key, or refused by the broker) and `moenda outbox republish` has not sent yet."}, []string{"consumer_group"}),
+		unresolved: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_failures_unresolved",
+			Help: "Unresolved failures in the failure ledger by failed queue and reason, read every metrics.poll_interval."}, []string{"queue", "reason"}),
+		ingestLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "moenda_failures_ingest_lag_seconds",
+			Help: "From the oldest failure of the last batch of dead letters to its record in the ledger."}),
 		slotRetained: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_slot_retained_bytes",
 			Help: "WAL PostgreSQL keeps for a logical relay's replication slot."}, []string{"consumer_group", "slot"}),
 		slotLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_slot_lag_bytes",
 			Help: "WAL written since a logical relay last confirmed its slot."}, []string{"consumer_group", "slot"}),
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.duration, m.depth, m.unrouted, m.lagRows, m.lagAge, m.parked, m.slotRetained, m.slotLag)
+		m.requests, m.duration, m.depth, m.unrouted, m.lagRows, m.lagAge, m.parked, m.unresolved, m.ingestLag, m.slotRetained, m.slotLag)
 	m.registry.MustRegister(cs...)
 	return m
 }
@@ -150,6 +157,9 @@ func (p *Platform) pollMetrics(ctx context.Context) {
 				p.metrics.parked.WithLabelValues(r.Group()).Set(float64(parked))
 			}
 		}
+		if p.ingests() {
+			errs = append(errs, p.pollFailures(ctx))
+		}
 		if err := errors.Join(errs...); err != nil && ctx.Err() == nil {
 			p.logger.Warn("metrics: a gauge could not be read; will try again", "error", err, "retry_in", p.cfg.Metrics.PollInterval)
 		}
@@ -164,11 +174,7 @@ func (p *Platform) pollMetrics(ctx context.Context) {
 // watchedQueues are the dead-letter queues of the consumed queues, and
 // each exchange's alternate queue (named as its alternate exchange).
 func (p *Platform) watchedQueues() (dlqs []string, alternates map[string]string) {
-	for _, q := range p.top.Queues {
-		if pol, ok := p.top.Policy(q.Name); ok && !slices.Contains(dlqs, pol.DeadLetterQueue) {
-			dlqs = append(dlqs, pol.DeadLetterQueue)
-		}
-	}
+	dlqs = p.top.DeadLetterQueues()
 	alternates = map[string]string{}
 	for _, x := range p.top.Exchanges {
 		if alt := p.top.AlternateOf(x.Name); alt != "" {
@@ -176,4 +182,30 @@ func (p *Platform) watchedQueues() (dlqs []string, alternates map[string]string)
 		}
 	}
 	return dlqs, alternates
+}
+
+// pollFailures reads the ledger's gauges: the counts of unresolved
+// failures (a count gone to zero leaves its series at 0 rather than
+// removing it, so an alert on an increase sees the fall too), and the
+// ingest's lag.
+func (p *Platform) pollFailures(ctx context.Context) error {
+	p.ingest.mu.Lock()
+	p.metrics.ingestLag.Set(p.ingest.lag)
+	p.ingest.mu.Unlock()
+	counts, err := p.workbench.ledger.Unresolved(ctx)
+	if err != nil {
+		return err
+	}
+	seen := map[[2]string]bool{}
+	for _, c := range counts {
+		seen[[2]string{c.FailedQueue, c.Reason}] = true
+		p.metrics.unresolved.WithLabelValues(c.FailedQueue, c.Reason).Set(float64(c.N))
+	}
+	for k := range p.ingest.counted {
+		if !seen[k] {
+			p.metrics.unresolved.WithLabelValues(k[0], k[1]).Set(0)
+		}
+	}
+	p.ingest.counted = seen
+	return nil
 }

@@ -50,6 +50,11 @@ type Platform struct {
 	// publishing says why the broker blocks the relay's publishing (a
 	// RabbitMQ alarm), or ""; nil without a relay to the broker.
 	publishing func() string
+	// workbench holds the failure ledger and the audit; ingest, what
+	// /readyz and the metrics say of the process's reading of the
+	// dead-letter queues into the ledger.
+	workbench *workbench
+	ingest    ingestState
 	// ready shares and keeps the answers of /readyz.
 	ready    readiness
 	listener net.Listener
@@ -60,6 +65,12 @@ type Platform struct {
 type inbox interface {
 	router.Inbox
 	PruneInbox(ctx context.Context, cutoff time.Time, batch int) (int, error)
+	// Claimed says whether consumer has processed key: a re-drive's
+	// item was handled.
+	Claimed(ctx context.Context, consumer, key string) (bool, error)
+	// Claims returns when each consumer that has processed key did: a
+	// journey's handlings.
+	Claims(ctx context.Context, key string) (map[string]time.Time, error)
 }
 
 // New connects everything the configuration asks for, as far as the
@@ -85,6 +96,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 			err = errors.Join(err, p.Close())
 		}
 	}()
+	p.workbench = p.resources.newWorkbench()
 	if err = p.startTracing(ctx); err != nil {
 		return nil, err
 	}
@@ -94,6 +106,7 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 	if err = p.makeTransactor(ctx); err != nil {
 		return nil, err
 	}
+	p.workbench.claims = p.inbox.Claims // the memory broker's inbox too
 
 	deps := handlers.Deps{Logger: logger, Tx: p.tx}
 	var routes, streamRoutes []router.Route
@@ -238,6 +251,10 @@ func (p *Platform) Run(ctx context.Context) error {
 		g.Go(func() error { p.pruneInbox(gctx); return nil })
 	}
 	g.Go(func() error { p.pruneOutbox(gctx); return nil })
+	if p.ingests() {
+		g.Go(func() error { p.ingestFailures(gctx); return nil })
+		g.Go(func() error { p.pruneFailures(gctx); return nil })
+	}
 	g.Go(func() error { p.watchSlots(gctx); return nil })
 	if p.metrics != nil {
 		g.Go(func() error { p.pollMetrics(gctx); return nil })

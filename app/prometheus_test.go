@@ -60,7 +60,8 @@ func TestPrometheusReadsEveryQueryOverTheLogicalReaderAlone(t *testing.T) {
 func checkPrometheusQueries(t *testing.T, reader string, notChecked map[string]string) {
 	bin := prometheusBinary(t)
 	s := newProbeStack(t)
-	s.extra = append(s.extra, "MOENDA_METRICS__POLL_INTERVAL=1s", "MOENDA_OUTBOX__READER="+reader)
+	// The failure ledger on: the dead letter below is counted unresolved.
+	s.extra = append(s.extra, "MOENDA_METRICS__POLL_INTERVAL=1s", "MOENDA_OUTBOX__READER="+reader, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
 	p := s.start(t)
 	publish(t, p, "probe.work.hit.v1", probeOrder{})
 	publish(t, p, "probe.work.hit.v1", probeOrder{Fail: -1}) // dead-lettered

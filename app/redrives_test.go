@@ -1,0 +1,250 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moenda/moenda/adapters/testenv"
+)
+
+// Failures whose cause is gone go back to the queue that failed them,
+// canary first, and are handled once there; the ledger resolves them and
+// the audit holds the re-drive. Nothing is left to re-drive after.
+func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
+	s := newProbeStack(t)
+	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	p := s.start(t)
+	var ids []string
+	for range 3 {
+		// probe.slow makes 4 attempts: the 5th run, the re-drive's, succeeds.
+		ids = append(ids, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4}))
+	}
+	ledgerHolds(t, p, 3, "")
+	for _, id := range ids {
+		if n := s.effects(t, id); n != 0 {
+			t.Fatalf("event %s has %d effects before the re-drive", id, n)
+		}
+	}
+
+	code, plan := call(t, "GET", p.base+"/v1/admin/redrives/plan?queue=probe.slow", "")
+	if code != http.StatusOK || plan["send"] != 3.0 || fmt.Sprint(plan["by_queue"]) != "map[probe.slow:3]" {
+		t.Fatalf("GET /v1/admin/redrives/plan = %d %v", code, plan)
+	}
+	code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=1&rate=50", "")
+	if code != http.StatusCreated {
+		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
+	}
+	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
+	var rd map[string]any
+	testenv.Eventually(t, 60*time.Second, "the re-drive done", func() bool {
+		_, rd = call(t, "GET", path, "")
+		return rd["state"] == "done"
+	})
+	if c := rd["counters"].(map[string]any); c["handled"] != 3.0 {
+		t.Errorf("re-drive %v, want 3 handled", rd)
+	}
+	for _, id := range ids {
+		if n := s.effects(t, id); n != 1 {
+			t.Errorf("event %s has %d effects after the re-drive, want 1", id, n)
+		}
+	}
+	if code, body := call(t, "GET", p.base+"/v1/admin/failures?status=resolved", ""); code != http.StatusOK || len(body["failures"].([]any)) != 3 {
+		t.Errorf("resolved failures: %d %v", code, body)
+	}
+	if code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow", ""); code != http.StatusConflict {
+		t.Errorf("a second re-drive of resolved failures = %d %v, want 409", code, body)
+	}
+	if code, body := call(t, "POST", path+"/pause", ""); code != http.StatusConflict || !strings.Contains(fmt.Sprint(body["error"]), "is done") {
+		t.Errorf("pausing a re-drive that is done = %d %v, want 409", code, body)
+	}
+	if code, body := call(t, "GET", p.base+"/v1/admin/audit?action=redrive.start", ""); code != http.StatusOK || len(body["entries"].([]any)) != 2 {
+		t.Errorf("the audit of the re-drives = %d %v, want the one started and the one refused", code, body)
+	}
+}
+
+// A re-drive whose canary fails again pauses, naming it, and sends no
+// more; resumed, it sends the rest, which fail again too.
+func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
+	s := newProbeStack(t)
+	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	p := s.start(t)
+	for range 3 {
+		publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
+	}
+	ledgerHolds(t, p, 3, "")
+	_, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=1", "")
+	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
+	var rd map[string]any
+	testenv.Eventually(t, 60*time.Second, "the re-drive paused", func() bool {
+		_, rd = call(t, "GET", path, "")
+		return rd["state"] == "paused"
+	})
+	c := rd["counters"].(map[string]any)
+	if c["failed_again"] != 1.0 || c["pending"] != 2.0 || !strings.Contains(fmt.Sprint(rd["reason"]), "a canary failed again") {
+		t.Errorf("re-drive %v, want paused on its canary with 2 pending", rd)
+	}
+	if code, _ := call(t, "POST", path+"/resume", ""); code != http.StatusOK {
+		t.Fatalf("resume = %d", code)
+	}
+	testenv.Eventually(t, 60*time.Second, "the re-drive done", func() bool {
+		_, rd = call(t, "GET", path, "")
+		return rd["state"] == "done"
+	})
+	if c := rd["counters"].(map[string]any); c["failed_again"] != 3.0 {
+		t.Errorf("re-drive %v, want 3 failed again", rd)
+	}
+}
+
+// The command line plans, starts and follows a re-drive to its end, as
+// cli:$USER in the audit; off a terminal it needs --yes.
+func TestTheCommandLineRedrives(t *testing.T) {
+	s := newProbeStack(t)
+	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	p := s.start(t)
+	for range 2 {
+		publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4})
+	}
+	ledgerHolds(t, p, 2, "")
+	environ := []string{"MOENDA_POSTGRES__URL=" + s.db.URL, "MOENDA_AMQP__URL=" + s.vhost.URL, "USER=tester"}
+	if code, out, stderr := run(t, environ, "--env", "test", "redrive", "plan", "--queue", "probe.slow"); code != 0 || !strings.Contains(out, "2 selected, 2 to send") {
+		t.Errorf("redrive plan = %d %q %s", code, out, stderr)
+	}
+	if code, _, stderr := run(t, environ, "--env", "test", "redrive", "start", "--queue", "probe.slow"); code != 1 || !strings.Contains(stderr, "add --yes") {
+		t.Errorf("redrive start without --yes = %d %s", code, stderr)
+	}
+	code, out, stderr := run(t, environ, "--env", "test", "redrive", "start", "--queue", "probe.slow", "--rate", "20", "--yes")
+	if code != 0 || !strings.Contains(out, "done: 2 handled, 0 failed again") {
+		t.Errorf("redrive start --yes = %d %q %s", code, out, stderr)
+	}
+	if code, out, stderr := run(t, environ, "--env", "test", "redrive", "status"); code != 0 || !strings.Contains(out, "cli:tester") || !strings.Contains(out, "done") {
+		t.Errorf("redrive status = %d %q %s", code, out, stderr)
+	}
+}
+
+// The journey of a tarefa's conclusion shows its outbox row, its relay
+// and its handling by notificacoes; a poisoned event shows its failure
+// and its re-drive.
+func TestTheJourneyOfAnEvent(t *testing.T) {
+	p, _ := startAMQP(t, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	_, tarefa := call(t, "POST", p.base+"/tarefas", `{"usuario_id":1,"titulo":"revisar"}`)
+	resp, raw := send(t, "PATCH", fmt.Sprintf("%s/tarefas/%v/concluir", p.base, tarefa["id"]), `{"usuario_id":1}`, map[string]string{"X-Correlation-ID": "journey-1"})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("concluir = %d %s", resp.StatusCode, raw)
+	}
+	const queue = "notificacoes.tarefas-concluidas"
+	var j map[string]any
+	testenv.Eventually(t, 30*time.Second, "the conclusion handled", func() bool {
+		code, body := call(t, "GET", p.base+"/v1/admin/journeys?correlation_id=journey-1", "")
+		js, _ := body["journeys"].([]any)
+		if code != http.StatusOK || len(js) != 1 {
+			return false
+		}
+		j = js[0].(map[string]any)
+		o, _ := j["outbox"].(map[string]any)
+		return strings.Contains(fmt.Sprint(j["queues"]), "handled:true") && strings.Contains(fmt.Sprint(o["relay_groups"]), "passed:true")
+	})
+	o, _ := j["outbox"].(map[string]any)
+	if j["event_name"] != "tarefa.concluida.v1" || o == nil || !strings.Contains(fmt.Sprint(o["relay_groups"]), "passed:true") ||
+		!strings.Contains(fmt.Sprint(j["queues"]), "queue:"+queue) || len(j["failures"].([]any)) != 0 {
+		t.Errorf("journey %v", j)
+	}
+
+	poisoned := poison(t, p, 1, "")
+	var id string
+	for id = range poisoned {
+	}
+	ledgerHolds(t, p, 1, "")
+	if code, body := call(t, "POST", p.base+"/v1/admin/redrives?event_id="+id, ""); code != http.StatusCreated {
+		t.Fatalf("re-drive = %d %v", code, body)
+	}
+	testenv.Eventually(t, 30*time.Second, "the poisoned event's failure and re-drive", func() bool {
+		_, body := call(t, "GET", p.base+"/v1/admin/journeys?event_id="+id, "")
+		js, _ := body["journeys"].([]any)
+		if len(js) != 1 {
+			return false
+		}
+		j = js[0].(map[string]any)
+		rs, _ := j["redrives"].([]any)
+		return len(j["failures"].([]any)) == 1 && len(rs) == 1 && rs[0].(map[string]any)["state"] == "failed_again"
+	})
+	environ := []string{"MOENDA_POSTGRES__URL=" + p.cfg.Postgres.URL}
+	if code, out, stderr := run(t, environ, "--env", "test", "journey", id); code != 0 || !strings.Contains(out, "committed to the outbox") ||
+		!strings.Contains(out, "failure ") || !strings.Contains(out, "failed_again") {
+		t.Errorf("journey %s = %d\n%s%s", id, code, out, stderr)
+	}
+	if code, _, stderr := run(t, environ, "--env", "test", "journey"); code != 2 || !strings.Contains(stderr, "one of them") {
+		t.Errorf("journey with nothing = %d %s", code, stderr)
+	}
+}
+
+// Killed with SIGKILL in the middle of a re-drive, the process that runs
+// it is replaced, and the re-drive resumes: no failure is handled twice,
+// and every one is handled, but for the one item the kill may catch
+// between its mark and its send, which settles as unsettled.
+func TestARedriveSurvivesAKill(t *testing.T) {
+	const n = 30
+	s := newProbeStack(t)
+	env := append(s.environ(), "SERVE_PROBE=1", "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms", "MOENDA_FAILURES__SETTLE_TIMEOUT=5s")
+	first := startServe(t, env...)
+	base := strings.TrimSpace(first.base)
+	var ids []string
+	for range n {
+		ids = append(ids, publishTo(t, base, "probe.slow.hit.v1", probeOrder{Fail: 4}))
+	}
+	testenv.Eventually(t, 60*time.Second, "the failures in the ledger", func() bool {
+		_, body := call(t, "GET", base+"/v1/admin/failures?limit=500", "")
+		fs, _ := body["failures"].([]any)
+		return len(fs) == n
+	})
+	code, body := call(t, "POST", base+"/v1/admin/redrives?queue=probe.slow&rate=10", "")
+	if code != http.StatusCreated {
+		t.Fatalf("re-drive = %d %v", code, body)
+	}
+	path := fmt.Sprintf("/v1/admin/redrives/%v", body["id"])
+	handled := func(base string) float64 {
+		_, rd := call(t, "GET", base+path, "")
+		c, _ := rd["counters"].(map[string]any)
+		h, _ := c["handled"].(float64)
+		return h
+	}
+	testenv.Eventually(t, 60*time.Second, "a third handled", func() bool { return handled(base) >= n/3 })
+	if err := first.kill(); err != nil {
+		t.Fatal(err)
+	}
+	second := startServe(t, append(env, "PROBE_NO_FAIL=1")...) // the runs' count starts again: the cause is fixed
+	base = strings.TrimSpace(second.base)
+	var rd map[string]any
+	testenv.Eventually(t, 120*time.Second, "the re-drive done", func() bool {
+		_, rd = call(t, "GET", base+path, "")
+		return rd["state"] == "done"
+	})
+	c := rd["counters"].(map[string]any)
+	if c["handled"].(float64)+c["unsettled"].(float64) != n || c["unsettled"].(float64) > 1 {
+		t.Errorf("re-drive %v: want %d handled, or all but one unsettled", rd, n)
+	}
+	twice := 0
+	for _, id := range ids {
+		if s.effects(t, id) > 1 {
+			twice++
+		}
+	}
+	if twice > 0 {
+		t.Errorf("%d events handled twice", twice)
+	}
+	t.Logf("re-drive after the kill: %v", c)
+}
+
+// publishTo posts a probe event through the API at base and returns its id.
+func publishTo(t *testing.T, base, name string, o probeOrder) string {
+	t.Helper()
+	payload, _ := json.Marshal(o)
+	code, body := call(t, "POST", base+"/v1/events", fmt.Sprintf(`{"event_name":%q,"payload":%s}`, name, payload))
+	if code != http.StatusAccepted {
+		t.Fatalf("POST /v1/events = %d %v", code, body)
+	}
+	return body["event_id"].(string)
+}
