@@ -1,8 +1,9 @@
 -- +goose Up
 -- Re-drives: failures of the ledger sent back to the queues that failed
 -- them. A re-drive's items are its selection, frozen when it was made, in
--- the order they are sent; an item is marked sent before it is sent, so a
--- re-drive resumed after a crash never sends one twice.
+-- the order they are sent; an item is marked sending before it is sent and
+-- sent once the broker has it, so a re-drive resumed after a crash knows
+-- which it must send again.
 CREATE TABLE moenda_redrives (
     id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -20,7 +21,7 @@ CREATE TABLE moenda_redrive_items (
     failure_id BIGINT NOT NULL,
     queue      TEXT NOT NULL,
     event_id   TEXT NOT NULL,
-    state      TEXT NOT NULL CHECK (state IN ('pending', 'sent', 'handled', 'failed_again', 'skipped', 'unsettled')),
+    state      TEXT NOT NULL CHECK (state IN ('pending', 'sending', 'sent', 'handled', 'failed_again', 'skipped', 'unsettled')),
     reason     TEXT NOT NULL DEFAULT '',
     sent_at    TIMESTAMPTZ,
     PRIMARY KEY (redrive_id, seq)

@@ -49,7 +49,7 @@ func (s *Postgres) Create(ctx context.Context, r Redrive, items []Item) (int64, 
 
 // selectRedrive is a re-drive with its counters, by id.
 const selectRedrive = `SELECT r.id, r.created_at, r.actor, r.selection, r.target, r.rate, r.canary, r.state, r.reason,
-	count(i.*), count(i.*) FILTER (WHERE i.state = 'pending'), count(i.*) FILTER (WHERE i.state = 'sent'),
+	count(i.*), count(i.*) FILTER (WHERE i.state = 'pending'), count(i.*) FILTER (WHERE i.state IN ('sending', 'sent')),
 	count(i.*) FILTER (WHERE i.state = 'handled'), count(i.*) FILTER (WHERE i.state = 'failed_again'),
 	count(i.*) FILTER (WHERE i.state = 'skipped'), count(i.*) FILTER (WHERE i.state = 'unsettled')
 	FROM moenda_redrives r LEFT JOIN moenda_redrive_items i ON i.redrive_id = r.id`

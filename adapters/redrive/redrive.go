@@ -4,8 +4,9 @@
 // rate, and a closed loop that settles each item as handled (its queue's
 // inbox claims the event) or failed again (it dead-lettered again). A
 // re-drive is kept in a store and survives a restart of the process that
-// runs it; an item is marked sent before it is sent, so none is sent
-// twice.
+// runs it: an item is marked sending before it is sent and sent once the
+// broker has it, so a resumed re-drive sends again only the items a stop
+// caught in between, whose events the queues' inboxes handle once.
 package redrive
 
 import (
@@ -36,6 +37,11 @@ type ItemState string
 
 const (
 	Pending ItemState = "pending"
+	// Sending: marked before its send, and Sent once the broker has
+	// taken it. One found sending when its re-drive runs again was caught
+	// by a stop between the two and goes again: should the first copy have
+	// arrived, the queue's inbox handles the event once.
+	Sending ItemState = "sending"
 	Sent    ItemState = "sent"
 	// Handled: the queue's inbox claimed the event after it was sent.
 	Handled ItemState = "handled"
@@ -69,8 +75,9 @@ type Redrive struct {
 
 // Counters count a re-drive's items by state.
 type Counters struct {
-	Planned     int `json:"planned"`
-	Pending     int `json:"pending"`
+	Planned int `json:"planned"`
+	Pending int `json:"pending"`
+	// Sent counts those sent and not yet settled, with any being sent.
 	Sent        int `json:"sent"`
 	Handled     int `json:"handled"`
 	FailedAgain int `json:"failed_again"`
@@ -84,7 +91,7 @@ func (c *Counters) count(s ItemState) {
 	switch s {
 	case Pending:
 		c.Pending++
-	case Sent:
+	case Sending, Sent:
 		c.Sent++
 	case Handled:
 		c.Handled++

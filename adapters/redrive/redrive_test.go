@@ -302,22 +302,35 @@ func TestAnUnsentFailurePausesTheRedrive(t *testing.T) {
 }
 
 // A process that died between marking a failure re-driving and marking
-// its item sent leaves the failure to the same re-drive, which sends it
-// on resuming: not skipped, not stuck re-driving.
+// its item sending, or between marking it sending and the broker's
+// answer, leaves the failure to the same re-drive, which sends it on
+// resuming: not skipped, not stuck re-driving, not left unsettled.
 func TestAResumedRedriveSendsWhatItHadMarked(t *testing.T) {
 	onEveryStore(t, 3, func(t *testing.T, s *stack) {
+		ctx := context.Background()
 		id := s.start(t, redrive.Options{})
-		if n, err := s.ledger.Redrive(context.Background(), s.ids[:1], id); err != nil || n != 1 {
+		if n, err := s.ledger.Redrive(ctx, s.ids[:2], id); err != nil || n != 2 {
 			t.Fatalf("Redrive = %d, %v", n, err)
 		}
-		if err := s.runner.Run(context.Background(), id); err != nil {
+		if err := s.store.Mark(ctx, id, []int{1}, redrive.Sending, "", time.Time{}); err != nil {
 			t.Fatal(err)
 		}
-		if rd := s.get(t, id); rd.State != redrive.Done || rd.Counters.Handled != 3 || rd.Counters.Skipped != 0 {
-			t.Errorf("re-drive %+v, want 3 handled, none skipped", rd)
+		if rd := s.get(t, id); rd.Counters.Sent != 1 {
+			t.Fatalf("re-drive %+v, want the item being sent counted as sent", rd)
 		}
-		if f, _ := s.ledger.Get(context.Background(), s.ids[0]); f.Status != failures.Resolved || f.Redrives != 1 {
-			t.Errorf("failure %+v, want resolved after one re-drive", f)
+		if err := s.runner.Run(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if rd := s.get(t, id); rd.State != redrive.Done || rd.Counters.Handled != 3 || rd.Counters.Skipped != 0 || rd.Counters.Unsettled != 0 {
+			t.Errorf("re-drive %+v, want 3 handled, none skipped or unsettled", rd)
+		}
+		if got := s.q.sent["q"]; len(got) != 3 {
+			t.Errorf("sent %v, want each of the three", got)
+		}
+		for _, fid := range s.ids[:2] {
+			if f, _ := s.ledger.Get(ctx, fid); f.Status != failures.Resolved || f.Redrives != 1 {
+				t.Errorf("failure %+v, want resolved after one re-drive", f)
+			}
 		}
 	})
 }

@@ -67,8 +67,13 @@ func Start(ctx context.Context, s Store, plan Plan, o Options, actor string, sel
 }
 
 // Run drives the re-drive id until it is done, paused or cancelled, or
-// ctx ends; run again, it resumes where it stopped.
+// ctx ends; run again, it resumes where it stopped. One runner at a time
+// may run a re-drive: the items it finds sending were left by a runner
+// that stopped.
 func (r *Runner) Run(ctx context.Context, id int64) error {
+	if err := r.sendAgain(ctx, id); err != nil {
+		return err
+	}
 	for ctx.Err() == nil {
 		rd, err := r.Store.Get(ctx, id)
 		if err != nil {
@@ -180,15 +185,22 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item) error {
 			}
 			continue
 		}
-		if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Sent, "", r.Clock.Now()); err != nil {
+		if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Sending, "", time.Time{}); err != nil {
 			return err
 		}
 		if err := r.Sink.Redeliver(ctx, it.Queue, copyOf(f, rd.ID)); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped mid-send: the next run sends it again
+			}
 			// Not sent: the item waits for its turn again, the failure
 			// is unresolved again, and the re-drive pauses until the
 			// broker is back and someone resumes it.
 			reason := fmt.Sprintf("failure %d could not be sent to %s: %v", f.ID, it.Queue, err)
 			return r.unsent(ctx, rd, it, reason)
+		}
+		// The broker has it: marked sent even when ctx has just ended.
+		if err := r.Store.Mark(context.WithoutCancel(ctx), rd.ID, []int{it.Seq}, Sent, "", r.Clock.Now()); err != nil {
+			return err
 		}
 		if rd.Rate > 0 {
 			select {
@@ -198,6 +210,27 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item) error {
 		}
 	}
 	return nil
+}
+
+// sendAgain puts the items of re-drive id left sending back in their
+// turn: their runner stopped between the mark and the broker's answer,
+// so whether they reached their queue is not known. Sent again, one that
+// had arrived is handled once, by its queue's inbox.
+func (r *Runner) sendAgain(ctx context.Context, id int64) error {
+	for {
+		left, err := r.Store.Items(ctx, id, Sending, 0, 500)
+		if err != nil || len(left) == 0 {
+			return err
+		}
+		seqs := make([]int, len(left))
+		for i, it := range left {
+			seqs[i] = it.Seq
+		}
+		r.Logger.WarnContext(ctx, "re-drive: sending again what a stopped runner may not have sent", "redrive_id", id, "items", len(seqs))
+		if err := r.Store.Mark(ctx, id, seqs, Pending, "", time.Time{}); err != nil {
+			return err
+		}
+	}
 }
 
 // unsent takes back the item it that could not be sent, and pauses the
