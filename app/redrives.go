@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,10 +66,23 @@ func (b *workbench) startRedrive(ctx context.Context, caller Caller, params map[
 		return 0, plan, err
 	}
 	if plan.Send == 0 {
-		return 0, plan, handlers.NewError(handlers.ErrConflict, "the selection holds no failure to re-drive (see the plan's skipped reasons)")
+		return 0, plan, handlers.NewError(handlers.ErrConflict, "the selection holds no failure to re-drive"+skippedWhy(plan.Skipped))
 	}
 	id, err = redrive.Start(ctx, b.redrives, plan, o, caller.Name, params)
 	return id, plan, err
+}
+
+// skippedWhy says why a plan skipped what it did: ": 3 already resolved;
+// 1 re-driven ...", or nothing when it skipped none.
+func skippedWhy(skipped map[string]int) string {
+	var why []string
+	for _, reason := range slices.Sorted(maps.Keys(skipped)) {
+		why = append(why, fmt.Sprintf("%d %s", skipped[reason], reason))
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(why, "; ")
 }
 
 // redriveMoves are the state changes an operator may ask of a re-drive.

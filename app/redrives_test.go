@@ -12,12 +12,21 @@ import (
 )
 
 // Failures whose cause is gone go back to the queue that failed them,
-// canary first, and are handled once there; the ledger resolves them and
-// the audit holds the re-drive. Nothing is left to re-drive after.
+// canary first, and are handled once there; no other subscriber of their
+// exchange gets them again. The ledger resolves them and the audit holds
+// the re-drive. Nothing is left to re-drive after.
 func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 	s := newProbeStack(t)
 	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
 	p := s.start(t)
+	// A bystander: another subscriber of every probe event.
+	ch := testenv.Channel(t, s.vhost.URL)
+	if _, err := ch.QueueDeclare("probe.bystander", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("probe.bystander", "#", "probe.events", false, nil); err != nil {
+		t.Fatal(err)
+	}
 	var ids []string
 	for range 3 {
 		// probe.slow makes 4 attempts: the 5th run, the re-drive's, succeeds.
@@ -52,6 +61,9 @@ func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 			t.Errorf("event %s has %d effects after the re-drive, want 1", id, n)
 		}
 	}
+	if n := testenv.ReadyMessages(t, s.vhost.URL, "probe.bystander"); n != 3 {
+		t.Errorf("the bystander holds %d messages, want the 3 first publications only", n)
+	}
 	if code, body := call(t, "GET", p.base+"/v1/admin/failures?status=resolved", ""); code != http.StatusOK || len(body["failures"].([]any)) != 3 {
 		t.Errorf("resolved failures: %d %v", code, body)
 	}
@@ -66,14 +78,58 @@ func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 	}
 }
 
-// A re-drive whose canary fails again pauses, naming it, and sends no
-// more; resumed, it sends the rest, which fail again too.
-func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
+// On Kafka the same engine sends a failure back to the subscription that
+// failed it alone: through that queue's re-drive topic, never the topic
+// every group of the exchange reads.
+func TestARedriveOnKafka(t *testing.T) {
 	s := newProbeStack(t)
+	k := s.onKafka(t)
 	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
 	p := s.start(t)
+	shared, redriven := topicReader(t, k, "probe.events"), topicReader(t, k, "probe.slow.redrive")
+	var ids []string
 	for range 3 {
-		publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
+		ids = append(ids, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4}))
+	}
+	ledgerHolds(t, p, 3, "")
+	before := len(shared())
+	code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=1", "")
+	if code != http.StatusCreated {
+		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
+	}
+	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
+	var rd map[string]any
+	testenv.Eventually(t, 60*time.Second, "the re-drive done", func() bool {
+		_, rd = call(t, "GET", path, "")
+		return rd["state"] == "done"
+	})
+	if c := rd["counters"].(map[string]any); c["handled"] != 3.0 {
+		t.Errorf("re-drive %v, want 3 handled", rd)
+	}
+	for _, id := range ids {
+		if n := s.effects(t, id); n != 1 {
+			t.Errorf("event %s has %d effects after the re-drive, want 1", id, n)
+		}
+	}
+	if got := redriven(); len(got) != 3 || header(got[0], "moenda-redrive-id") != fmt.Sprint(body["id"]) {
+		t.Errorf("%d records on probe.slow.redrive, want the 3 re-driven with their re-drive's id", len(got))
+	}
+	if n := len(shared()); n != before {
+		t.Errorf("probe.events holds %d records after the re-drive, %d before: a re-drive must not reach every group", n, before)
+	}
+}
+
+// A re-drive whose canary fails again pauses, naming it, and sends no
+// more; resumed, it sends the rest, which fail again too, and none of the
+// failures that arrived after it was made. A failure re-driven
+// failures.max_redrives times is refused by the next plan.
+func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
+	s := newProbeStack(t)
+	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms", "MOENDA_FAILURES__MAX_REDRIVES=1")
+	p := s.start(t)
+	var first []string
+	for range 3 {
+		first = append(first, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1}))
 	}
 	ledgerHolds(t, p, 3, "")
 	_, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=1", "")
@@ -87,6 +143,10 @@ func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
 	if c["failed_again"] != 1.0 || c["pending"] != 2.0 || !strings.Contains(fmt.Sprint(rd["reason"]), "a canary failed again") {
 		t.Errorf("re-drive %v, want paused on its canary with 2 pending", rd)
 	}
+	for range 2 { // arrive after the re-drive was made
+		publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
+	}
+	ledgerHolds(t, p, 5, "")
 	if code, _ := call(t, "POST", path+"/resume", ""); code != http.StatusOK {
 		t.Fatalf("resume = %d", code)
 	}
@@ -94,8 +154,21 @@ func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
 		_, rd = call(t, "GET", path, "")
 		return rd["state"] == "done"
 	})
-	if c := rd["counters"].(map[string]any); c["failed_again"] != 3.0 {
-		t.Errorf("re-drive %v, want 3 failed again", rd)
+	if c := rd["counters"].(map[string]any); c["planned"] != 3.0 || c["failed_again"] != 3.0 {
+		t.Errorf("re-drive %v, want its 3 failed again and nothing more", rd)
+	}
+	for _, id := range first {
+		if n := len(s.runs.of(id)); n != 4+4 {
+			t.Errorf("event %s ran %d times, want its 4 attempts, then 4 more re-driven", id, n)
+		}
+	}
+
+	_, plan := call(t, "GET", p.base+"/v1/admin/redrives/plan?queue=probe.slow", "")
+	if plan["send"] != 2.0 || fmt.Sprint(plan["skipped"]) != "map[re-driven 1 times already (failures.max_redrives is 1):3]" {
+		t.Errorf("plan after one re-drive = %v: want the 2 newer sent, the 3 re-driven refused by the loop guard", plan)
+	}
+	if code, body := call(t, "POST", p.base+"/v1/admin/redrives?event_id="+first[0], ""); code != http.StatusConflict || !strings.Contains(fmt.Sprint(body["error"]), "max_redrives") {
+		t.Errorf("re-driving a failure past failures.max_redrives = %d %v, want 409 naming the guard", code, body)
 	}
 }
 
