@@ -123,7 +123,9 @@ failures: {enabled: true, linger: 20ms, queues: [spring.dlq]}
 // itself (a quorum queue's delivery limit, a message's TTL). Every
 // dead-letter queue is empty after.
 func TestEverySeedsDeadLettersReachTheLedger(t *testing.T) {
-	refuse := func(context.Context, event.Event) error { return event.Permanent(errors.New("poison: cannot be handled")) }
+	refuse := func(context.Context, event.Event) error {
+		return event.Permanent(errors.New("poison: cannot be handled"))
+	}
 	reg := registryOf(t,
 		handlers.Define(handlers.Spec{Name: "seeds", Subscriptions: []handlers.Subscription{
 			{Name: "tarefas", Queue: "notificacoes.tarefas-concluidas", Events: []string{"tarefa.concluida"}},
