@@ -65,9 +65,9 @@ type Platform struct {
 type inbox interface {
 	router.Inbox
 	PruneInbox(ctx context.Context, cutoff time.Time, batch int) (int, error)
-	// Claimed says whether consumer has processed key: a re-drive's
-	// item was handled.
-	Claimed(ctx context.Context, consumer, key string) (bool, error)
+	// Claimed returns those of keys that consumer has processed: a
+	// re-drive's items that were handled.
+	Claimed(ctx context.Context, consumer string, keys []string) (map[string]bool, error)
 	// Claims returns when each consumer that has processed key did: a
 	// journey's handlings.
 	Claims(ctx context.Context, key string) (map[string]time.Time, error)

@@ -48,12 +48,17 @@ func (x *tx) Remember(_ context.Context, r handlers.Receipt) (*handlers.Receipt,
 	return nil, nil
 }
 
-// Claimed says whether consumer has processed key.
-func (t *Transactor) Claimed(_ context.Context, consumer, key string) (bool, error) {
+// Claimed returns those of keys that consumer has processed.
+func (t *Transactor) Claimed(_ context.Context, consumer string, keys []string) (map[string]bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, seen := t.inbox[inboxKey{consumer, key}]
-	return seen, nil
+	out := map[string]bool{}
+	for _, k := range keys {
+		if _, seen := t.inbox[inboxKey{consumer, k}]; seen {
+			out[k] = true
+		}
+	}
+	return out, nil
 }
 
 // Claims returns when each consumer that has processed key did.

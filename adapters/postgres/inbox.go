@@ -116,15 +116,22 @@ func (t *Transactor) ForgetConsumer(ctx context.Context, consumer string) error 
 	return nil
 }
 
-// Claimed says whether consumer has processed key: its claim is in the
-// inbox.
-func (t *Transactor) Claimed(ctx context.Context, consumer, key string) (bool, error) {
-	var seen bool
-	err := t.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM moenda_inbox WHERE consumer = $1 AND event_id = $2)`, consumer, key).Scan(&seen)
+// Claimed returns those of keys that consumer has processed: their
+// claims are in the inbox.
+func (t *Transactor) Claimed(ctx context.Context, consumer string, keys []string) (map[string]bool, error) {
+	rows, err := t.pool.Query(ctx, `SELECT event_id FROM moenda_inbox WHERE consumer = $1 AND event_id = ANY($2)`, consumer, keys)
 	if err != nil {
-		return false, fmt.Errorf("inbox: claimed %s by %s: %w", key, consumer, unavailable(err))
+		return nil, fmt.Errorf("inbox: claimed by %s: %w", consumer, unavailable(err))
 	}
-	return seen, nil
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claimed by %s: %w", consumer, unavailable(err))
+	}
+	out := make(map[string]bool, len(got))
+	for _, k := range got {
+		out[k] = true
+	}
+	return out, nil
 }
 
 // Claims returns when each consumer that has processed key did.

@@ -127,6 +127,9 @@ func (s *Postgres) Items(ctx context.Context, id int64, st ItemState, from, n in
 
 // Mark implements Store.
 func (s *Postgres) Mark(ctx context.Context, id int64, seqs []int, st ItemState, reason string, at time.Time) error {
+	if len(seqs) == 0 {
+		return nil
+	}
 	var sentAt *time.Time
 	if st == Sent {
 		sentAt = &at

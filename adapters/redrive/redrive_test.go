@@ -17,11 +17,10 @@ import (
 var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
 
 // clock is a Clock the test drives: After fires at once and moves Now by
-// the wait, and the waits are kept.
+// the wait.
 type clock struct {
-	mu    sync.Mutex
-	now   time.Time
-	waits []time.Duration
+	mu  sync.Mutex
+	now time.Time
 }
 
 func (c *clock) Now() time.Time {
@@ -30,11 +29,17 @@ func (c *clock) Now() time.Time {
 	return c.now
 }
 
+// spend moves Now by d: work that takes time.
+func (c *clock) spend(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 func (c *clock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
-	c.waits = append(c.waits, d)
 	ch := make(chan time.Time, 1)
 	ch <- c.now
 	return ch
@@ -44,9 +49,13 @@ func (c *clock) After(d time.Duration) <-chan time.Time {
 // consumers' verdicts. A queue in failing fails what it gets again: its
 // dead letter comes back to the ledger, as ingest would bring it.
 type queues struct {
-	t       *testing.T
-	ledger  failures.Ledger
+	t      *testing.T
+	ledger failures.Ledger
+	clock  *clock
+	// cost is how long each send takes, on clock.
+	cost    time.Duration
 	mu      sync.Mutex
+	sentAt  []time.Time
 	sent    map[string][]string // queue -> event ids, in order
 	handled map[string]bool     // queue + event id
 	failing map[string]bool     // event ids
@@ -59,6 +68,8 @@ func (q *queues) Redeliver(ctx context.Context, queue string, msg *message.Messa
 	if q.down {
 		return fmt.Errorf("the broker is away")
 	}
+	q.sentAt = append(q.sentAt, q.clock.Now())
+	q.clock.spend(q.cost)
 	q.sent[queue] = append(q.sent[queue], msg.UUID)
 	if msg.Metadata.Get(redrive.HeaderRedriveID) == "" || msg.Metadata.Get("moenda-attempts") != "" {
 		q.t.Errorf("copy of %s: headers %v, want a re-drive id and no failure story", msg.UUID, msg.Metadata)
@@ -73,10 +84,16 @@ func (q *queues) Redeliver(ctx context.Context, queue string, msg *message.Messa
 	return err
 }
 
-func (q *queues) Handled(_ context.Context, queue, eventID string) (bool, error) {
+func (q *queues) Handled(_ context.Context, queue string, eventIDs []string) (map[string]bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.handled[queue+"/"+eventID], nil
+	out := map[string]bool{}
+	for _, id := range eventIDs {
+		if q.handled[queue+"/"+id] {
+			out[id] = true
+		}
+	}
+	return out, nil
 }
 
 func failure(queue, id string, at time.Time, errText string) failures.Failure {
@@ -112,7 +129,7 @@ func onEveryStore(t *testing.T, n int, test func(t *testing.T, s *stack)) {
 		t.Run(name, func(t *testing.T) {
 			l, st := make(t)
 			s := &stack{ledger: l, store: st, clock: &clock{now: t0}}
-			s.q = &queues{t: t, ledger: l, sent: map[string][]string{}, handled: map[string]bool{}, failing: map[string]bool{}}
+			s.q = &queues{t: t, ledger: l, clock: s.clock, sent: map[string][]string{}, handled: map[string]bool{}, failing: map[string]bool{}}
 			s.runner = &redrive.Runner{Store: st, Ledger: l, Sink: s.q, Handled: s.q.Handled, Clock: s.clock,
 				Poll: time.Second, SettleTimeout: time.Hour, Logger: testenv.Logger()}
 			var fs []failures.Failure
@@ -174,14 +191,29 @@ func TestARedriveStartToFinish(t *testing.T) {
 		if len(resolved) != 6 {
 			t.Errorf("%d failures resolved, want 6", len(resolved))
 		}
-		var paced int
-		for _, w := range s.clock.waits {
-			if w == 5*time.Millisecond {
-				paced++
+		for i := 3; i < 6; i++ { // after the canary, 200/s
+			if d := s.q.sentAt[i].Sub(s.q.sentAt[i-1]); d != 5*time.Millisecond {
+				t.Errorf("send %d came %s after the one before, want 5ms (200/s)", i, d)
 			}
 		}
-		if paced != 6 {
-			t.Errorf("waits %v: want one of 5ms (200/s) after each send", s.clock.waits)
+	})
+}
+
+// The rate holds whatever each send costs: the sends keep to a schedule
+// rather than wait a full interval after each one.
+func TestTheRateHoldsWhateverEachSendCosts(t *testing.T) {
+	onEveryStore(t, 400, func(t *testing.T, s *stack) {
+		s.q.cost = 3 * time.Millisecond
+		id := s.start(t, redrive.Options{Rate: 200})
+		if err := s.runner.Run(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		if rd := s.get(t, id); rd.State != redrive.Done || rd.Counters.Handled != 400 {
+			t.Fatalf("re-drive %+v", rd)
+		}
+		first, last := s.q.sentAt[0], s.q.sentAt[len(s.q.sentAt)-1]
+		if rate := 399 / last.Sub(first).Seconds(); rate < 199 || rate > 201 {
+			t.Errorf("sent at %.1f/s, want 200/s", rate)
 		}
 	})
 }

@@ -42,9 +42,9 @@ type Runner struct {
 	Store  Store
 	Ledger failures.Ledger
 	Sink   Sink
-	// Handled says whether queue's inbox has claimed the event: the item
-	// sent there was handled.
-	Handled func(ctx context.Context, queue, eventID string) (bool, error)
+	// Handled returns those of eventIDs whose events queue's inbox has
+	// claimed: the items sent there were handled.
+	Handled func(ctx context.Context, queue string, eventIDs []string) (map[string]bool, error)
 	Clock   Clock
 	// Poll is how often sent items are settled while a re-drive waits
 	// for them; SettleTimeout how long an item may stay sent before it is
@@ -74,6 +74,7 @@ func (r *Runner) Run(ctx context.Context, id int64) error {
 	if err := r.sendAgain(ctx, id); err != nil {
 		return err
 	}
+	pace := &pacer{clock: r.Clock}
 	for ctx.Err() == nil {
 		rd, err := r.Store.Get(ctx, id)
 		if err != nil {
@@ -85,9 +86,9 @@ func (r *Runner) Run(ctx context.Context, id int64) error {
 		var wait bool
 		switch rd.State {
 		case Canary:
-			wait, err = r.canary(ctx, rd)
+			wait, err = r.canary(ctx, rd, pace)
 		case Running:
-			wait, err = r.running(ctx, rd)
+			wait, err = r.running(ctx, rd, pace)
 		case Cancelled:
 			if rd.Counters.Sent == 0 {
 				return nil
@@ -104,6 +105,7 @@ func (r *Runner) Run(ctx context.Context, id int64) error {
 			case <-ctx.Done():
 			case <-r.Clock.After(r.Poll):
 			}
+			pace.restart() // the wait is not a lag to catch up
 		}
 	}
 	return nil
@@ -112,14 +114,14 @@ func (r *Runner) Run(ctx context.Context, id int64) error {
 // canary sends the canary items (the first Canary: a plan puts the
 // items it sends before those it skips), then, once each is settled, lets
 // the rest go, or pauses the re-drive naming the first that failed again.
-func (r *Runner) canary(ctx context.Context, rd Redrive) (wait bool, err error) {
+func (r *Runner) canary(ctx context.Context, rd Redrive, pace *pacer) (wait bool, err error) {
 	first, err := r.Store.Items(ctx, rd.ID, Pending, 0, rd.Canary)
 	if err != nil {
 		return false, err
 	}
 	first = slices.DeleteFunc(first, func(it Item) bool { return it.Seq >= rd.Canary })
 	if len(first) > 0 {
-		return false, r.send(ctx, rd, first)
+		return false, r.send(ctx, rd, first, pace)
 	}
 	if rd.Counters.Sent > 0 {
 		return true, nil // the canaries are out: wait for them
@@ -140,12 +142,12 @@ func (r *Runner) canary(ctx context.Context, rd Redrive) (wait bool, err error) 
 
 // running sends the pending items at the re-drive's rate, a second's
 // worth at a time, and ends the re-drive once every item is settled.
-func (r *Runner) running(ctx context.Context, rd Redrive) (wait bool, err error) {
+func (r *Runner) running(ctx context.Context, rd Redrive, pace *pacer) (wait bool, err error) {
 	// A second's worth at a time (100 without a rate), so that a pause or
 	// a cancel is seen within about a second.
 	batch := 100
 	if rd.Rate > 0 {
-		batch = max(1, int(rd.Rate))
+		batch = min(max(1, int(rd.Rate)), failures.MaxPage)
 	}
 	pending, err := r.Store.Items(ctx, rd.ID, Pending, 0, batch)
 	if err != nil {
@@ -158,58 +160,131 @@ func (r *Runner) running(ctx context.Context, rd Redrive) (wait bool, err error)
 		_, err := r.Store.Move(ctx, rd.ID, []State{Running}, Done, "")
 		return false, err
 	}
-	return false, r.send(ctx, rd, pending)
+	return false, r.send(ctx, rd, pending, pace)
 }
 
-// send sends items at the re-drive's rate: each failure is marked
-// re-driving in the ledger and its item sent, then it goes; one no longer
-// unresolved is skipped. It stops early when ctx ends.
-func (r *Runner) send(ctx context.Context, rd Redrive, items []Item) error {
-	for _, it := range items {
-		if ctx.Err() != nil {
-			return nil
+// send sends items (at most failures.MaxPage) at the re-drive's rate.
+// Their failures are marked re-driving and the items sending, all at
+// once; then each goes, and those the broker took are marked sent. An
+// item whose failure is no longer unresolved is skipped. It stops early
+// when ctx ends, and the items it did not reach wait for their turn.
+func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer) (err error) {
+	ids := failureIDs(items)
+	if _, err := r.Ledger.Redrive(ctx, ids, rd.ID); err != nil {
+		return err
+	}
+	byID, err := r.failures(ctx, ids)
+	if err != nil {
+		return err
+	}
+	// Not marked now, nor by this re-drive before its runner stopped
+	// between this mark and the items': someone else has it.
+	send, skip := split(items, func(it Item) bool {
+		f, ok := byID[it.FailureID]
+		return ok && f.Status == failures.Redriving && f.RedriveID == rd.ID
+	})
+	if err := r.Store.Mark(ctx, rd.ID, seqs(skip), Skipped, "no longer unresolved when its turn came", time.Time{}); err != nil {
+		return err
+	}
+	if err := r.Store.Mark(ctx, rd.ID, seqs(send), Sending, "", time.Time{}); err != nil {
+		return err
+	}
+	sent := 0
+	// Whatever happens below, what the broker took is marked sent, and
+	// what was not reached waits for its turn again.
+	defer func() {
+		ctx := context.WithoutCancel(ctx)
+		if e := r.Store.Mark(ctx, rd.ID, seqs(send[:sent]), Sent, "", r.Clock.Now()); e != nil && err == nil {
+			err = e
 		}
-		n, err := r.Ledger.Redrive(ctx, []int64{it.FailureID}, rd.ID)
-		if err != nil {
-			return err
+	}()
+	for i, it := range send {
+		if !pace.wait(ctx, rd.Rate) {
+			return r.Store.Mark(context.WithoutCancel(ctx), rd.ID, seqs(send[i:]), Pending, "", time.Time{})
 		}
-		f, err := r.Ledger.Get(ctx, it.FailureID)
-		if err != nil {
-			return err
-		}
-		// Not marked now, and not by this re-drive before its process
-		// stopped, between this mark and the item's: someone else has it.
-		if n == 0 && (f.Status != failures.Redriving || f.RedriveID != rd.ID) {
-			if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Skipped, "no longer unresolved when its turn came", time.Time{}); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Sending, "", time.Time{}); err != nil {
-			return err
-		}
+		f := byID[it.FailureID]
 		if err := r.Sink.Redeliver(ctx, it.Queue, copyOf(f, rd.ID)); err != nil {
 			if ctx.Err() != nil {
-				return nil // stopped mid-send: the next run sends it again
+				// Stopped mid-send: it stays sending, and the next run
+				// sends it again; the rest wait for their turn.
+				return r.Store.Mark(context.WithoutCancel(ctx), rd.ID, seqs(send[i+1:]), Pending, "", time.Time{})
 			}
-			// Not sent: the item waits for its turn again, the failure
-			// is unresolved again, and the re-drive pauses until the
-			// broker is back and someone resumes it.
+			// Not sent: these items wait for their turn again, their
+			// failures are unresolved again, and the re-drive pauses
+			// until the broker is back and someone resumes it.
 			reason := fmt.Sprintf("failure %d could not be sent to %s: %v", f.ID, it.Queue, err)
-			return r.unsent(ctx, rd, it, reason)
+			return r.unsent(ctx, rd, send[i:], reason)
 		}
-		// The broker has it: marked sent even when ctx has just ended.
-		if err := r.Store.Mark(context.WithoutCancel(ctx), rd.ID, []int{it.Seq}, Sent, "", r.Clock.Now()); err != nil {
-			return err
-		}
-		if rd.Rate > 0 {
-			select {
-			case <-ctx.Done():
-			case <-r.Clock.After(time.Duration(float64(time.Second) / rd.Rate)):
-			}
-		}
+		sent++
 	}
 	return nil
+}
+
+// failures returns the ledger's failures ids, by id.
+func (r *Runner) failures(ctx context.Context, ids []int64) (map[int64]failures.Failure, error) {
+	fs, err := r.Ledger.List(ctx, failures.Filter{IDs: ids, AnyStatus: true}, failures.Page{Limit: len(ids)})
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[int64]failures.Failure, len(fs))
+	for _, f := range fs {
+		byID[f.ID] = f
+	}
+	return byID, nil
+}
+
+// pacer spaces a run's sends at a re-drive's rate on a schedule, so that
+// the work of each send, and the settling between batches, do not slow
+// the rate. Having fallen behind by more than a second, or after the run
+// waited, it starts the schedule again rather than burst.
+type pacer struct {
+	clock Clock
+	next  time.Time
+}
+
+// wait waits for the next send's turn at rate (none when 0), and says
+// false when ctx ended first.
+func (p *pacer) wait(ctx context.Context, rate float64) bool {
+	if rate <= 0 {
+		return ctx.Err() == nil
+	}
+	now := p.clock.Now()
+	if p.next.IsZero() || now.Sub(p.next) > time.Second {
+		p.next = now
+	}
+	if d := p.next.Sub(now); d > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-p.clock.After(d):
+		}
+	}
+	p.next = p.next.Add(time.Duration(float64(time.Second) / rate))
+	return ctx.Err() == nil
+}
+
+// restart starts the schedule again at the next send.
+func (p *pacer) restart() { p.next = time.Time{} }
+
+// split is items in two: those keep says yes to, and the others.
+func split(items []Item, keep func(Item) bool) (yes, no []Item) {
+	for _, it := range items {
+		if keep(it) {
+			yes = append(yes, it)
+		} else {
+			no = append(no, it)
+		}
+	}
+	return yes, no
+}
+
+// seqs are the items' sequence numbers.
+func seqs(items []Item) []int {
+	out := make([]int, len(items))
+	for i, it := range items {
+		out[i] = it.Seq
+	}
+	return out
 }
 
 // sendAgain puts the items of re-drive id left sending back in their
@@ -233,14 +308,14 @@ func (r *Runner) sendAgain(ctx context.Context, id int64) error {
 	}
 }
 
-// unsent takes back the item it that could not be sent, and pauses the
+// unsent takes back the items that could not be sent, and pauses the
 // re-drive with reason.
-func (r *Runner) unsent(ctx context.Context, rd Redrive, it Item, reason string) error {
+func (r *Runner) unsent(ctx context.Context, rd Redrive, items []Item, reason string) error {
 	ctx = context.WithoutCancel(ctx)
-	if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Pending, "", time.Time{}); err != nil {
+	if err := r.Store.Mark(ctx, rd.ID, seqs(items), Pending, "", time.Time{}); err != nil {
 		return err
 	}
-	if _, err := r.Ledger.Mark(ctx, []int64{it.FailureID}, failures.Redriving, failures.Unresolved); err != nil {
+	if _, err := r.Ledger.Mark(ctx, failureIDs(items), failures.Redriving, failures.Unresolved); err != nil {
 		return err
 	}
 	_, err := r.Store.Move(ctx, rd.ID, []State{Canary, Running}, Paused, reason)
@@ -253,49 +328,77 @@ func (r *Runner) unsent(ctx context.Context, rd Redrive, it Item, reason string)
 // ledger has it unresolved again, unsettled after SettleTimeout.
 func (r *Runner) settle(ctx context.Context, rd Redrive) error {
 	for from := 0; ; {
-		sent, err := r.Store.Items(ctx, rd.ID, Sent, from, 500)
+		sent, err := r.Store.Items(ctx, rd.ID, Sent, from, failures.MaxPage)
 		if err != nil || len(sent) == 0 {
 			return err
 		}
-		for _, it := range sent {
-			from = it.Seq + 1
-			state, reason, err := r.outcome(ctx, it)
-			if err != nil {
-				return err
-			}
-			if state == Sent {
-				continue
-			}
-			if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, state, reason, time.Time{}); err != nil {
-				return err
-			}
+		from = sent[len(sent)-1].Seq + 1
+		if err := r.settleSome(ctx, rd.ID, sent); err != nil {
+			return err
 		}
 	}
 }
 
-// outcome is what became of the sent item it: still Sent while neither
-// is known.
-func (r *Runner) outcome(ctx context.Context, it Item) (ItemState, string, error) {
-	handled, err := r.Handled(ctx, it.Queue, it.EventID)
+// settleSome settles the sent items of re-drive id, a few queries for
+// them all.
+func (r *Runner) settleSome(ctx context.Context, id int64, sent []Item) error {
+	byQueue := map[string][]string{}
+	for _, it := range sent {
+		byQueue[it.Queue] = append(byQueue[it.Queue], it.EventID)
+	}
+	handled := map[string]map[string]bool{}
+	for q, events := range byQueue {
+		got, err := r.Handled(ctx, q, events)
+		if err != nil {
+			return err
+		}
+		handled[q] = got
+	}
+	done, open := split(sent, func(it Item) bool { return handled[it.Queue][it.EventID] })
+	if len(done) > 0 {
+		if _, err := r.Ledger.Mark(ctx, failureIDs(done), failures.Redriving, failures.Resolved); err != nil {
+			return err
+		}
+		if err := r.Store.Mark(ctx, id, seqs(done), Handled, "", time.Time{}); err != nil {
+			return err
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	byID, err := r.failures(ctx, failureIDs(open))
 	if err != nil {
-		return Sent, "", err
+		return err
 	}
-	if handled {
-		_, err := r.Ledger.Mark(ctx, []int64{it.FailureID}, failures.Redriving, failures.Resolved)
-		return Handled, "", err
+	var late []Item
+	for _, it := range open {
+		f := byID[it.FailureID]
+		switch {
+		case f.Status == failures.Unresolved:
+			// Rare, and each with its own reason.
+			if err := r.Store.Mark(ctx, id, []int{it.Seq}, FailedAgain, f.Error, time.Time{}); err != nil {
+				return err
+			}
+		case r.Clock.Now().Sub(it.SentAt) > r.SettleTimeout:
+			late = append(late, it)
+		}
 	}
-	f, err := r.Ledger.Get(ctx, it.FailureID)
-	if err != nil {
-		return Sent, "", err
+	if len(late) == 0 {
+		return nil
 	}
-	switch {
-	case f.Status == failures.Unresolved:
-		return FailedAgain, f.Error, nil
-	case r.Clock.Now().Sub(it.SentAt) > r.SettleTimeout:
-		_, err := r.Ledger.Mark(ctx, []int64{it.FailureID}, failures.Redriving, failures.Unresolved)
-		return Unsettled, fmt.Sprintf("neither handled nor failed again %s after it was sent", r.SettleTimeout), err
+	if _, err := r.Ledger.Mark(ctx, failureIDs(late), failures.Redriving, failures.Unresolved); err != nil {
+		return err
 	}
-	return Sent, "", nil
+	return r.Store.Mark(ctx, id, seqs(late), Unsettled, fmt.Sprintf("neither handled nor failed again %s after it was sent", r.SettleTimeout), time.Time{})
+}
+
+// failureIDs are the items' failures.
+func failureIDs(items []Item) []int64 {
+	out := make([]int64, len(items))
+	for i, it := range items {
+		out[i] = it.FailureID
+	}
+	return out
 }
 
 // copyOf is the message a re-drive sends for f: its body and headers as
