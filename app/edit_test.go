@@ -238,3 +238,30 @@ func TestEditingIsOffByDefaultAndAnAdmins(t *testing.T) {
 		t.Errorf("the audit with editing on:\n%s\nwant the edit and the viewer's refusal", got)
 	}
 }
+
+// The command line reads the new body from a file or, with -, from the
+// standard input, a byte beyond the bound at most, so that a body too
+// large is refused for its size rather than cut.
+func TestReadBody(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "body.json")
+	if err := os.WriteFile(file, []byte(`{"a":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, stdin string
+		max         int
+		want        string
+	}{
+		{file, "", 0, `{"a":1}`},
+		{file, "", 3, `{"a"`},
+		{"-", `{"b":2}`, 100, `{"b":2}`},
+	} {
+		got, err := readBody(strings.NewReader(c.stdin), c.name, c.max)
+		if err != nil || string(got) != c.want {
+			t.Errorf("readBody(%s, max %d) = %q, %v; want %q", c.name, c.max, got, err, c.want)
+		}
+	}
+	if _, err := readBody(strings.NewReader(""), filepath.Join(t.TempDir(), "none.json"), 0); err == nil || !strings.Contains(err.Error(), "--body") {
+		t.Errorf("readBody of a missing file = %v, want an error naming --body", err)
+	}
+}
