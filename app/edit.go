@@ -31,6 +31,7 @@ type editRules struct {
 	maxBytes int
 }
 
+// editRules are the settings of c that an edit obeys.
 func (c *Resolved) editRules() editRules {
 	return editRules{allow: c.Failures.AllowEdit, maxRedrives: c.Failures.MaxRedrives, maxBytes: c.Router.MaxMessageBytes}
 }
