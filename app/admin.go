@@ -31,7 +31,7 @@ func (p *Platform) me(w http.ResponseWriter, r *http.Request) {
 	c := CallerOf(r.Context())
 	actions := []string{}
 	if may(c.Role, RoleAdmin) {
-		actions = allActions()
+		actions = allActions(p.cfg.Failures.AllowEdit)
 	}
 	httpjson.Write(w, http.StatusOK, map[string]any{"name": c.Name, "role": c.Role, "auth": p.cfg.Auth.Enabled, "actions": actions})
 }

@@ -113,6 +113,7 @@ func TestViewersReadAndAdminsAct(t *testing.T) {
 	}{
 		{"a viewer reads", "GET", "/v1/admin/outbox/parked", viewer, 200},
 		{"a viewer acts", "POST", "/v1/admin/outbox/republish", viewer, 403},
+		{"a viewer edits a failure", "POST", "/v1/admin/failures/1/edit", viewer, 403},
 		{"an admin reads", "GET", "/v1/admin/outbox/parked", admin, 200},
 		{"an admin acts", "POST", "/v1/admin/outbox/republish", admin, 200},
 		{"a viewer publishes", "POST", "/v1/events", viewer, 403},

@@ -242,6 +242,7 @@ func TestLoadErrors(t *testing.T) {
 		{"an event bound over what a Kafka record holds", []string{"MOENDA_ANALYTICS__KAFKA__ENABLED=true", "MOENDA_OUTBOX__MAX_EVENT_BYTES=2097152", "MOENDA_KAFKA__MAX_RECORD_BYTES=1000"}, "", []string{
 			"outbox.max_event_bytes 2097152 is more than a Kafka record of kafka.max_record_bytes 1000 holds", "kafka.max_record_bytes must be at least 16384",
 		}},
+		{"editing failures with no ledger to send the edits", []string{"MOENDA_FAILURES__ALLOW_EDIT=true"}, "", []string{"failures.allow_edit needs failures.enabled"}},
 		{"a negative event bound", []string{"MOENDA_OUTBOX__MAX_EVENT_BYTES=-1"}, "", []string{"outbox.max_event_bytes must not be negative"}},
 		{"bad nodes in amqp.urls", []string{"MOENDA_AMQP__URLS=amqp://moenda:s3cret@mq1:5672/,http://moenda:s3cret@mq2/,amqp://moenda:s3cret@mq1:5672/"}, "", []string{
 			`amqp.urls[1] "http://moenda:xxxxx@mq2/" must look like amqp://user:password@host:5672/vhost`,

@@ -149,6 +149,7 @@ func (p *Platform) failureRoutes(r chi.Router) {
 		js, err := p.workbench.journeys(ctx, q[0], q[1])
 		return map[string][]journey{"journeys": js}, err
 	}))
+	r.Post("/failures/{id}/edit", p.editRoute)
 	r.Get("/failures/{id}", httpjson.Param(p.logger, http.StatusOK, httpjson.PathID("id", handlers.NewError(handlers.ErrInvalid, "the failure id in the path must be a positive whole number")), p.showFailure))
 }
 
@@ -268,9 +269,9 @@ func readFilter(q map[string]string) (failures.Filter, error) {
 		}
 	}
 	switch f.Status {
-	case "", failures.Unresolved, failures.Redriving, failures.Resolved, failures.Archived:
+	case "", failures.Unresolved, failures.Redriving, failures.Resolved, failures.Archived, failures.Edited:
 	default:
-		errs = append(errs, invalid("status must be unresolved, redriving, resolved or archived, got %q", f.Status))
+		errs = append(errs, invalid("status must be unresolved, redriving, resolved, archived or edited, got %q", f.Status))
 	}
 	errs = append(errs, readTimes(q, &f.Since, &f.Until)...)
 	return f, errors.Join(errs...)

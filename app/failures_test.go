@@ -91,7 +91,7 @@ func TestTheLedgerTakesEveryDeadLetter(t *testing.T) {
 		{"/v1/admin/failures?queue=" + queue + "&limit=2", http.StatusOK, ""},
 		{"/v1/admin/failures?limit=0&since=yesterday", http.StatusBadRequest, "since must be an RFC 3339 time like 2026-12-01T10:00:00Z, got \"yesterday\"\nlimit must be 1 to 500, got \"0\""},
 		{"/v1/admin/failures?qeue=x", http.StatusBadRequest, `unknown parameter "qeue"`},
-		{"/v1/admin/failures/groups?status=lost", http.StatusBadRequest, `status must be unresolved, redriving, resolved or archived, got "lost"`},
+		{"/v1/admin/failures/groups?status=lost", http.StatusBadRequest, `status must be unresolved, redriving, resolved, archived or edited, got "lost"`},
 	} {
 		code, body := call(t, "GET", p.base+c.path, "")
 		if code != c.code || !strings.HasPrefix(fmt.Sprint(body["error"]), c.want) && c.want != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +34,7 @@ var selectionFlagHelp = []struct{ flag, param, help string }{
 	{"type", "type", "the failures of event type `NAME` (tarefa.concluida.v1)"},
 	{"event-id", "event_id", "the failures of the event `ID`"},
 	{"correlation-id", "correlation_id", "the failures of the correlation `ID`"},
-	{"status", "status", "the failures in `STATUS` (unresolved, redriving, resolved, archived); unset, every one not archived"},
+	{"status", "status", "the failures in `STATUS` (unresolved, redriving, resolved, archived, edited); unset, every one neither archived nor edited"},
 	{"since", "since", "the failures whose last failure is at or after `TIME` (RFC 3339)"},
 	{"until", "until", "the failures whose last failure is before `TIME` (RFC 3339)"},
 	{"text", "text", "the failures whose error holds `TEXT`, whatever its case"},
@@ -133,7 +134,7 @@ func (c *cli) failuresCommand() *cobra.Command {
 			})
 		})(cmd, args)
 	}
-	cmds := []*cobra.Command{list, groups, show}
+	cmds := []*cobra.Command{list, groups, show, c.failureEditCommand()}
 	for _, a := range []struct{ name, short string }{
 		{"archive", "hide the unresolved failures the flags select from the default views; kept for failures.retention"},
 		{"unarchive", "make the archived failures the flags select unresolved again"},
@@ -173,6 +174,70 @@ func (c *cli) failureActionCommand(name, short string) *cobra.Command {
 		})
 	})
 	return cmd
+}
+
+// failureEditCommand is `failures edit ID --body FILE`: the edit API's,
+// over the same code, asking before it edits as `redrive start` does.
+func (c *cli) failureEditCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "edit ID --body FILE", Short: "replace a failure's body, keeping the original, and re-drive the edit (failures.allow_edit)", Args: cobra.ExactArgs(1)}
+	file := cmd.Flags().String("body", "", "the new body: a `FILE`, or - for the standard input")
+	yes := cmd.Flags().Bool("yes", false, "edit without asking (scripts: a terminal is asked)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := strconv.ParseInt(args[0], 10, 64)
+		if err != nil || id < 1 {
+			return fmt.Errorf("the failure id must be a positive whole number (see the ID column of `moenda failures list`), got %q", args[0])
+		}
+		if *file == "" {
+			return errors.New("--body FILE is required: the new body, or - for the standard input")
+		}
+		return c.withConfig(func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+			rules := cfg.editRules()
+			body, err := readBody(cmd.InOrStdin(), *file, rules.maxBytes)
+			if err != nil {
+				return err
+			}
+			return withWorkbench(ctx, cfg, stderr, func(b *workbench) error {
+				// A body that cannot be sent is refused before anything is
+				// asked, by editFailure, which records the refusal.
+				if f, _, err := b.checkEdit(ctx, id, body, rules); err == nil {
+					fmt.Fprintf(stdout, "failure %d: event %s on %s; the edit, %d bytes, is kept as a new failure beside it\n", f.ID, f.EventID, f.FailedQueue, len(body))
+					if err := confirm(stdout, *yes, fmt.Sprintf("re-drive the edit to %s?", f.FailedQueue)); err != nil {
+						return err
+					}
+				}
+				out, err := b.editFailure(ctx, c.caller(), id, body, rules)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(stdout, "failure %d edited as failure %d; re-drive %d started (moenda redrive status %d)\n", out.EditOf, out.EditID, out.RedriveID, out.RedriveID)
+				return err
+			})
+		})(cmd, args)
+	}
+	return cmd
+}
+
+// readBody reads a new body from the file name, or from stdin when name
+// is -, up to one byte more than max (0: no bound), so that a larger one
+// is refused for its size rather than cut.
+func readBody(stdin io.Reader, name string, max int) ([]byte, error) {
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("--body: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	if max > 0 {
+		r = io.LimitReader(r, int64(max)+1)
+	}
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("--body %s: %w", name, err)
+	}
+	return body, nil
 }
 
 // auditCommand is `audit`: the audit's entries, newest first.
@@ -284,6 +349,7 @@ func writeFailure(w io.Writer, f failures.Failure) error {
 		{"first failure:", f.FirstFailureAt.Format(time.RFC3339Nano)}, {"last failure:", f.LastFailureAt.Format(time.RFC3339Nano)},
 		{"recorded:", f.RecordedAt.Format(time.RFC3339Nano)},
 		{"published to:", orDash(f.OriginalExchange) + " " + orDash(f.OriginalRoutingKey)}, {"error:", f.Error},
+		{"edit of:", orNone(f.EditOf)}, {"edited by:", orNone(f.EditedBy)},
 	})
 	if err != nil {
 		return err
@@ -303,6 +369,14 @@ func writeFailure(w io.Writer, f failures.Failure) error {
 	}
 	_, err = fmt.Fprintf(w, "body:\n%s\n", body)
 	return err
+}
+
+// orNone is the failure id, or - for 0 (none).
+func orNone(id int64) string {
+	if id == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(id, 10)
 }
 
 // oneLine is s on one line, cut to n bytes.

@@ -168,10 +168,14 @@ func auditQuery(r *http.Request) (audit.Filter, int64, int, error) {
 }
 
 // allActions are the names of every action, which GET /v1/admin/me lists
-// for an admin.
-func allActions() []string {
+// for an admin: failures.edit only while edit is on
+// (failures.allow_edit).
+func allActions(edit bool) []string {
 	names := append(slices.Collect(maps.Keys(adminActions)), slices.Collect(maps.Keys(failureActions))...)
 	names = append(names, "redrive.start")
+	if edit {
+		names = append(names, "failures.edit")
+	}
 	for verb := range redriveMoves {
 		names = append(names, "redrive."+verb)
 	}

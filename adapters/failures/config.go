@@ -32,6 +32,9 @@ type Config struct {
 	// handled nor failed again before it is called unsettled (and
 	// unresolved again), so none stays re-driving for ever.
 	SettleTimeout time.Duration `koanf:"settle_timeout"`
+	// AllowEdit lets an admin edit a failure's body and re-drive the
+	// edit. Off by default: an edit sends a body no publisher wrote.
+	AllowEdit bool `koanf:"allow_edit"`
 }
 
 // DefaultConfig leaves the ledger off, and sizes its batches for a small
@@ -61,6 +64,11 @@ func (c Config) Validate() error {
 	}
 	if c.SettleTimeout < time.Second {
 		errs = append(errs, fmt.Errorf("failures.settle_timeout must be at least 1s, got %s", c.SettleTimeout))
+	}
+	if c.AllowEdit && !c.Enabled {
+		// The process that ingests sends re-drives: without it, an edit
+		// would wait for ever.
+		errs = append(errs, errors.New("failures.allow_edit needs failures.enabled: the re-drive an edit starts is sent by the process that ingests the dead letters"))
 	}
 	for i, q := range c.Queues {
 		if q == "" {

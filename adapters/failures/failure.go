@@ -31,6 +31,10 @@ const (
 	Resolved Status = "resolved"
 	// Archived: hidden from the default views, kept for failures.retention.
 	Archived Status = "archived"
+	// Edited: an operator edited its body, and the edit, a failure of its
+	// own (EditedBy), stands for it from then on; hidden from the default
+	// views, and kept as long as its edit is.
+	Edited Status = "edited"
 )
 
 // Headers RabbitMQ sets on a message it dead-letters itself (a consumer's
@@ -85,6 +89,10 @@ type Failure struct {
 	// Headers are every header and property the dead letter carried.
 	Headers map[string]string `json:"headers"`
 	Body    []byte            `json:"body"`
+	// EditOf names the failure this one is an edit of, and EditedBy the
+	// edit of this one (0: none): the original and the edit are both kept.
+	EditOf   int64 `json:"edit_of"`
+	EditedBy int64 `json:"edited_by"`
 }
 
 // FromMessage reads the dead letter msg, taken from the dead-letter queue

@@ -3,9 +3,12 @@ package failures
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // Ledger keeps the failures: in PostgreSQL (Postgres), or in memory
@@ -33,6 +36,12 @@ type Ledger interface {
 	// re-drive redrive, counting one more re-drive of each, and returns
 	// how many it marked.
 	Redrive(ctx context.Context, ids []int64, redrive int64) (int, error)
+	// Edit records an edit of the unresolved failure id: a new failure,
+	// unresolved and never re-driven, with id's queue, event id and story
+	// and the body and event name of edit, linked to id, which becomes
+	// Edited. It returns the new failure; ErrNotFound, or ErrNotUnresolved
+	// (wrapped, with the status) when id is not unresolved any more.
+	Edit(ctx context.Context, id int64, edit Edition) (Failure, error)
 	// Select returns the ids of every failure f selects, in id order: a
 	// selection frozen when an action is asked for, so failures recorded
 	// after are not swept in.
@@ -43,8 +52,9 @@ type Ledger interface {
 	// reason, for the metrics.
 	Unresolved(ctx context.Context) ([]Count, error)
 	// Prune deletes up to batch resolved or archived failures whose last
-	// failure is before cutoff, and returns how many; unresolved and
-	// re-driving ones are kept whatever their age.
+	// failure is before cutoff, and edited ones whose edit is gone, and
+	// returns how many; unresolved and re-driving ones are kept whatever
+	// their age.
 	Prune(ctx context.Context, cutoff time.Time, batch int) (int, error)
 }
 
@@ -58,13 +68,41 @@ type Count struct {
 // ErrNotFound is the error of a failure id the ledger does not hold.
 var ErrNotFound = errors.New("failures: no such failure")
 
+// ErrNotUnresolved is the error of an edit of a failure that is not
+// unresolved: being re-driven, resolved, archived or edited already.
+var ErrNotUnresolved = errors.New("failures: the failure is not unresolved")
+
+// Edition is what an edit changes: the body, and the event name the body
+// now carries (its headers follow it).
+type Edition struct {
+	Body      []byte
+	EventName string
+}
+
+// edited is f's edit by e, before the ledger gives it an id: f's queue,
+// event id and story, e's body and name, unresolved and never re-driven.
+func (e Edition) edited(f Failure) Failure {
+	n := f
+	n.ID, n.EditOf, n.EditedBy = 0, f.ID, 0
+	n.Status, n.Redrives, n.RedriveID = Unresolved, 0, 0
+	n.Body, n.EventName = e.Body, e.EventName
+	n.Headers = maps.Clone(f.Headers)
+	if n.Headers == nil {
+		n.Headers = map[string]string{}
+	}
+	if _, ok := n.Headers[event.MetaName]; ok {
+		n.Headers[event.MetaName] = e.EventName
+	}
+	return n
+}
+
 // Filter selects failures; its zero value selects those not archived.
 // Every field set must hold.
 type Filter struct {
 	// IDs are the failures to take, by their ledger ids; empty is any.
 	IDs []int64
-	// Status is one status; empty is every status but Archived, or every
-	// status with AnyStatus.
+	// Status is one status; empty is every status but Archived and
+	// Edited, or every status with AnyStatus.
 	Status        Status
 	AnyStatus     bool
 	FailedQueue   string
@@ -117,7 +155,7 @@ type Group struct {
 // PostgreSQL one's WHERE clause.
 func (f Filter) match(x Failure) bool {
 	eq := func(want, got string) bool { return want == "" || want == got }
-	status := x.Status != pruned && (f.AnyStatus || x.Status == f.Status || (f.Status == "" && x.Status != Archived))
+	status := x.Status != pruned && (f.AnyStatus || x.Status == f.Status || (f.Status == "" && x.Status != Archived && x.Status != Edited))
 	return status && (len(f.IDs) == 0 || slices.Contains(f.IDs, x.ID)) && eq(f.FailedQueue, x.FailedQueue) && eq(f.Handler, x.Handler) && eq(f.Reason, x.Reason) &&
 		eq(f.EventName, x.EventName) && eq(f.EventID, x.EventID) && eq(f.CorrelationID, x.CorrelationID) &&
 		eq(f.Fingerprint, x.Fingerprint) &&

@@ -326,3 +326,90 @@ func TestSelectAndDelete(t *testing.T) {
 		}
 	})
 }
+
+// An edit is a failure of its own, linked both ways to its original,
+// which stays as it was read but leaves the default views and can be
+// neither edited nor re-driven again. A later dead letter of the event
+// lands on the edit; retention takes the original only once its edit is
+// gone.
+func TestAnEditKeepsTheOriginalLinked(t *testing.T) {
+	onEveryLedger(t, func(t *testing.T, l failures.Ledger) {
+		ctx := context.Background()
+		a := failure("q", 1, "boom")
+		a.Headers["event_name"] = a.EventName
+		record(t, l, a, failure("q", 2, "boom"))
+		orig := list(t, l, failures.Filter{EventID: a.EventID}, failures.Page{})[0]
+		edit, err := l.Edit(ctx, orig.ID, failures.Edition{Body: []byte(`{"n":"fixed"}`), EventName: "demo.a.v2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edit.ID == orig.ID || edit.EditOf != orig.ID || edit.Status != failures.Unresolved || string(edit.Body) != `{"n":"fixed"}` ||
+			edit.EventName != "demo.a.v2" || edit.Headers["event_name"] != "demo.a.v2" || edit.EventID != a.EventID || edit.Queue != a.Queue ||
+			edit.Error != a.Error || edit.Fingerprint != a.Fingerprint {
+			t.Errorf("the edit = %+v", edit)
+		}
+		got, err := l.Get(ctx, edit.ID)
+		if err != nil || !reflect.DeepEqual(got, edit) {
+			t.Errorf("Get of the edit = %+v, %v; want what Edit returned:\n%+v", got, err, edit)
+		}
+		was, err := l.Get(ctx, orig.ID)
+		if err != nil || was.Status != failures.Edited || was.EditedBy != edit.ID || string(was.Body) != string(a.Body) || was.EventName != a.EventName {
+			t.Errorf("the original after its edit = %+v, %v", was, err)
+		}
+		if _, err := l.Edit(ctx, orig.ID, failures.Edition{Body: []byte(`{}`), EventName: "demo.a.v1"}); !errors.Is(err, failures.ErrNotUnresolved) {
+			t.Errorf("a second edit of the original = %v, want ErrNotUnresolved", err)
+		}
+		if _, err := l.Edit(ctx, 1e9, failures.Edition{Body: []byte(`{}`)}); !errors.Is(err, failures.ErrNotFound) {
+			t.Errorf("an edit of no failure = %v, want ErrNotFound", err)
+		}
+		if n, err := l.Redrive(ctx, []int64{orig.ID}, 7); err != nil || n != 0 {
+			t.Errorf("re-driving the original = %d, %v; want 0", n, err)
+		}
+		ids := func(f failures.Filter) []int64 {
+			var out []int64
+			for _, x := range list(t, l, f, failures.Page{}) {
+				out = append(out, x.ID)
+			}
+			return out
+		}
+		if got := ids(failures.Filter{EventID: a.EventID}); !slices.Equal(got, []int64{edit.ID}) {
+			t.Errorf("the default view of the event = %v, want the edit alone", got)
+		}
+		if got := ids(failures.Filter{Status: failures.Edited}); !slices.Equal(got, []int64{orig.ID}) {
+			t.Errorf("the edited failures = %v, want the original", got)
+		}
+
+		// The edit re-driven fails again: the same dead letter lands on it.
+		if n, err := l.Redrive(ctx, []int64{edit.ID}, 7); err != nil || n != 1 {
+			t.Fatalf("re-driving the edit = %d, %v", n, err)
+		}
+		again := a
+		again.LastFailureAt, again.Error, again.Body = a.LastFailureAt.Add(time.Minute), "boom again", []byte(`{"n":"fixed"}`)
+		if n := record(t, l, again); n != 1 {
+			t.Fatalf("Record of the edit failing again = %d, want 1", n)
+		}
+		if got, _ := l.Get(ctx, edit.ID); got.Status != failures.Unresolved || got.Occurrences != 2 || got.Error != "boom again" {
+			t.Errorf("the edit after failing again = %+v", got)
+		}
+		if got, _ := l.Get(ctx, orig.ID); got.Status != failures.Edited || got.Occurrences != 1 {
+			t.Errorf("the original after its edit failed again = %+v", got)
+		}
+
+		// Retention: the original waits for its edit.
+		if n, err := l.Mark(ctx, []int64{edit.ID}, failures.Unresolved, failures.Resolved); err != nil || n != 1 {
+			t.Fatalf("Mark the edit resolved = %d, %v", n, err)
+		}
+		if n, err := l.Prune(ctx, t0.Add(time.Hour), 100); err != nil || n != 1 {
+			t.Fatalf("Prune = %d, %v; want 1, the edit: its original waits for it to be gone", n, err)
+		}
+		if n, err := l.Prune(ctx, t0.Add(time.Hour), 100); err != nil || n != 1 {
+			t.Fatalf("Prune again = %d, %v; want 1, the original", n, err)
+		}
+		if _, err := l.Get(ctx, orig.ID); !errors.Is(err, failures.ErrNotFound) {
+			t.Errorf("the original after both were pruned: %v", err)
+		}
+		if n := record(t, l, a); n != 1 {
+			t.Errorf("a new dead letter of the event once both are gone = %d rows, want 1", n)
+		}
+	})
+}

@@ -123,6 +123,26 @@ func (l *Memory) Redrive(_ context.Context, ids []int64, redrive int64) (int, er
 	}), nil
 }
 
+// Edit implements Ledger.
+func (l *Memory) Edit(_ context.Context, id int64, e Edition) (Failure, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if id < 1 || id > int64(len(l.rows)) || l.rows[id-1].Status == pruned {
+		return Failure{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	orig := &l.rows[id-1]
+	if orig.Status != Unresolved {
+		return Failure{}, fmt.Errorf("%w: failure %d is %s", ErrNotUnresolved, id, orig.Status)
+	}
+	n := e.edited(*orig)
+	n.ID = int64(len(l.rows) + 1)
+	n.RecordedAt = l.now().UTC()
+	orig.Status, orig.EditedBy = Edited, n.ID
+	l.rows = append(l.rows, n)
+	l.byKey[[2]string{n.Queue, n.EventID}] = n.ID
+	return n, nil
+}
+
 // Select implements Ledger.
 func (l *Memory) Select(_ context.Context, f Filter) ([]int64, error) {
 	l.mu.Lock()
@@ -150,8 +170,17 @@ func (l *Memory) Delete(_ context.Context, ids []int64) (int, error) {
 // forget makes the row id a tombstone. l.mu is held.
 func (l *Memory) forget(id int64) {
 	x := &l.rows[id-1]
-	delete(l.byKey, [2]string{x.Queue, x.EventID})
+	k := [2]string{x.Queue, x.EventID}
+	if l.byKey[k] == id { // an edited original's key is its edit's
+		delete(l.byKey, k)
+	}
 	*x = Failure{ID: x.ID, Status: pruned}
+}
+
+// gone says whether the row id is not held: an edited original whose
+// edit is gone may be pruned. l.mu is held.
+func (l *Memory) gone(id int64) bool {
+	return id < 1 || id > int64(len(l.rows)) || l.rows[id-1].Status == pruned
 }
 
 // Unresolved implements Ledger.
@@ -182,7 +211,8 @@ func (l *Memory) Prune(_ context.Context, cutoff time.Time, batch int) (int, err
 	n := 0
 	for i := range l.rows {
 		x := &l.rows[i]
-		if n < batch && (x.Status == Resolved || x.Status == Archived) && x.LastFailureAt.Before(cutoff) {
+		settled := x.Status == Resolved || x.Status == Archived || x.Status == Edited && l.gone(x.EditedBy)
+		if n < batch && settled && x.LastFailureAt.Before(cutoff) {
 			l.forget(x.ID)
 			n++
 		}

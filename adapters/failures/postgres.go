@@ -3,6 +3,7 @@ package failures
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -47,7 +48,7 @@ func (l *Postgres) Record(ctx context.Context, fs []Failure) (int, error) {
 			event_name text, correlation_id text, reason text, error text, fingerprint text, attempts int,
 			occurrences int, first_failure_at timestamptz, last_failure_at timestamptz, status text,
 			original_exchange text, original_routing_key text, headers jsonb, body text)
-		ON CONFLICT (queue, event_id) DO UPDATE SET
+		ON CONFLICT (queue, event_id) WHERE status <> 'edited' DO UPDATE SET
 			status = 'unresolved', occurrences = moenda_failures.occurrences + 1,
 			reason = excluded.reason, error = excluded.error, fingerprint = excluded.fingerprint,
 			attempts = excluded.attempts, last_failure_at = excluded.last_failure_at,
@@ -79,6 +80,58 @@ func (l *Postgres) Redrive(ctx context.Context, ids []int64, redrive int64) (int
 	return int(tag.RowsAffected()), nil
 }
 
+// Edit implements Ledger, in one transaction: the original leaves the
+// live rows first, so that its edit, with the same queue and event id,
+// may join them.
+func (l *Postgres) Edit(ctx context.Context, id int64, e Edition) (Failure, error) {
+	var n Failure
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE moenda_failures SET status = 'edited' WHERE id = $1 AND status = 'unresolved' RETURNING `+columns, id)
+		if err != nil {
+			return err
+		}
+		orig, err := pgx.CollectRows(rows, scan)
+		if err != nil {
+			return err
+		}
+		if len(orig) == 0 {
+			var status string
+			err := tx.QueryRow(ctx, `SELECT status FROM moenda_failures WHERE id = $1`, id).Scan(&status)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: %d", ErrNotFound, id)
+			}
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: failure %d is %s", ErrNotUnresolved, id, status)
+		}
+		orig[0].Status = Unresolved // as it was, for its edit
+		n = e.edited(orig[0])
+		err = tx.QueryRow(ctx, `
+			INSERT INTO moenda_failures (queue, event_id, failed_queue, handler, event_name, correlation_id, reason, error,
+				fingerprint, attempts, occurrences, first_failure_at, last_failure_at, status, original_exchange,
+				original_routing_key, headers, body, edit_of)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+			RETURNING id, recorded_at`,
+			n.Queue, n.EventID, n.FailedQueue, n.Handler, n.EventName, n.CorrelationID, n.Reason, n.Error, n.Fingerprint,
+			n.Attempts, n.Occurrences, n.FirstFailureAt, n.LastFailureAt, string(n.Status), n.OriginalExchange,
+			n.OriginalRoutingKey, n.Headers, n.Body, n.EditOf).Scan(&n.ID, &n.RecordedAt)
+		if err != nil {
+			return err
+		}
+		n.RecordedAt = n.RecordedAt.UTC()
+		_, err = tx.Exec(ctx, `UPDATE moenda_failures SET edited_by = $2 WHERE id = $1`, id, n.ID)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotUnresolved) {
+			return Failure{}, err
+		}
+		return Failure{}, fmt.Errorf("failures: edit %d: %w", id, err)
+	}
+	return n, nil
+}
+
 // Select implements Ledger.
 func (l *Postgres) Select(ctx context.Context, f Filter) ([]int64, error) {
 	where, args := f.where()
@@ -103,7 +156,9 @@ func (l *Postgres) Unresolved(ctx context.Context) ([]Count, error) {
 // Prune implements Ledger.
 func (l *Postgres) Prune(ctx context.Context, cutoff time.Time, batch int) (int, error) {
 	tag, err := l.pool.Exec(ctx, `DELETE FROM moenda_failures WHERE id IN (
-		SELECT id FROM moenda_failures WHERE status IN ('resolved', 'archived') AND last_failure_at < $1 LIMIT $2)`, cutoff, batch)
+		SELECT id FROM moenda_failures f WHERE (status IN ('resolved', 'archived')
+			OR status = 'edited' AND NOT EXISTS (SELECT 1 FROM moenda_failures e WHERE e.id = f.edited_by))
+		AND last_failure_at < $1 LIMIT $2)`, cutoff, batch)
 	if err != nil {
 		return 0, fmt.Errorf("failures: prune: %w", err)
 	}
@@ -113,14 +168,14 @@ func (l *Postgres) Prune(ctx context.Context, cutoff time.Time, batch int) (int,
 // columns are a failure's columns, in scan's order.
 const columns = `id, queue, event_id, failed_queue, handler, event_name, correlation_id, reason, error, fingerprint,
 	attempts, occurrences, redrives, redrive_id, first_failure_at, last_failure_at, recorded_at, status, original_exchange,
-	original_routing_key, headers, body`
+	original_routing_key, headers, body, edit_of, edited_by`
 
 func scan(row pgx.CollectableRow) (Failure, error) {
 	var f Failure
 	var status string
 	err := row.Scan(&f.ID, &f.Queue, &f.EventID, &f.FailedQueue, &f.Handler, &f.EventName, &f.CorrelationID, &f.Reason,
 		&f.Error, &f.Fingerprint, &f.Attempts, &f.Occurrences, &f.Redrives, &f.RedriveID, &f.FirstFailureAt, &f.LastFailureAt, &f.RecordedAt,
-		&status, &f.OriginalExchange, &f.OriginalRoutingKey, &f.Headers, &f.Body)
+		&status, &f.OriginalExchange, &f.OriginalRoutingKey, &f.Headers, &f.Body, &f.EditOf, &f.EditedBy)
 	f.Status = Status(status)
 	f.FirstFailureAt, f.LastFailureAt, f.RecordedAt = f.FirstFailureAt.UTC(), f.LastFailureAt.UTC(), f.RecordedAt.UTC()
 	return f, err
@@ -199,7 +254,7 @@ func (f Filter) where() ([]string, []any) {
 	switch {
 	case f.AnyStatus:
 	case f.Status == "":
-		add("status <> ?", string(Archived))
+		add("status <> ALL(?)", []string{string(Archived), string(Edited)})
 	default:
 		add("status = ?", string(f.Status))
 	}

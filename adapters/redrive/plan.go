@@ -45,6 +45,7 @@ const (
 	skipResolved  = "already resolved"
 	skipRedriving = "already in a running re-drive"
 	skipArchived  = "archived"
+	skipEdited    = "edited: its edit is re-driven instead"
 	skipMax       = "beyond the re-drive's --max"
 )
 
@@ -73,6 +74,8 @@ func MakePlan(ctx context.Context, l failures.Ledger, ids []int64, o Options) (P
 				it.Reason = skipRedriving
 			case f.Status == failures.Archived:
 				it.Reason = skipArchived
+			case f.Status == failures.Edited:
+				it.Reason = skipEdited
 			case o.MaxRedrives > 0 && f.Redrives >= o.MaxRedrives:
 				it.Reason = fmt.Sprintf("re-driven %d times already (failures.max_redrives is %d)", f.Redrives, o.MaxRedrives)
 			case o.Max > 0 && p.Send >= o.Max:

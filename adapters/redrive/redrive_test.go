@@ -243,8 +243,11 @@ func TestAFailingCanaryPausesTheRedrive(t *testing.T) {
 
 // The plan skips what a re-drive must not send, and says why.
 func TestThePlanSkipsWithReasons(t *testing.T) {
-	onEveryStore(t, 6, func(t *testing.T, s *stack) {
+	onEveryStore(t, 7, func(t *testing.T, s *stack) {
 		ctx := context.Background()
+		if _, err := s.ledger.Edit(ctx, s.ids[6], failures.Edition{Body: []byte(`{}`), EventName: "demo.a.v1"}); err != nil {
+			t.Fatal(err)
+		}
 		s.ledger.Mark(ctx, s.ids[:1], failures.Unresolved, failures.Resolved)
 		s.ledger.Mark(ctx, s.ids[1:2], failures.Unresolved, failures.Archived)
 		s.ledger.Redrive(ctx, s.ids[2:3], 99) // in another re-drive now
@@ -255,8 +258,8 @@ func TestThePlanSkipsWithReasons(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]int{"already resolved": 1, "archived": 1, "already in a running re-drive": 1,
-			"re-driven 1 times already (failures.max_redrives is 1)": 1, "beyond the re-drive's --max": 1}
-		if plan.Selected != 6 || plan.Send != 1 || plan.ByQueue["other"] != 1 || fmt.Sprint(plan.Skipped) != fmt.Sprint(want) {
+			"re-driven 1 times already (failures.max_redrives is 1)": 1, "beyond the re-drive's --max": 1, "edited: its edit is re-driven instead": 1}
+		if plan.Selected != 7 || plan.Send != 1 || plan.ByQueue["other"] != 1 || fmt.Sprint(plan.Skipped) != fmt.Sprint(want) {
 			t.Errorf("plan %+v, want 1 to other and skipped %v", plan, want)
 		}
 		if _, err := redrive.MakePlan(ctx, s.ledger, s.ids, redrive.Options{To: "exchange"}); err == nil {
