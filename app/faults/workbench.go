@@ -201,11 +201,12 @@ func confirmedOf(ops []harness.Op, seen harness.Observed, kind harness.Kind) map
 // consumes beside the one running the re-drive is killed and started
 // again.
 func redriveUnderCrash(ctx context.Context, r *run) error {
-	down := time.Duration(r.scale(15, 10)) * time.Second
+	downFor := r.scale(15, 10)
+	down := time.Duration(downFor) * time.Second
 	times := r.scale(3, 2)
-	r.injected("failures.enabled; two nodes; writers at ~300 events/s, handlers holding their transaction 20 ms, 1 event in 20 failing every delivery for the first %s "+
+	r.injected("failures.enabled; two nodes; writers at ~300 events/s, handlers holding their transaction 20 ms, 1 event in 20 failing every delivery for the first %d s "+
 		"(dead-lettered 3 s after its first attempt); then a re-drive of them all at a rate, and %d× kill -9 of the node that consumes but does not run the re-drive, "+
-		"started again 1 s later", down, times)
+		"started again 1 s later", downFor, times)
 	if err := r.Start(ctx, 2); err != nil {
 		return err
 	}
