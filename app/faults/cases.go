@@ -15,7 +15,8 @@ type Case struct {
 	ID    string
 	Title string
 	// Quick marks the cases run for every change (--quick, CI): a
-	// consumer crashed mid-handler, within CI's 20 minutes. The paths of
+	// consumer crashed mid-handler, and mid-re-drive, within CI's 20
+	// minutes. The paths of
 	// the others have tests of their own in go test; T03's connection
 	// storm, for one: TestRelaySurvivesBrokerDroppingConnections,
 	// TestNotificationsSurviveDroppedConnections and
@@ -26,6 +27,12 @@ type Case struct {
 	NotHere string
 	// Reader is outbox.reader for the case's nodes; auto when empty.
 	Reader string
+	// Failures runs the failure ledger (failures.enabled): the nodes
+	// ingest the dead letters, and the checker counts them in the ledger.
+	Failures bool
+	// Delays is the probe's retry schedule; 1 s, 5 s and 25 s when
+	// empty.
+	Delays []time.Duration
 	// Overlay is a configuration file layered over the case's (--config),
 	// and Plugins enables plugins beside the probe.
 	Overlay string
@@ -51,14 +58,23 @@ func (c Case) bound() time.Duration {
 }
 
 // overlay is the configuration the case's nodes run, on base.yaml: the
-// probe alone, and its seed-like schedule of 1 s, 5 s and 25 s with no
-// immediate retry, so that attempts and delays can be checked.
+// probe alone, and its seed-like schedule of 1 s, 5 s and 25 s (or the
+// case's) with no immediate retry, so that attempts and delays can be
+// checked; the failure ledger when the case runs it, with batches that
+// wait little, so a dead letter is in the ledger soon after it fails.
 func (c Case) overlay() string {
 	reader := c.Reader
 	if reader == "" {
 		reader = "auto"
 	}
-	return fmt.Sprintf(`log: {level: warn, format: json}
+	delays := []string{"1s", "5s", "25s"}
+	if len(c.Delays) > 0 {
+		delays = nil
+		for _, d := range c.Delays {
+			delays = append(delays, d.String())
+		}
+	}
+	out := fmt.Sprintf(`log: {level: warn, format: json}
 handlers: {enabled: [%s]}
 outbox: {reader: %s}
 metrics: {poll_interval: 1s}
@@ -66,8 +82,12 @@ router: {close_timeout: 10s}
 topology:
   exchanges:
     - name: %s
-      failure: {immediate_retries: 0, delays: [1s, 5s, 25s]}
-`, strings.Join(append([]string{faultprobe.Name}, c.Plugins...), ", "), reader, faultprobe.Exchange)
+      failure: {immediate_retries: 0, delays: [%s]}
+`, strings.Join(append([]string{faultprobe.Name}, c.Plugins...), ", "), reader, faultprobe.Exchange, strings.Join(delays, ", "))
+	if c.Failures {
+		out += "failures: {enabled: true, linger: 50ms}\n"
+	}
+	return out
 }
 
 // Cases lists every case of RELIABILITY-CASES, in order: those the command
@@ -214,6 +234,18 @@ func Cases() []Case {
 			must("correlation", "an invalid correlation id replaced by a new UUID, never echoed into the answer's headers"),
 			notHere("an invalid correlation id never written raw into the logs", "the nodes log at warn and a replaced id is logged at info; TestCorrelationIDIsKeptOnlyWhenPlain checks that line quotes and cuts it"),
 			notHere("no allowlist or rate-limit bypass through X-Forwarded-For", "moenda has neither an allowlist nor a rate limit, and reads no X-Forwarded-For"),
+		}},
+		// The failure workbench's cases, beyond RELIABILITY-CASES.
+		{ID: "W01", Title: "failure ingest under broker restart", Failures: true, Delays: workbenchDelays, Run: ingestUnderRestart, Holds: []Clause{
+			must(clauseLedger, "every poisoned event in the ledger exactly once: none missing, none recorded twice by (queue, event_id)"),
+			must(clauseDLQEmpty, "the DLQ empty after the drain: the ingest took every dead letter"),
+			must(clauseIngest, "ingest resumes within 15 s of the broker running again (/readyz failure_ingest leading, the DLQ consumed)"),
+		}},
+		{ID: "W02", Title: "re-drive under consumer crash", Quick: true, Failures: true, Delays: workbenchDelays, Run: redriveUnderCrash, Holds: []Clause{
+			must(clauseOnce, "every re-driven event handled exactly once: one effect, one inbox claim"),
+			must(clauseRedrive, "the re-drive ends done, every item handled"),
+			must(clauseSentOnce, "no failure sent twice: the re-drive's items sent once each, as many as it planned"),
+			must(clauseResolved, "the ledger marks every failure resolved"),
 		}},
 	}
 }

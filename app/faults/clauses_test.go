@@ -155,3 +155,12 @@ func TestQuickSetCrashesAConsumer(t *testing.T) {
 		t.Fatalf("quick set %v lacks T08", quick)
 	}
 }
+
+// The quick set re-drives failures while a consumer crashes: the failure
+// ledger's one case that fits CI's time, and restarts no broker.
+func TestQuickSetRedrivesUnderACrash(t *testing.T) {
+	quick, _ := Selected(true, nil)
+	if !slices.Contains(quick, "W02") || slices.Contains(quick, "W01") {
+		t.Fatalf("quick set %v: want W02 and not W01", quick)
+	}
+}

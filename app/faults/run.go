@@ -136,6 +136,7 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 		return res
 	}
 	defer s.Close(context.WithoutCancel(ctx))
+	s.Ledger = c.Failures
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(c.ID))
 	r := &run{c: c, inboxRepeats: -1, drainBound: cmp.Or(c.Drain, harness.DrainBound), System: s, rng: rand.New(rand.NewPCG(opts.Seed, h.Sum64())), quick: opts.Quick, result: &res, gone: map[*harness.Node]bool{}}
@@ -573,7 +574,7 @@ func selectCases(quick bool, only []string) ([]Case, error) {
 		for _, id := range only {
 			i := slices.IndexFunc(all, func(c Case) bool { return strings.EqualFold(c.ID, strings.TrimSpace(id)) })
 			if i < 0 {
-				return nil, fmt.Errorf("faults: no case %q; the cases are T01 to T%02d", id, len(all))
+				return nil, fmt.Errorf("faults: no case %q; the cases are %s", id, caseRanges(all))
 			}
 			out = append(out, all[i])
 		}
@@ -597,4 +598,18 @@ func errOr(err error, what string) error {
 		return err
 	}
 	return errors.New(what)
+}
+
+// caseRanges names the cases by their series: "T01 to T30, W01 to W02".
+func caseRanges(cases []Case) string {
+	var out []string
+	for i := 0; i < len(cases); {
+		j := i
+		for j+1 < len(cases) && cases[j+1].ID[0] == cases[i].ID[0] {
+			j++
+		}
+		out = append(out, cases[i].ID+" to "+cases[j].ID)
+		i = j + 1
+	}
+	return strings.Join(out, ", ")
 }

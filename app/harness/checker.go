@@ -11,6 +11,8 @@ package harness
 import (
 	"slices"
 	"time"
+
+	"github.com/moenda/moenda/adapters/failures"
 )
 
 // Outcome is what the workload learnt of one operation.
@@ -91,6 +93,13 @@ type Observed struct {
 	// Counter is the consumer's counter, incremented with each effect.
 	Counter     int64
 	DeadLetters []DeadLetter
+	// Ledger is the failure ledger's record of the probe's queue, when
+	// the nodes run it (System.Ledger): its failures that are dead
+	// letters still are among DeadLetters, beside what the checker read
+	// from the dead-letter queue itself, QueueDeadLetters of them, which
+	// the ledger's ingest leaves empty.
+	Ledger           []failures.Failure
+	QueueDeadLetters int
 	// Unrouted are the event ids the broker kept in the unrouted queue:
 	// no binding matched them. They are accounted for, not lost.
 	Unrouted []string

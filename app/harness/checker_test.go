@@ -4,6 +4,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/moenda/moenda/adapters/failures"
+	"github.com/moenda/moenda/handlers/event"
 )
 
 // history writes one invoke and one outcome per event: ids are "<kind
@@ -148,5 +151,42 @@ func TestCorrelationAndUnrouted(t *testing.T) {
 	seen.Unrouted = []string{"g4"}
 	if r := Check(h, seen); !r.Valid || r.Unrouted != 1 {
 		t.Fatalf("g4 unrouted: %+v", r)
+	}
+}
+
+// With the failure ledger, its unresolved and archived failures are the
+// dead letters; a failure resolved by a re-drive, or re-driving, is not
+// one, and its event must have its effect.
+func TestTheLedgerHoldsTheDeadLetters(t *testing.T) {
+	at := time.Unix(200, 0).UTC()
+	row := func(id string, s failures.Status) failures.Failure {
+		return failures.Failure{EventID: id, Status: s, Reason: "retries_exhausted", Attempts: 3, CorrelationID: "c-" + id,
+			FailedQueue: ProbeQueues.Work, FirstFailureAt: at, LastFailureAt: at, Headers: map[string]string{event.HeaderEventID: id}}
+	}
+	ledger := []failures.Failure{row("p1", failures.Unresolved), row("p2", failures.Archived), row("g1", failures.Resolved), row("g2", failures.Redriving)}
+	dead := LedgerDeadLetters(ledger)
+	if len(dead) != 2 || dead[0].EventID != "p1" || dead[1].EventID != "p2" {
+		t.Fatalf("dead letters %+v, want p1 and p2", dead)
+	}
+	if d := dead[0]; d.Reason != "retries_exhausted" || d.Attempts != "3" || d.CorrelationID != "c-p1" || d.Queue != ProbeQueues.Work ||
+		!d.HeaderEventID || d.LastFailure != at.Format(time.RFC3339Nano) {
+		t.Fatalf("dead letter %+v", d)
+	}
+	seen := clean()
+	seen.Ledger, seen.DeadLetters = ledger, dead
+	if r := Check(history(nil), seen); !r.Valid || r.DeadLettered != 2 {
+		t.Fatalf("the ledger's dead letters: %+v", r)
+	}
+	// g2 re-driven and never handled is lost, not dead-lettered.
+	seen.Effects, seen.Counter = slices.DeleteFunc(slices.Clone(seen.Effects), func(e Effect) bool { return e.EventID == "g2" }), 3
+	if r := Check(history(nil), seen); r.Valid || !slices.Equal(r.Lost, []string{"g2"}) {
+		t.Fatalf("a re-drive gone astray: %+v", r)
+	}
+	// g1 failing again after its re-drive is a good event dead-lettered.
+	ledger[2].Status = failures.Unresolved
+	seen = clean()
+	seen.DeadLetters = append(seen.DeadLetters, LedgerDeadLetters(ledger[2:3])...)
+	if r := Check(history(nil), seen); r.Valid || !slices.Equal(r.DLQExtra, []string{"g1"}) {
+		t.Fatalf("a good event unresolved in the ledger: %+v", r)
 	}
 }

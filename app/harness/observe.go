@@ -123,7 +123,9 @@ type Observation struct {
 
 // Observe waits until the system is quiet, drains the probe's
 // dead-letter and unrouted queues, stops every node, and reads what the
-// probe applied. beforeStop, when set, runs while the nodes still run.
+// probe applied. With the failure ledger (System.Ledger), the
+// dead letters are the ledger's too. beforeStop, when set, runs while the
+// nodes still run.
 func (s *System) Observe(ctx context.Context, drainBound time.Duration, beforeStop func()) (Observed, Observation, error) {
 	seen := Observed{Business: map[string]bool{}}
 	var obs Observation
@@ -139,7 +141,14 @@ func (s *System) Observe(ctx context.Context, drainBound time.Duration, beforeSt
 		return seen, obs, err
 	}
 	seen.DeadLetters = dead
+	seen.QueueDeadLetters = len(dead)
 	seen.Unrouted = unrouted
+	if s.Ledger {
+		if seen.Ledger, err = s.readLedger(ctx); err != nil {
+			return seen, obs, fmt.Errorf("read the failure ledger: %w", err)
+		}
+		seen.DeadLetters = append(seen.DeadLetters, LedgerDeadLetters(seen.Ledger)...)
+	}
 	if beforeStop != nil {
 		beforeStop()
 	}
@@ -223,7 +232,8 @@ func (s *System) drain(ctx context.Context, bound time.Duration) error {
 
 // Busy says what still works: the relay behind the outbox, or a queue but
 // the dead-letter and unrouted ones holding messages, ready or
-// unacknowledged; "" when nothing.
+// unacknowledged; "" when nothing. With the failure ledger, the
+// dead-letter queue is busy too until its ingest has emptied it.
 func (s *System) Busy(ctx context.Context) string {
 	caught, err := outbox.CaughtUp(ctx, s.Pool, "moenda-relay")
 	switch {
@@ -246,7 +256,8 @@ func (s *System) Busy(ctx context.Context) string {
 	}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 4 && f[0] != ProbeQueues.DLQ && f[0] != ProbeQueues.Unrouted && (f[1] != "0" || f[2] != "0") {
+		kept := f[0] == ProbeQueues.Unrouted || f[0] == ProbeQueues.DLQ && !s.Ledger
+		if len(f) == 4 && !kept && (f[1] != "0" || f[2] != "0") {
 			return fmt.Sprintf("queue %s holds %s ready and %s unacknowledged messages, with %s consumers", f[0], f[1], f[2], f[3])
 		}
 	}

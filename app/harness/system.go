@@ -66,6 +66,10 @@ type System struct {
 	// NodeDB and NodeAMQP are the URLs the nodes connect to: the run's
 	// database and vhost, or a proxy in front of them.
 	NodeDB, NodeAMQP string
+	// Ledger says the nodes run the failure ledger (failures.enabled):
+	// it, not the probe's dead-letter queue, keeps the dead letters, and
+	// Observe reads them there.
+	Ledger bool
 	// Closers run when the system closes, after the nodes stop.
 	Closers []func()
 	admin   *pgxpool.Pool // the server's maintenance database

@@ -48,6 +48,11 @@ type Payload struct {
 	// FailFirst fails the event's first deliveries to this process, as a
 	// dependency that answers 503 for a while.
 	FailFirst int `json:"fail_first,omitempty"`
+	// FailUntil fails every delivery before this time, in any process,
+	// as a dependency that is down until then: an event that runs out of
+	// retries meanwhile dead-letters, and is handled once re-driven
+	// after it.
+	FailUntil time.Time `json:"fail_until,omitzero"`
 	// HoldMillis keeps the handler's unit of work open after the effect
 	// is written, so that a crash can land between the write and the
 	// commit.
@@ -60,7 +65,8 @@ type Payload struct {
 // ErrPoison is how a poison event fails, every time.
 var ErrPoison = errors.New("faultprobe: poison event, failing as asked")
 
-// ErrTransient is how an event asked to fail its first deliveries fails.
+// ErrTransient is how an event asked to fail its first deliveries, or
+// until a time, fails.
 var ErrTransient = errors.New("faultprobe: failing this delivery as asked (fail_first)")
 
 // subscription names the probe's one subscription, and so its queue.
@@ -109,6 +115,9 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 	}
 	if pl.Poison {
 		return ErrPoison
+	}
+	if time.Now().Before(pl.FailUntil) {
+		return ErrTransient
 	}
 	if pl.FailFirst > 0 {
 		p.mu.Lock()
