@@ -121,7 +121,7 @@ func (c *cli) caller() Caller {
 // addRedriveFlags adds --to, --canary, --rate and --max.
 func addRedriveFlags(cmd *cobra.Command) map[string]*string {
 	return map[string]*string{
-		"to":     cmd.Flags().String("to", "", "send to `queue:NAME` instead of the queue each failure failed in"),
+		"to":     cmd.Flags().String("to", "", "send to `queue:NAME`, or to the original-exchange (every queue bound there), instead of the queue each failure failed in"),
 		"canary": cmd.Flags().String("canary", "", "send the first `N` alone, and the rest only once each is handled"),
 		"rate":   cmd.Flags().String("rate", "", "send `N` failures a second at most"),
 		"max":    cmd.Flags().String("max", "", "send `N` failures at most"),

@@ -127,7 +127,7 @@ func (b *workbench) getRedrive(ctx context.Context, id int64) (redrive.Redrive, 
 }
 
 // readRedrive splits params into the selection and the re-drive's
-// settings: to (queue:NAME), canary, rate (per second) and max.
+// settings: to (queue:NAME or original-exchange), canary, rate (per second) and max.
 func readRedrive(params map[string]string) (map[string]string, redrive.Options, error) {
 	sel := maps.Clone(params)
 	var o redrive.Options
@@ -165,7 +165,7 @@ func readRedrive(params map[string]string) (map[string]string, redrive.Options, 
 // runRedrives sends the re-drives in canary or running, each in a
 // goroutine of its own, until ctx ends: in the process that ingests.
 func (p *Platform) runRedrives(ctx context.Context) {
-	r := &redrive.Runner{Store: p.workbench.redrives, Ledger: p.workbench.ledger, Sink: sinkFunc(p.redeliver), Handled: p.inbox.Claimed,
+	r := &redrive.Runner{Store: p.workbench.redrives, Ledger: p.workbench.ledger, Sink: redriveSink{p}, Handled: p.inbox.Claimed,
 		Clock: wallClock{}, Poll: redrivePoll, SettleTimeout: p.cfg.Failures.SettleTimeout, Logger: p.logger}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -215,11 +215,20 @@ func (p *Platform) redeliver(ctx context.Context, queue string, msg *message.Mes
 	return c.Sink.Redeliver(ctx, queue, msg)
 }
 
-// sinkFunc is a function as a redrive.Sink.
-type sinkFunc func(ctx context.Context, queue string, msg *message.Message) error
+// redriveSink sends re-drives' copies through the transport that carries
+// each queue, or each exchange.
+type redriveSink struct{ p *Platform }
 
-func (f sinkFunc) Redeliver(ctx context.Context, queue string, msg *message.Message) error {
-	return f(ctx, queue, msg)
+func (s redriveSink) Redeliver(ctx context.Context, queue string, msg *message.Message) error {
+	return s.p.redeliver(ctx, queue, msg)
+}
+
+func (s redriveSink) Republish(ctx context.Context, exchange, key string, msg *message.Message) error {
+	c, err := s.p.broker.Consumer()
+	if err != nil {
+		return err
+	}
+	return c.Sink.Republish(ctx, exchange, key, msg)
 }
 
 // wallClock is the time of the machine.

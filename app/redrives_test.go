@@ -384,3 +384,48 @@ func TestARedriveOfFiveThousand(t *testing.T) {
 		t.Errorf("the audit of the re-drive: %v", audit)
 	}
 }
+
+// Re-driven to the original exchange, as asked, the failures reach every
+// queue bound there again; the queue that failed handles them once and
+// settles the re-drive.
+func TestARedriveToTheOriginalExchange(t *testing.T) {
+	s := newProbeStack(t)
+	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	p := s.start(t)
+	ch := testenv.Channel(t, s.vhost.URL)
+	if _, err := ch.QueueDeclare("probe.bystander", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("probe.bystander", "#", "probe.events", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 2 {
+		ids = append(ids, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4}))
+	}
+	ledgerHolds(t, p, 2, "")
+	code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&to=original-exchange", "")
+	if code != http.StatusCreated {
+		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
+	}
+	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
+	var rd map[string]any
+	testenv.Eventually(t, 60*time.Second, "the re-drive done", func() bool {
+		_, rd = call(t, "GET", path, "")
+		return rd["state"] == "done"
+	})
+	if c := rd["counters"].(map[string]any); c["handled"] != 2.0 || rd["to"] != "original-exchange" {
+		t.Errorf("re-drive %v, want 2 handled, to the original exchange", rd)
+	}
+	for _, id := range ids {
+		if n := s.effects(t, id); n != 1 {
+			t.Errorf("event %s has %d effects, want 1", id, n)
+		}
+	}
+	if n := testenv.ReadyMessages(t, s.vhost.URL, "probe.bystander"); n != 4 {
+		t.Errorf("the bystander holds %d messages, want the 2 publications and their 2 re-driven copies", n)
+	}
+	if code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&to=exchange:x", ""); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(body["error"]), "original-exchange") {
+		t.Errorf("a re-drive to exchange:x = %d %v, want 400 naming the targets", code, body)
+	}
+}

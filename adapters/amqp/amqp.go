@@ -117,6 +117,11 @@ func (s FailureSink) Redeliver(ctx context.Context, queue string, msg *message.M
 	return s.pub.PublishTo(ctx, "", queue, msg)
 }
 
+// Republish implements transport.Sink.
+func (s FailureSink) Republish(ctx context.Context, exchange, key string, msg *message.Message) error {
+	return s.pub.PublishTo(ctx, exchange, key, msg)
+}
+
 // probe keeps one idle connection and redials it when it is gone.
 type probe struct {
 	nodes *nodes

@@ -207,6 +207,16 @@ func (p *Producer) Redeliver(ctx context.Context, queue string, msg *message.Mes
 	return p.send(ctx, []*sarama.ProducerMessage{rec})
 }
 
+// Republish implements transport.Sink: to exchange's topic, which every
+// group of the exchange reads.
+func (p *Producer) Republish(ctx context.Context, exchange, _ string, msg *message.Message) error {
+	rec, err := record(p.cfg.Topic(exchange), msg, time.Now())
+	if err != nil {
+		return err
+	}
+	return p.send(ctx, []*sarama.ProducerMessage{rec})
+}
+
 // recordVersion is the record format the producer writes (Kafka 0.11 and
 // later), for sarama's size estimate.
 const recordVersion = 2

@@ -112,6 +112,11 @@ func (b *Broker) Redeliver(_ context.Context, queue string, msg *message.Message
 	return b.deliver(queue, "", queue, msg)
 }
 
+// Republish implements transport.Sink.
+func (b *Broker) Republish(_ context.Context, exchange, key string, msg *message.Message) error {
+	return b.route(exchange, key, msg)
+}
+
 type exchangePublisher struct{ b *Broker }
 
 func (p exchangePublisher) Publish(topic string, msgs ...*message.Message) error {

@@ -11,8 +11,8 @@ import (
 
 // Options are a re-drive's settings.
 type Options struct {
-	// To is where the failures go: "" for the queue each failed in, or
-	// "queue:NAME".
+	// To is where the failures go: "" for the queue each failed in,
+	// "queue:NAME", or ToOriginalExchange.
 	To string
 	// Rate is failures sent per second; 0 is as fast as the broker
 	// takes them.
@@ -40,6 +40,12 @@ type Plan struct {
 	items    []Item
 }
 
+// ToOriginalExchange sends each failure to the exchange it was first
+// published to, with its routing key: every queue bound there gets it
+// again, and those that had handled it already take it once, through
+// their inbox. Its item is settled by the queue that failed it.
+const ToOriginalExchange = "original-exchange"
+
 // Reasons a plan skips a failure.
 const (
 	skipResolved  = "already resolved"
@@ -47,6 +53,7 @@ const (
 	skipArchived  = "archived"
 	skipEdited    = "edited: its edit is re-driven instead"
 	skipMax       = "beyond the re-drive's --max"
+	skipNoOrigin  = "its original exchange is not known (a foreign dead letter): send it to a queue"
 )
 
 // MakePlan plans a re-drive of the failures ids with o: the selection,
@@ -76,6 +83,8 @@ func MakePlan(ctx context.Context, l failures.Ledger, ids []int64, o Options) (P
 				it.Reason = skipArchived
 			case f.Status == failures.Edited:
 				it.Reason = skipEdited
+			case o.To == ToOriginalExchange && (f.OriginalExchange == "" || f.OriginalRoutingKey == ""):
+				it.Reason = skipNoOrigin
 			case o.MaxRedrives > 0 && f.Redrives >= o.MaxRedrives:
 				it.Reason = fmt.Sprintf("re-driven %d times already (failures.max_redrives is %d)", f.Redrives, o.MaxRedrives)
 			case o.Max > 0 && p.Send >= o.Max:
@@ -104,11 +113,11 @@ func MakePlan(ctx context.Context, l failures.Ledger, ids []int64, o Options) (P
 // target says where a failure goes.
 func (o Options) target() (func(failures.Failure) string, error) {
 	switch name, ok := strings.CutPrefix(o.To, "queue:"); {
-	case o.To == "":
+	case o.To == "" || o.To == ToOriginalExchange:
 		return func(f failures.Failure) string { return f.FailedQueue }, nil
 	case ok && name != "":
 		return func(failures.Failure) string { return name }, nil
 	default:
-		return nil, fmt.Errorf("%w: --to must be queue:NAME, or absent for the queue each failure failed in; got %q", ErrInvalid, o.To)
+		return nil, fmt.Errorf("%w: --to must be queue:NAME or %s, or absent for the queue each failure failed in; got %q", ErrInvalid, ToOriginalExchange, o.To)
 	}
 }

@@ -61,8 +61,8 @@ type Redrive struct {
 	CreatedAt time.Time         `json:"created_at"`
 	Actor     string            `json:"actor"`
 	Selection map[string]string `json:"selection"`
-	// To is where the items go: "" for the queue each failed in, or
-	// "queue:NAME" for another queue.
+	// To is where the items go: "" for the queue each failed in,
+	// "queue:NAME" for another queue, or ToOriginalExchange.
 	To string `json:"to"`
 	// Rate is items per second; 0 is as fast as the broker takes them.
 	Rate float64 `json:"rate"`

@@ -84,6 +84,18 @@ func (q *queues) Redeliver(ctx context.Context, queue string, msg *message.Messa
 	return err
 }
 
+// Republish is a send to an exchange: recorded under "exchange/key", and
+// handled by the queue that failed, as its binding would deliver it.
+func (q *queues) Republish(ctx context.Context, exchange, key string, msg *message.Message) error {
+	if err := q.Redeliver(ctx, exchange+"/"+key, msg); err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.handled["q/"+msg.UUID] = true
+	return nil
+}
+
 func (q *queues) Handled(_ context.Context, queue string, eventIDs []string) (map[string]bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -366,6 +378,36 @@ func TestAResumedRedriveSendsWhatItHadMarked(t *testing.T) {
 			if f, _ := s.ledger.Get(ctx, fid); f.Status != failures.Resolved || f.Redrives != 1 {
 				t.Errorf("failure %+v, want resolved after one re-drive", f)
 			}
+		}
+	})
+}
+
+// To the original exchange, as asked: each failure goes to the exchange
+// and key it was first published with; one whose origin is not known (a
+// foreign dead letter) is skipped, saying why.
+func TestARedriveToTheOriginalExchange(t *testing.T) {
+	onEveryStore(t, 0, func(t *testing.T, s *stack) {
+		ctx := context.Background()
+		ours, foreign := failure("q", "ev-ours", t0, "boom"), failure("q", "ev-foreign", t0.Add(time.Second), "boom")
+		ours.OriginalExchange, ours.OriginalRoutingKey = "events", "demo.a"
+		if _, err := s.ledger.Record(ctx, []failures.Failure{ours, foreign}); err != nil {
+			t.Fatal(err)
+		}
+		s.ids, _ = s.ledger.Select(ctx, failures.Filter{})
+		o := redrive.Options{To: redrive.ToOriginalExchange}
+		plan, err := redrive.MakePlan(ctx, s.ledger, s.ids, o)
+		if err != nil || plan.Send != 1 || len(plan.Skipped) != 1 {
+			t.Fatalf("plan %+v, %v: want ours sent and the foreign one skipped", plan, err)
+		}
+		id := s.start(t, o)
+		if err := s.runner.Run(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(s.q.sent); got != "map[events/demo.a:[ev-ours]]" {
+			t.Errorf("sent %s, want ev-ours to exchange events with key demo.a", got)
+		}
+		if rd := s.get(t, id); rd.State != redrive.Done || rd.Counters.Handled != 1 || rd.Counters.Skipped != 1 {
+			t.Errorf("re-drive %+v", rd)
 		}
 	})
 }

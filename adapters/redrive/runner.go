@@ -32,9 +32,11 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
-// Sink sends a failure back to one queue (transport.Sink's Redeliver).
+// Sink sends a failure back: to one queue, or to an exchange
+// (transport.Sink's Redeliver and Republish).
 type Sink interface {
 	Redeliver(ctx context.Context, queue string, msg *message.Message) error
+	Republish(ctx context.Context, exchange, key string, msg *message.Message) error
 }
 
 // Runner sends re-drives' items and settles them.
@@ -203,7 +205,7 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer
 			return r.Store.Mark(context.WithoutCancel(ctx), rd.ID, seqs(send[i:]), Pending, "", time.Time{})
 		}
 		f := byID[it.FailureID]
-		if err := r.Sink.Redeliver(ctx, it.Queue, copyOf(f, rd.ID)); err != nil {
+		if err := r.deliver(ctx, rd, it, f); err != nil {
 			if ctx.Err() != nil {
 				// Stopped mid-send: it stays sending, and the next run
 				// sends it again; the rest wait for their turn.
@@ -218,6 +220,14 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer
 		sent++
 	}
 	return nil
+}
+
+// deliver sends item it of rd, a copy of f, where rd sends.
+func (r *Runner) deliver(ctx context.Context, rd Redrive, it Item, f failures.Failure) error {
+	if rd.To == ToOriginalExchange {
+		return r.Sink.Republish(ctx, f.OriginalExchange, f.OriginalRoutingKey, copyOf(f, rd.ID))
+	}
+	return r.Sink.Redeliver(ctx, it.Queue, copyOf(f, rd.ID))
 }
 
 // failures returns the ledger's failures ids, by id.

@@ -63,6 +63,10 @@ type Sink interface {
 	// broker holds it: a re-drive's copy of a failure goes back to the
 	// consumer that failed, never to every queue its event is bound to.
 	Redeliver(ctx context.Context, queue string, msg *message.Message) error
+	// Republish publishes msg to exchange with key and returns once the
+	// broker holds it: a re-drive to the original exchange, chosen
+	// explicitly, which every queue bound there gets again.
+	Republish(ctx context.Context, exchange, key string, msg *message.Message) error
 }
 
 // Destination is where a relay publishes the outbox.
