@@ -66,25 +66,32 @@ func (c *cli) redriveCommand() *cobra.Command {
 	})
 
 	status := &cobra.Command{Use: "status [ID]", Short: "list the re-drives, or show one", Args: cobra.MaximumNArgs(1)}
+	asJSON := status.Flags().Bool("json", false, "print each re-drive as a line of JSON")
 	status.RunE = func(cmd *cobra.Command, args []string) error {
 		return c.withConfig(func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
 			return withWorkbench(ctx, cfg, stderr, func(b *workbench) error {
+				var rds []redrive.Redrive
 				if len(args) == 0 {
-					rds, err := b.redrives.List(ctx)
+					all, err := b.redrives.List(ctx)
 					if err != nil {
 						return err
 					}
-					return writeRows(stdout, []string{"ID", "STATE", "BY", "CREATED", "SENT/PLANNED", "HANDLED", "FAILED AGAIN", "SKIPPED", "REASON"}, rds, redriveRow)
+					rds = all
+				} else {
+					id, err := redriveID(args[0])
+					if err != nil {
+						return err
+					}
+					rd, err := b.getRedrive(ctx, id)
+					if err != nil {
+						return err
+					}
+					rds = []redrive.Redrive{rd}
 				}
-				id, err := redriveID(args[0])
-				if err != nil {
-					return err
+				if *asJSON {
+					return jsonLines(stdout, rds)
 				}
-				rd, err := b.getRedrive(ctx, id)
-				if err != nil {
-					return err
-				}
-				return writeRows(stdout, []string{"ID", "STATE", "BY", "CREATED", "SENT/PLANNED", "HANDLED", "FAILED AGAIN", "SKIPPED", "REASON"}, []redrive.Redrive{rd}, redriveRow)
+				return writeRows(stdout, []string{"ID", "STATE", "BY", "CREATED", "SENT/PLANNED", "HANDLED", "FAILED AGAIN", "SKIPPED", "REASON"}, rds, redriveRow)
 			})
 		})(cmd, args)
 	}

@@ -197,6 +197,9 @@ func TestTheCommandLineRedrives(t *testing.T) {
 	if code, out, stderr := run(t, environ, "--env", "test", "redrive", "status"); code != 0 || !strings.Contains(out, "cli:tester") || !strings.Contains(out, "done") {
 		t.Errorf("redrive status = %d %q %s", code, out, stderr)
 	}
+	if code, out, stderr := run(t, environ, "--env", "test", "redrive", "status", "--json"); code != 0 || !strings.HasPrefix(out, `{"id":`) || !strings.Contains(out, `"state":"done"`) {
+		t.Errorf("redrive status --json = %d %q %s", code, out, stderr)
+	}
 }
 
 // The journey of a tarefa's conclusion shows its outbox row, its relay
