@@ -18,16 +18,9 @@ import (
 // the re-drive. Nothing is left to re-drive after.
 func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 	s := newProbeStack(t)
-	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	s.extra = append(s.extra, ledgerOn...)
 	p := s.start(t)
-	// A bystander: another subscriber of every probe event.
-	ch := testenv.Channel(t, s.vhost.URL)
-	if _, err := ch.QueueDeclare("probe.bystander", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind("probe.bystander", "#", "probe.events", false, nil); err != nil {
-		t.Fatal(err)
-	}
+	bystanderHolds := bystander(t, s)
 	var ids []string
 	for range 3 {
 		// probe.slow makes 4 attempts: the 5th run, the re-drive's, succeeds.
@@ -49,11 +42,7 @@ func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
 	}
 	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
-	var rd map[string]any
-	testenv.Eventually(t, 60*time.Second, "the re-drive done", func() bool {
-		_, rd = call(t, "GET", path, "")
-		return rd["state"] == "done"
-	})
+	rd := redriveIn(t, path, "done", 60*time.Second)
 	if c := rd["counters"].(map[string]any); c["handled"] != 3.0 {
 		t.Errorf("re-drive %v, want 3 handled", rd)
 	}
@@ -62,7 +51,7 @@ func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 			t.Errorf("event %s has %d effects after the re-drive, want 1", id, n)
 		}
 	}
-	if n := testenv.ReadyMessages(t, s.vhost.URL, "probe.bystander"); n != 3 {
+	if n := bystanderHolds(); n != 3 {
 		t.Errorf("the bystander holds %d messages, want the 3 first publications only", n)
 	}
 	if code, body := call(t, "GET", p.base+"/v1/admin/failures?status=resolved", ""); code != http.StatusOK || len(body["failures"].([]any)) != 3 {
@@ -85,7 +74,7 @@ func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 func TestARedriveOnKafka(t *testing.T) {
 	s := newProbeStack(t)
 	k := s.onKafka(t)
-	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	s.extra = append(s.extra, ledgerOn...)
 	p := s.start(t)
 	shared, redriven := topicReader(t, k, "probe.events"), topicReader(t, k, "probe.slow.redrive")
 	var ids []string
@@ -99,11 +88,7 @@ func TestARedriveOnKafka(t *testing.T) {
 		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
 	}
 	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
-	var rd map[string]any
-	testenv.Eventually(t, 60*time.Second, "the re-drive done", func() bool {
-		_, rd = call(t, "GET", path, "")
-		return rd["state"] == "done"
-	})
+	rd := redriveIn(t, path, "done", 60*time.Second)
 	if c := rd["counters"].(map[string]any); c["handled"] != 3.0 {
 		t.Errorf("re-drive %v, want 3 handled", rd)
 	}
@@ -126,7 +111,7 @@ func TestARedriveOnKafka(t *testing.T) {
 // failures.max_redrives times is refused by the next plan.
 func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
 	s := newProbeStack(t)
-	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms", "MOENDA_FAILURES__MAX_REDRIVES=1")
+	s.extra = append(s.extra, append(ledgerOn, "MOENDA_FAILURES__MAX_REDRIVES=1")...)
 	p := s.start(t)
 	var first []string
 	for range 3 {
@@ -135,11 +120,7 @@ func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
 	ledgerHolds(t, p, 3, "")
 	_, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=1", "")
 	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
-	var rd map[string]any
-	testenv.Eventually(t, 60*time.Second, "the re-drive paused", func() bool {
-		_, rd = call(t, "GET", path, "")
-		return rd["state"] == "paused"
-	})
+	rd := redriveIn(t, path, "paused", 60*time.Second)
 	c := rd["counters"].(map[string]any)
 	if c["failed_again"] != 1.0 || c["pending"] != 2.0 || !strings.Contains(fmt.Sprint(rd["reason"]), "a canary failed again") {
 		t.Errorf("re-drive %v, want paused on its canary with 2 pending", rd)
@@ -151,10 +132,7 @@ func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
 	if code, _ := call(t, "POST", path+"/resume", ""); code != http.StatusOK {
 		t.Fatalf("resume = %d", code)
 	}
-	testenv.Eventually(t, 60*time.Second, "the re-drive done", func() bool {
-		_, rd = call(t, "GET", path, "")
-		return rd["state"] == "done"
-	})
+	rd = redriveIn(t, path, "done", 60*time.Second)
 	if c := rd["counters"].(map[string]any); c["planned"] != 3.0 || c["failed_again"] != 3.0 {
 		t.Errorf("re-drive %v, want its 3 failed again and nothing more", rd)
 	}
@@ -177,7 +155,7 @@ func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
 // cli:$USER in the audit; off a terminal it needs --yes.
 func TestTheCommandLineRedrives(t *testing.T) {
 	s := newProbeStack(t)
-	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	s.extra = append(s.extra, ledgerOn...)
 	p := s.start(t)
 	for range 2 {
 		publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4})
@@ -206,7 +184,7 @@ func TestTheCommandLineRedrives(t *testing.T) {
 // and its handling by notificacoes; a poisoned event shows its failure
 // and its re-drive.
 func TestTheJourneyOfAnEvent(t *testing.T) {
-	p, _ := startAMQP(t, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	p, _ := startAMQP(t, ledgerOn...)
 	_, tarefa := call(t, "POST", p.base+"/tarefas", `{"usuario_id":1,"titulo":"revisar"}`)
 	resp, raw := send(t, "PATCH", fmt.Sprintf("%s/tarefas/%v/concluir", p.base, tarefa["id"]), `{"usuario_id":1}`, map[string]string{"X-Correlation-ID": "journey-1"})
 	if resp.StatusCode != http.StatusOK {
@@ -265,7 +243,7 @@ func TestTheJourneyOfAnEvent(t *testing.T) {
 func TestARedriveSurvivesAKill(t *testing.T) {
 	const n = 30
 	s := newProbeStack(t)
-	env := append(s.environ(), "SERVE_PROBE=1", "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	env := append(append(s.environ(), "SERVE_PROBE=1"), ledgerOn...)
 	first := startServe(t, env...)
 	base := strings.TrimSpace(first.base)
 	var ids []string
@@ -294,11 +272,7 @@ func TestARedriveSurvivesAKill(t *testing.T) {
 	}
 	second := startServe(t, append(env, "PROBE_NO_FAIL=1")...) // the runs' count starts again: the cause is fixed
 	base = strings.TrimSpace(second.base)
-	var rd map[string]any
-	testenv.Eventually(t, 120*time.Second, "the re-drive done", func() bool {
-		_, rd = call(t, "GET", base+path, "")
-		return rd["state"] == "done"
-	})
+	rd := redriveIn(t, base+path, "done", 120*time.Second)
 	c := rd["counters"].(map[string]any)
 	if c["handled"] != float64(n) || c["skipped"] != 0.0 || c["unsettled"] != 0.0 {
 		t.Errorf("re-drive %v: want all %d handled", rd, n)
@@ -330,17 +304,11 @@ func publishTo(t *testing.T, base, name string, o probeOrder) string {
 func TestARedriveOfFiveThousand(t *testing.T) {
 	const n = 5000
 	s := newProbeStack(t)
-	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	s.extra = append(s.extra, ledgerOn...)
 	files := probeFiles(t)
 	files["probe.yaml"].Data = []byte(strings.Replace(probeConfig, "delays: [200ms, 400ms, 800ms]", "delays: []", 1))
 	p := s.startFiles(t, files)
-	ch := testenv.Channel(t, s.vhost.URL)
-	if _, err := ch.QueueDeclare("probe.bystander", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind("probe.bystander", "#", "probe.events", false, nil); err != nil {
-		t.Fatal(err)
-	}
+	bystanderHolds := bystander(t, s)
 	ids := make([]string, n)
 	for i := range ids { // each fails its one attempt, and is handled re-driven
 		ids[i] = publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 1})
@@ -359,12 +327,8 @@ func TestARedriveOfFiveThousand(t *testing.T) {
 		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
 	}
 	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
-	var rd map[string]any
 	start := time.Now()
-	testenv.Eventually(t, 180*time.Second, "the re-drive done", func() bool {
-		_, rd = call(t, "GET", path, "")
-		return rd["state"] == "done"
-	})
+	rd := redriveIn(t, path, "done", 180*time.Second)
 	t.Logf("5,000 re-driven, canary of 5 then 200/s: %.0f/s over the whole re-drive", n/time.Since(start).Seconds())
 	if c := rd["counters"].(map[string]any); c["handled"] != float64(n) || c["failed_again"] != 0.0 || c["unsettled"] != 0.0 {
 		t.Errorf("re-drive %v, want all %d handled", rd, n)
@@ -376,7 +340,7 @@ func TestARedriveOfFiveThousand(t *testing.T) {
 	if effects != n || twice != 0 {
 		t.Errorf("%d effects, %d of them twice; want %d, once each", effects, twice, n)
 	}
-	if got := testenv.ReadyMessages(t, s.vhost.URL, "probe.bystander"); got != n {
+	if got := bystanderHolds(); got != n {
 		t.Errorf("the bystander holds %d messages, want the %d first publications only", got, n)
 	}
 	_, resolved := call(t, "GET", p.base+"/v1/admin/failures/groups?status=resolved", "")
@@ -393,15 +357,9 @@ func TestARedriveOfFiveThousand(t *testing.T) {
 // settles the re-drive.
 func TestARedriveToTheOriginalExchange(t *testing.T) {
 	s := newProbeStack(t)
-	s.extra = append(s.extra, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms")
+	s.extra = append(s.extra, ledgerOn...)
 	p := s.start(t)
-	ch := testenv.Channel(t, s.vhost.URL)
-	if _, err := ch.QueueDeclare("probe.bystander", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind("probe.bystander", "#", "probe.events", false, nil); err != nil {
-		t.Fatal(err)
-	}
+	bystanderHolds := bystander(t, s)
 	var ids []string
 	for range 2 {
 		ids = append(ids, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4}))
@@ -412,11 +370,7 @@ func TestARedriveToTheOriginalExchange(t *testing.T) {
 		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
 	}
 	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
-	var rd map[string]any
-	testenv.Eventually(t, 60*time.Second, "the re-drive done", func() bool {
-		_, rd = call(t, "GET", path, "")
-		return rd["state"] == "done"
-	})
+	rd := redriveIn(t, path, "done", 60*time.Second)
 	if c := rd["counters"].(map[string]any); c["handled"] != 2.0 || rd["to"] != "original-exchange" {
 		t.Errorf("re-drive %v, want 2 handled, to the original exchange", rd)
 	}
@@ -425,10 +379,39 @@ func TestARedriveToTheOriginalExchange(t *testing.T) {
 			t.Errorf("event %s has %d effects, want 1", id, n)
 		}
 	}
-	if n := testenv.ReadyMessages(t, s.vhost.URL, "probe.bystander"); n != 4 {
+	if n := bystanderHolds(); n != 4 {
 		t.Errorf("the bystander holds %d messages, want the 2 publications and their 2 re-driven copies", n)
 	}
 	if code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&to=exchange:x", ""); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(body["error"]), "original-exchange") {
 		t.Errorf("a re-drive to exchange:x = %d %v, want 400 naming the targets", code, body)
 	}
+}
+
+// ledgerOn turns the failure ledger on, ingesting at once.
+var ledgerOn = []string{"MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms"}
+
+// bystander binds a queue of its own to every probe event, another
+// subscriber a re-drive to the queue that failed must not reach, and
+// returns how many messages wait in it.
+func bystander(t *testing.T, s *probeStack) func() int {
+	t.Helper()
+	ch := testenv.Channel(t, s.vhost.URL)
+	if _, err := ch.QueueDeclare("probe.bystander", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("probe.bystander", "#", "probe.events", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return func() int { return testenv.ReadyMessages(t, s.vhost.URL, "probe.bystander") }
+}
+
+// redriveIn waits until the re-drive at url is in state, and returns it.
+func redriveIn(t *testing.T, url, state string, within time.Duration) map[string]any {
+	t.Helper()
+	var rd map[string]any
+	testenv.Eventually(t, within, "the re-drive "+state, func() bool {
+		_, rd = call(t, "GET", url, "")
+		return rd["state"] == state
+	})
+	return rd
 }
