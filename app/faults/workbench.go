@@ -13,6 +13,7 @@ import (
 
 	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/failures"
+	"github.com/moenda/moenda/adapters/redrive"
 	"github.com/moenda/moenda/handlers/faultprobe"
 
 	"github.com/moenda/moenda/app/harness"
@@ -267,7 +268,7 @@ func redriveUnderCrash(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	if rd.State != "done" || rd.Counters.Pending > 0 {
+	if rd.State != redrive.Done || rd.Counters.Pending > 0 {
 		r.note("the re-drive was %s with %d pending when the kills ended", rd.State, rd.Counters.Pending)
 	}
 	if err := r.tail(ctx); err != nil {
@@ -310,29 +311,14 @@ func (r *run) ledgerSettles(ctx context.Context, bound time.Duration) (int, erro
 	return 0, fmt.Errorf("the ledger did not settle within %s (last count %d)", bound, last)
 }
 
-// redriveState is what GET /v1/admin/redrives/{id} answers, in part.
-type redriveState struct {
-	State    string `json:"state"`
-	Reason   string `json:"reason"`
-	Counters struct {
-		Planned     int `json:"planned"`
-		Pending     int `json:"pending"`
-		Sent        int `json:"sent"`
-		Handled     int `json:"handled"`
-		FailedAgain int `json:"failed_again"`
-		Skipped     int `json:"skipped"`
-		Unsettled   int `json:"unsettled"`
-	} `json:"counters"`
-}
-
 // redriveEnds follows re-drive id on nd until it is neither in its canary
 // nor running, or bound passes, and returns its last state.
-func (r *run) redriveEnds(ctx context.Context, nd *harness.Node, id int64, bound time.Duration) (redriveState, error) {
+func (r *run) redriveEnds(ctx context.Context, nd *harness.Node, id int64, bound time.Duration) (redrive.Redrive, error) {
 	deadline := time.Now().Add(bound)
-	var rd redriveState
+	var rd redrive.Redrive
 	for {
 		a, err := call(nd, http.MethodGet, fmt.Sprintf("/v1/admin/redrives/%d", id), "", "")
-		if err == nil && a.code == http.StatusOK && json.Unmarshal([]byte(a.body), &rd) == nil && rd.State != "running" && rd.State != "canary" {
+		if err == nil && a.code == http.StatusOK && json.Unmarshal([]byte(a.body), &rd) == nil && rd.State != redrive.Running && rd.State != redrive.Canary {
 			return rd, nil
 		}
 		if time.Now().After(deadline) {
@@ -348,9 +334,9 @@ func (r *run) redriveEnds(ctx context.Context, nd *harness.Node, id int64, bound
 // item handled; no failure was sent twice (its items sent, once each,
 // as many as it planned, and no failure re-driven more than once); and
 // the ledger holds every failure resolved.
-func (r *run) judgeRedrive(ctx context.Context, id int64, failed int, rd redriveState, ops []harness.Op, seen harness.Observed) {
+func (r *run) judgeRedrive(ctx context.Context, id int64, failed int, rd redrive.Redrive, ops []harness.Op, seen harness.Observed) {
 	c := rd.Counters
-	r.judge(clauseRedrive, rd.State == "done" && c.Planned == failed && c.Handled == c.Planned,
+	r.judge(clauseRedrive, rd.State == redrive.Done && c.Planned == failed && c.Handled == c.Planned,
 		"re-drive %d %s: %d planned of %d failures, %d handled, %d failed again, %d skipped, %d unsettled, %d pending%s",
 		id, rd.State, c.Planned, failed, c.Handled, c.FailedAgain, c.Skipped, c.Unsettled, c.Pending, reasonOf(rd.Reason))
 
