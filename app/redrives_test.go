@@ -37,11 +37,7 @@ func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 	if code != http.StatusOK || plan["send"] != 3.0 || fmt.Sprint(plan["by_queue"]) != "map[probe.slow:3]" {
 		t.Fatalf("GET /v1/admin/redrives/plan = %d %v", code, plan)
 	}
-	code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=1&rate=50", "")
-	if code != http.StatusCreated {
-		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
-	}
-	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
+	path, _ := startRedrive(t, p.base, "queue=probe.slow&canary=1&rate=50")
 	rd := redriveIn(t, path, "done", 60*time.Second)
 	if c := rd["counters"].(map[string]any); c["handled"] != 3.0 {
 		t.Errorf("re-drive %v, want 3 handled", rd)
@@ -83,11 +79,7 @@ func TestARedriveOnKafka(t *testing.T) {
 	}
 	ledgerHolds(t, p, 3, "")
 	before := len(shared())
-	code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=1", "")
-	if code != http.StatusCreated {
-		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
-	}
-	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
+	path, redriveID := startRedrive(t, p.base, "queue=probe.slow&canary=1")
 	rd := redriveIn(t, path, "done", 60*time.Second)
 	if c := rd["counters"].(map[string]any); c["handled"] != 3.0 {
 		t.Errorf("re-drive %v, want 3 handled", rd)
@@ -97,7 +89,7 @@ func TestARedriveOnKafka(t *testing.T) {
 			t.Errorf("event %s has %d effects after the re-drive, want 1", id, n)
 		}
 	}
-	if got := redriven(); len(got) != 3 || header(got[0], "moenda-redrive-id") != fmt.Sprint(body["id"]) {
+	if got := redriven(); len(got) != 3 || header(got[0], "moenda-redrive-id") != fmt.Sprint(redriveID) {
 		t.Errorf("%d records on probe.slow.redrive, want the 3 re-driven with their re-drive's id", len(got))
 	}
 	if n := len(shared()); n != before {
@@ -322,11 +314,7 @@ func TestARedriveOfFiveThousand(t *testing.T) {
 	if code != http.StatusOK || plan["send"] != float64(n) {
 		t.Fatalf("plan = %d %v", code, plan)
 	}
-	code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=5&rate=200", "")
-	if code != http.StatusCreated {
-		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
-	}
-	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
+	path, _ := startRedrive(t, p.base, "queue=probe.slow&canary=5&rate=200")
 	start := time.Now()
 	rd := redriveIn(t, path, "done", 180*time.Second)
 	t.Logf("5,000 re-driven, canary of 5 then 200/s: %.0f/s over the whole re-drive", n/time.Since(start).Seconds())
@@ -365,11 +353,7 @@ func TestARedriveToTheOriginalExchange(t *testing.T) {
 		ids = append(ids, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4}))
 	}
 	ledgerHolds(t, p, 2, "")
-	code, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&to=original-exchange", "")
-	if code != http.StatusCreated {
-		t.Fatalf("POST /v1/admin/redrives = %d %v", code, body)
-	}
-	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
+	path, _ := startRedrive(t, p.base, "queue=probe.slow&to=original-exchange")
 	rd := redriveIn(t, path, "done", 60*time.Second)
 	if c := rd["counters"].(map[string]any); c["handled"] != 2.0 || rd["to"] != "original-exchange" {
 		t.Errorf("re-drive %v, want 2 handled, to the original exchange", rd)
@@ -414,4 +398,15 @@ func redriveIn(t *testing.T, url, state string, within time.Duration) map[string
 		return rd["state"] == state
 	})
 	return rd
+}
+
+// startRedrive starts a re-drive of query at base, and returns its URL
+// and id.
+func startRedrive(t *testing.T, base, query string) (url string, id any) {
+	t.Helper()
+	code, body := call(t, "POST", base+"/v1/admin/redrives?"+query, "")
+	if code != http.StatusCreated {
+		t.Fatalf("POST /v1/admin/redrives?%s = %d %v", query, code, body)
+	}
+	return fmt.Sprintf("%s/v1/admin/redrives/%v", base, body["id"]), body["id"]
 }
