@@ -46,7 +46,8 @@ func TestAGroupTakesAComment(t *testing.T) {
 		{"too long", admin, path, `{"comment":"` + long + `"}`, http.StatusBadRequest, `"a comment is at most 2000 characters, this one is 2001`},
 		{"no comment", admin, path, `{}`, http.StatusBadRequest, `"comment is required`},
 		{"a misspelt field", admin, path, `{"coment":"x"}`, http.StatusBadRequest, `coment`},
-		{"a group with no failures", admin, "/v1/admin/failures/groups/0000000000000000/comment", `{"comment":"x"}`, http.StatusNotFound, `"no failure of group \"0000000000000000\" in the ledger`},
+		{"a group with no failures", admin, "/v1/admin/failures/groups/0000000000000000/comment", `{"comment":"x"}`, http.StatusNotFound, `"no failure of group 0000000000000000 in the ledger`},
+		{"not a fingerprint", admin, "/v1/admin/failures/groups/%00x/comment", `{"comment":"x"}`, http.StatusBadRequest, `"group \"\\x00x\" is not a fingerprint: 16 hex digits`},
 	} {
 		resp, raw := send(t, "PUT", p.base+c.path, c.body, bearer(c.token))
 		if resp.StatusCode != c.code || !strings.Contains(string(raw), c.want) {
@@ -114,6 +115,7 @@ func TestAGroupTakesAComment(t *testing.T) {
 	want := []string{
 		"cli:tester failures.comment done ",
 		"cli:tester failures.comment done back at 10:40; re-drive",
+		"ana failures.comment failed <nil>",
 		"ana failures.comment failed <nil>",
 		"ana failures.comment failed <nil>",
 		"ana failures.comment done stock service down; INC-231",

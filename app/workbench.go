@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -124,15 +125,21 @@ type groupComment struct {
 func (b *workbench) comment(ctx context.Context, caller Caller, fingerprint, text string) (out groupComment, err error) {
 	out.Group = fingerprint
 	text = strings.TrimSpace(text)
+	named := fingerprint
+	if !failures.IsFingerprint(fingerprint) { // as the audit can keep it, whatever came in the path
+		named = handlers.Cut(strconv.QuoteToASCII(fingerprint), 64)
+	}
 	defer func() {
 		outcome, detail := audit.Done, map[string]any{"comment": text, "cleared": text == ""}
 		if err != nil {
 			outcome, detail = audit.Failed, map[string]any{"error": err.Error()}
 		}
 		b.record(ctx, audit.Entry{Actor: caller.Name, Role: caller.Role, Action: "failures.comment",
-			Selection: map[string]string{"group": fingerprint}, Outcome: outcome, Detail: detail})
+			Selection: map[string]string{"group": named}, Outcome: outcome, Detail: detail})
 	}()
 	switch n := utf8.RuneCountInString(text); {
+	case !failures.IsFingerprint(fingerprint):
+		return out, invalid("group %s is not a fingerprint: 16 hex digits, as moenda failures groups prints them", named)
 	case n > failures.MaxComment:
 		return out, invalid("a comment is at most %d characters, this one is %d: say what the cause is and link the rest", failures.MaxComment, n)
 	case !utf8.ValidString(text) || strings.ContainsRune(text, 0):
@@ -140,7 +147,7 @@ func (b *workbench) comment(ctx context.Context, caller Caller, fingerprint, tex
 	}
 	out.Comment, err = b.ledger.SetComment(ctx, fingerprint, text, caller.Name)
 	if errors.Is(err, failures.ErrNotFound) {
-		return out, handlers.NewError(handlers.ErrNotFound, fmt.Sprintf("no failure of group %q in the ledger: a comment notes a group it holds (see moenda failures groups)", handlers.Cut(fingerprint, 64)))
+		return out, handlers.NewError(handlers.ErrNotFound, fmt.Sprintf("no failure of group %s in the ledger: a comment notes a group it holds (see moenda failures groups)", fingerprint))
 	}
 	return out, err
 }

@@ -555,3 +555,14 @@ func TestParseGroupBy(t *testing.T) {
 		t.Error(`ParseGroupBy("Queue") = nil error`)
 	}
 }
+
+func TestIsFingerprint(t *testing.T) {
+	if fp := failures.Fingerprint("h", "r", "boom"); !failures.IsFingerprint(fp) {
+		t.Errorf("IsFingerprint(%q) = false for a fingerprint", fp)
+	}
+	for _, s := range []string{"", "0123456789abcde", "0123456789abcdef0", "0123456789ABCDEF", "0123456789abcdeg", "../../../etc/pas"} {
+		if failures.IsFingerprint(s) {
+			t.Errorf("IsFingerprint(%q) = true", s)
+		}
+	}
+}
