@@ -124,7 +124,7 @@ func TestViewersReadAndAdminsAct(t *testing.T) {
 	}
 	for token, want := range map[string]string{
 		viewer: `{"actions":[],"auth":true,"name":"viewer-` + hashOf(viewer)[:8] + `","role":"viewer"}`,
-		admin:  `{"actions":["failures.archive","failures.delete","failures.unarchive","outbox.republish","redrive.cancel","redrive.pause","redrive.resume","redrive.start"],"auth":true,"name":"ana","role":"admin"}`,
+		admin:  `{"actions":["failures.archive","failures.comment","failures.delete","failures.unarchive","outbox.republish","redrive.cancel","redrive.pause","redrive.resume","redrive.start"],"auth":true,"name":"ana","role":"admin"}`,
 	} {
 		if resp, raw := send(t, "GET", p.base+"/v1/admin/me", "", bearer(token)); resp.StatusCode != 200 || strings.TrimSpace(string(raw)) != want {
 			t.Errorf("GET /v1/admin/me = %d %s, want %s", resp.StatusCode, raw, want)

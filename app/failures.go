@@ -139,7 +139,8 @@ func (p *Platform) pruneFailures(ctx context.Context) {
 // failureRoutes mounts the failure ledger's endpoints under /v1/admin.
 func (p *Platform) failureRoutes(r chi.Router) {
 	r.Get("/failures", httpjson.Param(p.logger, http.StatusOK, failureQuery, p.listFailures))
-	r.Get("/failures/groups", httpjson.Param(p.logger, http.StatusOK, failureFilterOnly, p.failureGroups))
+	r.Get("/failures/groups", httpjson.Param(p.logger, http.StatusOK, groupQuery, p.failureGroups))
+	r.Put("/failures/groups/{fingerprint}/comment", httpjson.ParamCommand(p.logger, http.StatusOK, fingerprintParam, p.commentRoute))
 	for name := range failureActions {
 		r.Post("/"+strings.ReplaceAll(name, ".", "/"), p.failureActionRoute(name))
 	}
@@ -178,12 +179,64 @@ func (p *Platform) listFailures(ctx context.Context, s failureSelection) (failur
 	return out, nil
 }
 
-func (p *Platform) failureGroups(ctx context.Context, f failures.Filter) (map[string][]failures.Group, error) {
-	gs, err := p.workbench.ledger.Groups(ctx, f)
+// groupSelection is a filter and the key of the groups, as a request
+// gives them.
+type groupSelection struct {
+	filter failures.Filter
+	by     failures.GroupBy
+}
+
+// groupList is an answer of GET /v1/admin/failures/groups.
+type groupList struct {
+	By     failures.GroupBy `json:"by"`
+	Groups []failures.Group `json:"groups"`
+}
+
+func (p *Platform) failureGroups(ctx context.Context, s groupSelection) (groupList, error) {
+	gs, err := p.workbench.ledger.Groups(ctx, s.filter, s.by)
 	if gs == nil {
 		gs = []failures.Group{}
 	}
-	return map[string][]failures.Group{"groups": gs}, err
+	return groupList{By: s.by, Groups: gs}, err
+}
+
+// groupQuery reads a filter and by (cause unless given).
+func groupQuery(r *http.Request) (groupSelection, error) {
+	q, err := httpjson.Query(r, append(slices.Clone(filterParams), "by")...)
+	if err != nil {
+		return groupSelection{}, err
+	}
+	return readGroupSelection(q)
+}
+
+// readGroupSelection reads the filter parameters of q and by.
+func readGroupSelection(q map[string]string) (groupSelection, error) {
+	f, err := readFilter(q)
+	by, berr := failures.ParseGroupBy(q["by"])
+	if berr != nil {
+		err = errors.Join(err, invalid("%v", berr))
+	}
+	return groupSelection{filter: f, by: by}, err
+}
+
+// fingerprintParam reads a group's fingerprint from the path.
+func fingerprintParam(r *http.Request) (string, error) {
+	return chi.URLParam(r, "fingerprint"), nil
+}
+
+// commentCommand is the body of PUT .../groups/{fingerprint}/comment.
+type commentCommand struct {
+	// Comment is required: an empty one clears the group's.
+	Comment *string `json:"comment"`
+}
+
+// commentRoute answers PUT /v1/admin/failures/groups/{fingerprint}/comment
+// with the group and its comment (null once cleared).
+func (p *Platform) commentRoute(ctx context.Context, fingerprint string, c commentCommand) (groupComment, error) {
+	if c.Comment == nil {
+		return groupComment{}, invalid(`comment is required: {"comment": "..."}; an empty one clears the group's`)
+	}
+	return p.workbench.comment(ctx, CallerOf(ctx), fingerprint, *c.Comment)
 }
 
 func (p *Platform) showFailure(ctx context.Context, id int64) (failures.Failure, error) {

@@ -52,13 +52,18 @@ func addSelectionFlags(cmd *cobra.Command) selectionFlags {
 // filter reads the flags given as GET /v1/admin/failures reads its
 // parameters.
 func (s selectionFlags) filter() (failures.Filter, error) {
+	return readFilter(s.params())
+}
+
+// params are the flags given, by the query parameters they stand for.
+func (s selectionFlags) params() map[string]string {
 	q := map[string]string{}
 	for param, v := range s {
 		if *v != "" {
 			q[param] = *v
 		}
 	}
-	return readFilter(q)
+	return q
 }
 
 // failuresCommand is `failures list|groups|show`: the ledger read over the
@@ -98,20 +103,23 @@ func (c *cli) failuresCommand() *cobra.Command {
 	groups := &cobra.Command{Use: "groups", Short: "list the groups of the failures the flags select, the largest first", Args: cobra.NoArgs}
 	gsel := addSelectionFlags(groups)
 	gJSON := groups.Flags().Bool("json", false, "print each group as a line of JSON")
+	by := groups.Flags().String("by", "cause", "group by `KEY`: cause (a fingerprint, with its comment), queue, event_type or reason")
 	groups.RunE = c.withConfig(func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
-		f, err := gsel.filter()
+		q := gsel.params()
+		q["by"] = *by
+		s, err := readGroupSelection(q)
 		if err != nil {
 			return err
 		}
 		return withLedger(ctx, cfg, stderr, func(l failures.Ledger) error {
-			gs, err := l.Groups(ctx, f)
+			gs, err := l.Groups(ctx, s.filter, s.by)
 			if err != nil {
 				return err
 			}
 			if *gJSON {
 				return jsonLines(stdout, gs)
 			}
-			return writeGroups(stdout, gs)
+			return writeGroups(stdout, s.by, gs)
 		})
 	})
 
@@ -134,7 +142,7 @@ func (c *cli) failuresCommand() *cobra.Command {
 			})
 		})(cmd, args)
 	}
-	cmds := []*cobra.Command{list, groups, show, c.failureEditCommand()}
+	cmds := []*cobra.Command{list, groups, show, c.failureCommentCommand(), c.failureEditCommand()}
 	for _, a := range []struct{ name, short string }{
 		{"archive", "hide the unresolved failures the flags select from the default views; kept for failures.retention"},
 		{"unarchive", "make the archived failures the flags select unresolved again"},
@@ -173,6 +181,34 @@ func (c *cli) failureActionCommand(name, short string) *cobra.Command {
 			return err
 		})
 	})
+	return cmd
+}
+
+// failureCommentCommand is `failures comment GROUP --text TEXT`: the
+// comment API's, over the same code, recorded in the audit as done by
+// cli:$USER.
+func (c *cli) failureCommentCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "comment GROUP --text TEXT", Short: "note the cause on a group of failures (--text '' clears it)", Args: cobra.ExactArgs(1)}
+	text := cmd.Flags().String("text", "", fmt.Sprintf("the comment: `TEXT` of %d characters at most; empty clears it", failures.MaxComment))
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if !cmd.Flags().Changed("text") {
+			return errors.New("--text TEXT is required: the comment, or --text '' to clear it")
+		}
+		return c.withConfig(func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
+			return withWorkbench(ctx, cfg, stderr, func(b *workbench) error {
+				out, err := b.comment(ctx, c.caller(), args[0], *text)
+				if err != nil {
+					return err
+				}
+				if out.Comment == nil {
+					_, err = fmt.Fprintf(stdout, "group %s: comment cleared\n", out.Group)
+				} else {
+					_, err = fmt.Fprintf(stdout, "group %s: comment set by %s\n", out.Group, out.Comment.By)
+				}
+				return err
+			})
+		})(cmd, args)
+	}
 	return cmd
 }
 
@@ -317,11 +353,23 @@ func writeFailures(w io.Writer, fs []failures.Failure) error {
 	})
 }
 
-// writeGroups prints groups as a table, one a line.
-func writeGroups(w io.Writer, gs []failures.Group) error {
-	return writeRows(w, []string{"GROUP", "COUNT", "HANDLER", "REASON", "QUEUES", "FIRST", "LAST", "ERROR"}, gs, func(g failures.Group) []string {
-		return []string{g.Fingerprint, strconv.Itoa(g.Count), orDash(g.Handler), g.Reason, strings.Join(g.Queues, ","),
-			g.FirstFailureAt.Format(time.RFC3339), g.LastFailureAt.Format(time.RFC3339), oneLine(g.Error, 80)}
+// writeGroups prints groups by by as a table, one a line: a cause's
+// with its handler, reason, error and comment; another's under its key.
+func writeGroups(w io.Writer, by failures.GroupBy, gs []failures.Group) error {
+	if by == failures.ByCause {
+		return writeRows(w, []string{"GROUP", "COUNT", "HANDLER", "REASON", "QUEUES", "FIRST", "LAST", "ERROR", "COMMENT"}, gs, func(g failures.Group) []string {
+			comment := "-"
+			if g.Comment != nil {
+				comment = oneLine(g.Comment.Text, 60) + " (" + g.Comment.By + ")"
+			}
+			return []string{g.Fingerprint, strconv.Itoa(g.Count), orDash(g.Handler), g.Reason, strings.Join(g.Queues, ","),
+				g.FirstFailureAt.Format(time.RFC3339), g.LastFailureAt.Format(time.RFC3339), oneLine(g.Error, 80), comment}
+		})
+	}
+	head := map[failures.GroupBy]string{failures.ByQueue: "QUEUE", failures.ByEventType: "TYPE", failures.ByReason: "REASON"}[by]
+	return writeRows(w, []string{head, "COUNT", "QUEUES", "TYPES", "FIRST", "LAST"}, gs, func(g failures.Group) []string {
+		return []string{orDash(g.Key), strconv.Itoa(g.Count), strings.Join(g.Queues, ","), strings.Join(g.EventNames, ","),
+			g.FirstFailureAt.Format(time.RFC3339), g.LastFailureAt.Format(time.RFC3339)}
 	})
 }
 

@@ -3,11 +3,15 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/redrive"
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/httpjson"
 )
@@ -107,6 +112,46 @@ func (b *workbench) act(ctx context.Context, caller Caller, name string, params 
 	return len(ids), changed, err
 }
 
+// groupComment is a cause group's comment after a change: nil once
+// cleared.
+type groupComment struct {
+	Group   string            `json:"group"`
+	Comment *failures.Comment `json:"comment"`
+}
+
+// comment sets the comment on the cause group fingerprint as caller, or
+// clears it when text is empty (or blank), and records it in the audit,
+// with the text, refused or not.
+func (b *workbench) comment(ctx context.Context, caller Caller, fingerprint, text string) (out groupComment, err error) {
+	out.Group = fingerprint
+	text = strings.TrimSpace(text)
+	named := fingerprint
+	if !failures.IsFingerprint(fingerprint) { // as the audit can keep it, whatever came in the path
+		named = handlers.Cut(strconv.QuoteToASCII(fingerprint), 64)
+	}
+	defer func() {
+		outcome, detail := audit.Done, map[string]any{"comment": text, "cleared": text == ""}
+		if err != nil {
+			outcome, detail = audit.Failed, map[string]any{"error": err.Error()}
+		}
+		b.record(ctx, audit.Entry{Actor: caller.Name, Role: caller.Role, Action: "failures.comment",
+			Selection: map[string]string{"group": named}, Outcome: outcome, Detail: detail})
+	}()
+	switch n := utf8.RuneCountInString(text); {
+	case !failures.IsFingerprint(fingerprint):
+		return out, invalid("group %s is not a fingerprint: 16 hex digits, as moenda failures groups prints them", named)
+	case n > failures.MaxComment:
+		return out, invalid("a comment is at most %d characters, this one is %d: say what the cause is and link the rest", failures.MaxComment, n)
+	case !utf8.ValidString(text) || strings.ContainsRune(text, 0):
+		return out, invalid("a comment must be UTF-8 text without NUL characters")
+	}
+	out.Comment, err = b.ledger.SetComment(ctx, fingerprint, text, caller.Name)
+	if errors.Is(err, failures.ErrNotFound) {
+		return out, handlers.NewError(handlers.ErrNotFound, fmt.Sprintf("no failure of group %s in the ledger: a comment notes a group it holds (see moenda failures groups)", fingerprint))
+	}
+	return out, err
+}
+
 // record adds e to the audit, with the correlation id of ctx. An entry
 // the audit does not take is logged whole instead, so the action is
 // never lost from view.
@@ -172,7 +217,7 @@ func auditQuery(r *http.Request) (audit.Filter, int64, int, error) {
 // (failures.allow_edit).
 func allActions(edit bool) []string {
 	names := append(slices.Collect(maps.Keys(adminActions)), slices.Collect(maps.Keys(failureActions))...)
-	names = append(names, "redrive.start")
+	names = append(names, "redrive.start", "failures.comment")
 	if edit {
 		names = append(names, "failures.edit")
 	}

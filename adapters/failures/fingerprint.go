@@ -46,3 +46,17 @@ func Fingerprint(handler, reason, errText string) string {
 	sum := sha256.Sum256([]byte(handler + "\x00" + reason + "\x00" + Normalise(errText)))
 	return hex.EncodeToString(sum[:8])
 }
+
+// IsFingerprint says whether s has the shape Fingerprint gives: 16
+// lower-case hex digits.
+func IsFingerprint(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

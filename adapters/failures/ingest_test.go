@@ -177,7 +177,7 @@ func TestIngestEmptiesRabbitMQsDeadLetterQueues(t *testing.T) {
 	if got[0].Reason != "rejected" || got[0].FailedQueue != queue || got[0].Error != "dead-lettered by the broker: rejected at queue "+queue {
 		t.Errorf("the broker's dead letter: %+v", got[0])
 	}
-	groups, err := l.Groups(context.Background(), failures.Filter{Reason: event.ReasonRetriesExhausted})
+	groups, err := l.Groups(context.Background(), failures.Filter{Reason: event.ReasonRetriesExhausted}, failures.ByCause)
 	if err != nil || len(groups) != 1 || groups[0].Count != deadLetters {
 		t.Errorf("Groups = %+v, %v; want one group of %d", groups, err, deadLetters)
 	}

@@ -3,6 +3,7 @@ package failures
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -25,9 +26,15 @@ type Ledger interface {
 	List(ctx context.Context, f Filter, page Page) ([]Failure, error)
 	// Get returns one failure whole, or ErrNotFound.
 	Get(ctx context.Context, id int64) (Failure, error)
-	// Groups returns the groups of the failures f selects, the largest
-	// first.
-	Groups(ctx context.Context, f Filter) ([]Group, error)
+	// Groups returns the groups of the failures f selects, by by (by
+	// cause when empty), the largest first. Cause groups carry their
+	// comment.
+	Groups(ctx context.Context, f Filter, by GroupBy) ([]Group, error)
+	// SetComment sets the operator's comment on the cause group
+	// fingerprint, as who, and returns it; empty text clears it (nil).
+	// ErrNotFound when no failure has that fingerprint: a comment is a
+	// note on failures the ledger holds.
+	SetComment(ctx context.Context, fingerprint, text, who string) (*Comment, error)
 	// Mark sets the status of the failures ids that are in status from,
 	// and returns how many it changed: archiving takes unresolved ones, a
 	// re-drive those it sends.
@@ -135,8 +142,65 @@ func (p Page) limit() int {
 	return p.Limit
 }
 
-// Group is the failures that share a fingerprint.
+// GroupBy is what groups are keyed by.
+type GroupBy string
+
+// The keys of groups: the cause (the fingerprint), or one column.
+const (
+	ByCause     GroupBy = "cause"
+	ByQueue     GroupBy = "queue"
+	ByEventType GroupBy = "event_type"
+	ByReason    GroupBy = "reason"
+)
+
+// GroupBys are the accepted keys, the default first.
+var GroupBys = []GroupBy{ByCause, ByQueue, ByEventType, ByReason}
+
+// ParseGroupBy reads a key of groups; empty is ByCause.
+func ParseGroupBy(s string) (GroupBy, error) {
+	if s == "" {
+		return ByCause, nil
+	}
+	if by := GroupBy(s); slices.Contains(GroupBys, by) {
+		return by, nil
+	}
+	return "", fmt.Errorf("by must be cause, queue, event_type or reason, got %q", s)
+}
+
+// key is what x is grouped under by by.
+func (by GroupBy) key(x Failure) string {
+	switch by {
+	case ByQueue:
+		return x.FailedQueue
+	case ByEventType:
+		return x.EventName
+	case ByReason:
+		return x.Reason
+	default:
+		return x.Fingerprint
+	}
+}
+
+// MaxComment bounds a comment, in characters: a note on a cause (an
+// incident, who is on it), not a report.
+const MaxComment = 2000
+
+// Comment is an operator's note on a cause group: who wrote it, and when.
+// It is kept by fingerprint, apart from the failures, so that a cause
+// that comes back after its failures were pruned comes back with it.
+type Comment struct {
+	Text string    `json:"text"`
+	By   string    `json:"by"`
+	At   time.Time `json:"at"`
+}
+
+// Group is the failures that share a key: a fingerprint (a cause), or a
+// queue, event type or reason (see GroupBy).
 type Group struct {
+	// Key is what the group shares: the fingerprint of a cause group.
+	Key string `json:"key"`
+	// Fingerprint, Handler, Reason and Error are a cause group's; a
+	// group by reason has its Reason too.
 	Fingerprint string `json:"fingerprint"`
 	Handler     string `json:"handler"`
 	Reason      string `json:"reason"`
@@ -149,6 +213,8 @@ type Group struct {
 	// the group, sorted.
 	Queues     []string `json:"queues"`
 	EventNames []string `json:"event_names"`
+	// Comment is a cause group's operator's note; nil when it has none.
+	Comment *Comment `json:"comment"`
 }
 
 // match says whether f selects x: the memory ledger's form of the

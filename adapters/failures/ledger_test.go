@@ -217,7 +217,7 @@ func TestThreeCausesFormThreeGroups(t *testing.T) {
 			fs = append(fs, failure(q, i, text))
 		}
 		record(t, l, fs...)
-		groups, err := l.Groups(context.Background(), failures.Filter{})
+		groups, err := l.Groups(context.Background(), failures.Filter{}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,4 +412,157 @@ func TestAnEditKeepsTheOriginalLinked(t *testing.T) {
 			t.Errorf("a new dead letter of the event once both are gone = %d rows, want 1", n)
 		}
 	})
+}
+
+// A cause group carries its operator's comment, kept by fingerprint:
+// set, replaced, cleared by empty text; a fingerprint no failure has
+// takes none.
+func TestACommentNotesACauseGroup(t *testing.T) {
+	onEveryLedger(t, func(t *testing.T, l failures.Ledger) {
+		ctx := context.Background()
+		a, b := failure("alpha", 1, "boom"), failure("beta", 2, "bang")
+		record(t, l, a, b)
+		comment := func(fp string) *failures.Comment {
+			t.Helper()
+			gs, err := l.Groups(ctx, failures.Filter{}, failures.ByCause)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range gs {
+				if g.Key != g.Fingerprint {
+					t.Errorf("a cause group's key %q is not its fingerprint %q", g.Key, g.Fingerprint)
+				}
+				if g.Fingerprint == fp {
+					return g.Comment
+				}
+			}
+			t.Fatalf("no group %s in %+v", fp, gs)
+			return nil
+		}
+		if c := comment(a.Fingerprint); c != nil {
+			t.Errorf("a group never noted has the comment %+v", c)
+		}
+		set, err := l.SetComment(ctx, a.Fingerprint, "stock service down; INC-231", "ana")
+		if err != nil || set == nil || set.Text != "stock service down; INC-231" || set.By != "ana" || set.At.IsZero() {
+			t.Fatalf("SetComment = %+v, %v", set, err)
+		}
+		if c := comment(a.Fingerprint); c == nil || *c != *set {
+			t.Errorf("the group's comment = %+v, want %+v", c, set)
+		}
+		if c := comment(b.Fingerprint); c != nil {
+			t.Errorf("the other group has the comment %+v", c)
+		}
+		if c, err := l.SetComment(ctx, a.Fingerprint, "back at 10:40", "rui"); err != nil || c.Text != "back at 10:40" || c.By != "rui" {
+			t.Fatalf("SetComment again = %+v, %v", c, err)
+		}
+		if c := comment(a.Fingerprint); c == nil || c.Text != "back at 10:40" || c.By != "rui" {
+			t.Errorf("the replaced comment = %+v", c)
+		}
+		gs, err := l.Groups(ctx, failures.Filter{}, failures.ByQueue)
+		if err != nil || len(gs) != 2 || gs[0].Comment != nil || gs[1].Comment != nil {
+			t.Errorf("groups by queue = %+v, %v; want two, without comments: a comment is a cause's", gs, err)
+		}
+		if c, err := l.SetComment(ctx, a.Fingerprint, "", "rui"); err != nil || c != nil {
+			t.Fatalf("SetComment of empty text = %+v, %v; want nil: cleared", c, err)
+		}
+		if c := comment(a.Fingerprint); c != nil {
+			t.Errorf("the cleared comment = %+v", c)
+		}
+		if _, err := l.SetComment(ctx, a.Fingerprint, "", "rui"); err != nil {
+			t.Errorf("clearing no comment = %v, want nil", err)
+		}
+		for _, text := range []string{"note", ""} {
+			if c, err := l.SetComment(ctx, "0000000000000000", text, "ana"); !errors.Is(err, failures.ErrNotFound) || c != nil {
+				t.Errorf("SetComment %q on a fingerprint no failure has = %+v, %v; want ErrNotFound", text, c, err)
+			}
+		}
+	})
+}
+
+// Groups by queue, event type and reason count what each key holds, with
+// its first and last failure, queues and event types, the largest first;
+// both ledgers alike.
+func TestGroupsByEachKey(t *testing.T) {
+	onEveryLedger(t, func(t *testing.T, l failures.Ledger) {
+		ctx := context.Background()
+		var fs []failures.Failure
+		for i := range 6 {
+			fs = append(fs, failure([]string{"alpha", "beta", "alpha"}[i%3], i, "boom"))
+		}
+		fs[1].EventName, fs[5].EventName = "demo.b.v1", "demo.b.v1"
+		fs[2].Reason, fs[2].Fingerprint = "decode_error", failures.Fingerprint(fs[2].Handler, "decode_error", fs[2].Error)
+		record(t, l, fs...)
+		type row struct {
+			key, reason    string
+			count          int
+			first, last    int
+			queues, events []string
+		}
+		for _, c := range []struct {
+			by   failures.GroupBy
+			want []row
+		}{
+			{failures.ByQueue, []row{
+				{"alpha", "", 4, 0, 5, []string{"alpha"}, []string{"demo.a.v1", "demo.b.v1"}},
+				{"beta", "", 2, 1, 4, []string{"beta"}, []string{"demo.a.v1", "demo.b.v1"}},
+			}},
+			{failures.ByEventType, []row{
+				{"demo.a.v1", "", 4, 0, 4, []string{"alpha", "beta"}, []string{"demo.a.v1"}},
+				{"demo.b.v1", "", 2, 1, 5, []string{"alpha", "beta"}, []string{"demo.b.v1"}},
+			}},
+			{failures.ByReason, []row{
+				{"retries_exhausted", "retries_exhausted", 5, 0, 5, []string{"alpha", "beta"}, []string{"demo.a.v1", "demo.b.v1"}},
+				{"decode_error", "decode_error", 1, 2, 2, []string{"alpha"}, []string{"demo.a.v1"}},
+			}},
+		} {
+			gs, err := l.Groups(ctx, failures.Filter{}, c.by)
+			if err != nil {
+				t.Fatalf("by %s: %v", c.by, err)
+			}
+			var got []row
+			for _, g := range gs {
+				got = append(got, row{g.Key, g.Reason, g.Count, int(g.FirstFailureAt.Sub(t0) / time.Second), int(g.LastFailureAt.Sub(t0) / time.Second), g.Queues, g.EventNames})
+				if g.Fingerprint != "" || g.Handler != "" || g.Error != "" || g.Comment != nil {
+					t.Errorf("by %s: group %+v has a cause's fields", c.by, g)
+				}
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("by %s:\n%+v\nwant\n%+v", c.by, got, c.want)
+			}
+		}
+		// The filter selects before grouping.
+		gs, err := l.Groups(ctx, failures.Filter{FailedQueue: "beta"}, failures.ByReason)
+		if err != nil || len(gs) != 1 || gs[0].Key != "retries_exhausted" || gs[0].Count != 2 {
+			t.Errorf("beta's groups by reason = %+v, %v", gs, err)
+		}
+		if gs, err := l.Groups(ctx, failures.Filter{}, failures.ByCause); err != nil || len(gs) != 3 || gs[0].Count != 3 || gs[1].Count != 2 || gs[2].Count != 1 {
+			t.Errorf("groups by cause = %+v, %v; want 3, of 3, 2 and 1 (a handler each, and a reason apart)", gs, err)
+		}
+		if _, err := l.Groups(ctx, failures.Filter{}, "handler"); err == nil || err.Error() != `by must be cause, queue, event_type or reason, got "handler"` {
+			t.Errorf("groups by handler = %v", err)
+		}
+	})
+}
+
+func TestParseGroupBy(t *testing.T) {
+	for in, want := range map[string]failures.GroupBy{"": failures.ByCause, "cause": failures.ByCause, "queue": failures.ByQueue,
+		"event_type": failures.ByEventType, "reason": failures.ByReason} {
+		if got, err := failures.ParseGroupBy(in); err != nil || got != want {
+			t.Errorf("ParseGroupBy(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := failures.ParseGroupBy("Queue"); err == nil {
+		t.Error(`ParseGroupBy("Queue") = nil error`)
+	}
+}
+
+func TestIsFingerprint(t *testing.T) {
+	if fp := failures.Fingerprint("h", "r", "boom"); !failures.IsFingerprint(fp) {
+		t.Errorf("IsFingerprint(%q) = false for a fingerprint", fp)
+	}
+	for _, s := range []string{"", "0123456789abcde", "0123456789abcdef0", "0123456789ABCDEF", "0123456789abcdeg", "../../../etc/pas"} {
+		if failures.IsFingerprint(s) {
+			t.Errorf("IsFingerprint(%q) = true", s)
+		}
+	}
 }

@@ -20,14 +20,15 @@ const pruned Status = "pruned"
 type Memory struct {
 	now func() time.Time
 
-	mu    sync.Mutex
-	rows  []Failure // by id, the first being 1
-	byKey map[[2]string]int64
+	mu       sync.Mutex
+	rows     []Failure // by id, the first being 1
+	byKey    map[[2]string]int64
+	comments map[string]Comment // by fingerprint
 }
 
 // NewMemory returns an empty ledger whose record times are now's.
 func NewMemory(now func() time.Time) *Memory {
-	return &Memory{now: now, byKey: map[[2]string]int64{}}
+	return &Memory{now: now, byKey: map[[2]string]int64{}, comments: map[string]Comment{}}
 }
 
 // Record implements Ledger.
@@ -221,25 +222,39 @@ func (l *Memory) Prune(_ context.Context, cutoff time.Time, batch int) (int, err
 }
 
 // Groups implements Ledger.
-func (l *Memory) Groups(_ context.Context, f Filter) ([]Group, error) {
+func (l *Memory) Groups(_ context.Context, f Filter, by GroupBy) ([]Group, error) {
+	by, err := ParseGroupBy(string(by))
+	if err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	type key struct{ fingerprint, handler, reason string }
-	byKey := map[key]*Group{}
+	byKey := map[string]*Group{}
 	var out []*Group
 	for _, x := range l.rows { // by id: the last seen is the latest
 		if !f.match(x) {
 			continue
 		}
-		k := key{x.Fingerprint, x.Handler, x.Reason}
+		k := by.key(x)
 		g := byKey[k]
 		if g == nil {
-			g = &Group{Fingerprint: x.Fingerprint, Handler: x.Handler, Reason: x.Reason, FirstFailureAt: x.FirstFailureAt, LastFailureAt: x.LastFailureAt}
+			g = &Group{Key: k, FirstFailureAt: x.FirstFailureAt, LastFailureAt: x.LastFailureAt}
+			switch by {
+			case ByCause:
+				g.Fingerprint, g.Handler, g.Reason = x.Fingerprint, x.Handler, x.Reason
+				if c, ok := l.comments[x.Fingerprint]; ok {
+					g.Comment = &c
+				}
+			case ByReason:
+				g.Reason = x.Reason
+			}
 			byKey[k] = g
 			out = append(out, g)
 		}
 		g.Count++
-		g.Error = Normalise(x.Error)
+		if by == ByCause {
+			g.Error = Normalise(x.Error)
+		}
 		g.FirstFailureAt = minTime(g.FirstFailureAt, x.FirstFailureAt)
 		if x.LastFailureAt.After(g.LastFailureAt) {
 			g.LastFailureAt = x.LastFailureAt
@@ -258,9 +273,25 @@ func (l *Memory) Groups(_ context.Context, f Filter) ([]Group, error) {
 		groups[i] = *g
 	}
 	slices.SortFunc(groups, func(a, b Group) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), b.LastFailureAt.Compare(a.LastFailureAt), cmp.Compare(a.Fingerprint, b.Fingerprint))
+		return cmp.Or(cmp.Compare(b.Count, a.Count), b.LastFailureAt.Compare(a.LastFailureAt), cmp.Compare(a.Key, b.Key))
 	})
 	return groups, nil
+}
+
+// SetComment implements Ledger.
+func (l *Memory) SetComment(_ context.Context, fingerprint, text, who string) (*Comment, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.ContainsFunc(l.rows, func(x Failure) bool { return x.Status != pruned && x.Fingerprint == fingerprint }) {
+		return nil, fmt.Errorf("%w: no failure of group %s", ErrNotFound, fingerprint)
+	}
+	if text == "" {
+		delete(l.comments, fingerprint)
+		return nil, nil
+	}
+	c := Comment{Text: text, By: who, At: l.now().UTC()}
+	l.comments[fingerprint] = c
+	return &c, nil
 }
 
 func minTime(a, b time.Time) time.Time {

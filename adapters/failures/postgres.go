@@ -218,25 +218,88 @@ func (l *Postgres) Get(ctx context.Context, id int64) (Failure, error) {
 	return fs[0], nil
 }
 
+// groupColumns are the columns groups other than a cause's are keyed by.
+var groupColumns = map[GroupBy]string{ByQueue: "failed_queue", ByEventType: "event_name", ByReason: "reason"}
+
 // Groups implements Ledger. The normalised error is not a column: a
-// group's is its latest failure's, normalised here.
-func (l *Postgres) Groups(ctx context.Context, f Filter) ([]Group, error) {
+// cause group's is its latest failure's, normalised here. Keys are
+// ordered byte by byte (COLLATE "C"), as the memory ledger orders them.
+func (l *Postgres) Groups(ctx context.Context, f Filter, by GroupBy) ([]Group, error) {
 	where, args := f.where()
-	return query(ctx, l, "groups", func(row pgx.CollectableRow) (Group, error) {
+	if by == "" || by == ByCause {
+		return query(ctx, l, "groups", func(row pgx.CollectableRow) (Group, error) {
+			var g Group
+			var text, who *string
+			var at *time.Time
+			err := row.Scan(&g.Fingerprint, &g.Handler, &g.Reason, &g.Error, &g.Count, &g.FirstFailureAt, &g.LastFailureAt,
+				&g.Queues, &g.EventNames, &text, &who, &at)
+			if text != nil {
+				g.Comment = &Comment{Text: *text, By: *who, At: at.UTC()}
+			}
+			g.Key = g.Fingerprint
+			return tidy(g), err
+		}, `
+			SELECT g.*, c.comment, c.set_by, c.set_at FROM (
+				SELECT fingerprint, handler, reason, (array_agg(error ORDER BY id DESC))[1], count(*) AS n,
+					min(first_failure_at), max(last_failure_at) AS last, array_agg(DISTINCT failed_queue), array_agg(DISTINCT event_name)
+				FROM moenda_failures WHERE `+strings.Join(where, " AND ")+`
+				GROUP BY fingerprint, handler, reason) g
+			LEFT JOIN moenda_failure_group_comments c USING (fingerprint)
+			ORDER BY g.n DESC, g.last DESC, g.fingerprint COLLATE "C"`, args...)
+	}
+	col, ok := groupColumns[by]
+	if !ok {
+		_, err := ParseGroupBy(string(by))
+		return nil, err
+	}
+	return query(ctx, l, "groups by "+string(by), func(row pgx.CollectableRow) (Group, error) {
 		var g Group
-		err := row.Scan(&g.Fingerprint, &g.Handler, &g.Reason, &g.Error, &g.Count, &g.FirstFailureAt, &g.LastFailureAt,
-			&g.Queues, &g.EventNames)
-		g.Error = Normalise(g.Error)
-		g.FirstFailureAt, g.LastFailureAt = g.FirstFailureAt.UTC(), g.LastFailureAt.UTC()
-		slices.Sort(g.Queues)
-		slices.Sort(g.EventNames)
-		return g, err
+		err := row.Scan(&g.Key, &g.Count, &g.FirstFailureAt, &g.LastFailureAt, &g.Queues, &g.EventNames)
+		if by == ByReason {
+			g.Reason = g.Key
+		}
+		return tidy(g), err
 	}, `
-		SELECT fingerprint, handler, reason, (array_agg(error ORDER BY id DESC))[1], count(*),
-			min(first_failure_at), max(last_failure_at), array_agg(DISTINCT failed_queue), array_agg(DISTINCT event_name)
+		SELECT `+col+`, count(*), min(first_failure_at), max(last_failure_at), array_agg(DISTINCT failed_queue), array_agg(DISTINCT event_name)
 		FROM moenda_failures WHERE `+strings.Join(where, " AND ")+`
-		GROUP BY fingerprint, handler, reason
-		ORDER BY count(*) DESC, max(last_failure_at) DESC, fingerprint`, args...)
+		GROUP BY `+col+`
+		ORDER BY count(*) DESC, max(last_failure_at) DESC, `+col+` COLLATE "C"`, args...)
+}
+
+// tidy is g as both ledgers give it: times in UTC, lists sorted, the
+// error normalised.
+func tidy(g Group) Group {
+	g.Error = Normalise(g.Error)
+	g.FirstFailureAt, g.LastFailureAt = g.FirstFailureAt.UTC(), g.LastFailureAt.UTC()
+	slices.Sort(g.Queues)
+	slices.Sort(g.EventNames)
+	return g
+}
+
+// SetComment implements Ledger, in one statement: the comment is
+// written, or deleted, only when a failure has the fingerprint.
+func (l *Postgres) SetComment(ctx context.Context, fingerprint, text, who string) (*Comment, error) {
+	var found bool
+	var c Comment
+	err := l.pool.QueryRow(ctx, `
+		WITH held AS (SELECT EXISTS (SELECT 1 FROM moenda_failures WHERE fingerprint = $1) AS found),
+		cleared AS (DELETE FROM moenda_failure_group_comments WHERE fingerprint = $1 AND $2 = '' AND (SELECT found FROM held)),
+		set AS (INSERT INTO moenda_failure_group_comments (fingerprint, comment, set_by)
+			SELECT $1, $2, $3 WHERE $2 <> '' AND (SELECT found FROM held)
+			ON CONFLICT (fingerprint) DO UPDATE SET comment = excluded.comment, set_by = excluded.set_by, set_at = now()
+			RETURNING comment, set_by, set_at)
+		SELECT (SELECT found FROM held), coalesce((SELECT comment FROM set), ''), coalesce((SELECT set_by FROM set), ''),
+			coalesce((SELECT set_at FROM set), now())`, fingerprint, text, who).Scan(&found, &c.Text, &c.By, &c.At)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("failures: comment on group %s: %w", fingerprint, err)
+	case !found:
+		return nil, fmt.Errorf("%w: no failure of group %s", ErrNotFound, fingerprint)
+	case text == "":
+		return nil, nil
+	}
+	c.At = c.At.UTC()
+	return &c, nil
 }
 
 // where is f as SQL conditions over its arguments; Filter.match is the
