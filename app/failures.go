@@ -296,15 +296,6 @@ func readTimes(q map[string]string, since, until *time.Time) []error {
 	return errs
 }
 
-// failureFilterOnly reads a filter with no page.
-func failureFilterOnly(r *http.Request) (failures.Filter, error) {
-	q, err := httpjson.Query(r, filterParams...)
-	if err != nil {
-		return failures.Filter{}, err
-	}
-	return readFilter(q)
-}
-
 // readFilter reads the filter parameters of q; a status or a time that
 // cannot be read is an error naming the parameter.
 func readFilter(q map[string]string) (failures.Filter, error) {
