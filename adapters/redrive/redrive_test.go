@@ -40,6 +40,13 @@ func (c *clock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// advance moves Now by d: time spent working.
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 // queues is the broker side of a test: what was sent where, and the
 // consumers' verdicts. A queue in failing fails what it gets again: its
 // dead letter comes back to the ledger, as ingest would bring it.
@@ -51,6 +58,12 @@ type queues struct {
 	handled map[string]bool     // queue + event id
 	failing map[string]bool     // event ids
 	down    bool
+	// clock, when set, stamps each send in at, after work has passed on
+	// it: what a send costs (the marks in the ledger and the store, the
+	// broker's confirm).
+	clock *clock
+	work  time.Duration
+	at    []time.Time
 }
 
 func (q *queues) Redeliver(ctx context.Context, queue string, msg *message.Message) error {
@@ -60,6 +73,10 @@ func (q *queues) Redeliver(ctx context.Context, queue string, msg *message.Messa
 		return fmt.Errorf("the broker is away")
 	}
 	q.sent[queue] = append(q.sent[queue], msg.UUID)
+	if q.clock != nil {
+		q.clock.advance(q.work)
+		q.at = append(q.at, q.clock.Now())
+	}
 	if msg.Metadata.Get(redrive.HeaderRedriveID) == "" || msg.Metadata.Get("moenda-attempts") != "" {
 		q.t.Errorf("copy of %s: headers %v, want a re-drive id and no failure story", msg.UUID, msg.Metadata)
 	}
@@ -112,7 +129,7 @@ func onEveryStore(t *testing.T, n int, test func(t *testing.T, s *stack)) {
 		t.Run(name, func(t *testing.T) {
 			l, st := make(t)
 			s := &stack{ledger: l, store: st, clock: &clock{now: t0}}
-			s.q = &queues{t: t, ledger: l, sent: map[string][]string{}, handled: map[string]bool{}, failing: map[string]bool{}}
+			s.q = &queues{t: t, ledger: l, sent: map[string][]string{}, handled: map[string]bool{}, failing: map[string]bool{}, clock: s.clock}
 			s.runner = &redrive.Runner{Store: st, Ledger: l, Sink: s.q, Handled: s.q.Handled, Clock: s.clock,
 				Poll: time.Second, SettleTimeout: time.Hour, Logger: testenv.Logger()}
 			var fs []failures.Failure
@@ -174,16 +191,61 @@ func TestARedriveStartToFinish(t *testing.T) {
 		if len(resolved) != 6 {
 			t.Errorf("%d failures resolved, want 6", len(resolved))
 		}
-		var paced int
-		for _, w := range s.clock.waits {
-			if w == 5*time.Millisecond {
-				paced++
+		// The canaries, then the rest once they settled: 5ms apart (200/s)
+		// within each.
+		for i, at := range s.q.at {
+			if i == 0 || i == 2 {
+				continue
+			}
+			if gap := at.Sub(s.q.at[i-1]); gap != 5*time.Millisecond {
+				t.Errorf("send %d came %s after the one before, want 5ms (200/s); sends at %v", i, gap, s.q.at)
 			}
 		}
-		if paced != 6 {
-			t.Errorf("waits %v: want one of 5ms (200/s) after each send", s.clock.waits)
-		}
 	})
+}
+
+// The rate holds though each item takes work: the items are due on a
+// schedule, so the work comes out of the wait rather than adding to it.
+// Work longer than the interval gives what the work allows, without waits.
+func TestTheRateHoldsWithWorkPerItem(t *testing.T) {
+	for _, c := range []struct {
+		work, gap time.Duration
+	}{
+		{work: 3 * time.Millisecond, gap: 5 * time.Millisecond},
+		{work: 7 * time.Millisecond, gap: 7 * time.Millisecond},
+	} {
+		t.Run(c.work.String(), func(t *testing.T) {
+			onEveryStore(t, 450, func(t *testing.T, s *stack) {
+				s.q.work = c.work
+				id := s.start(t, redrive.Options{Rate: 200})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				// The last send is as far as the rate goes: stop there,
+				// before the wait for settling.
+				s.runner.Handled = func(ctx context.Context, queue, eventID string) (bool, error) {
+					if s.q.countSent() == 450 {
+						cancel()
+					}
+					return s.q.Handled(ctx, queue, eventID)
+				}
+				_ = s.runner.Run(ctx, id)
+				if len(s.q.at) != 450 {
+					t.Fatalf("sent %d, want 450", len(s.q.at))
+				}
+				for i := 1; i < len(s.q.at); i++ {
+					if gap := s.q.at[i].Sub(s.q.at[i-1]); gap != c.gap {
+						t.Fatalf("send %d came %s after the one before, want %s; each took %s of work", i, gap, c.gap, c.work)
+					}
+				}
+			})
+		})
+	}
+}
+
+func (q *queues) countSent() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.at)
 }
 
 // A canary that fails again pauses the re-drive, naming it, and nothing

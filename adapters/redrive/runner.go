@@ -69,6 +69,7 @@ func Start(ctx context.Context, s Store, plan Plan, o Options, actor string, sel
 // Run drives the re-drive id until it is done, paused or cancelled, or
 // ctx ends; run again, it resumes where it stopped.
 func (r *Runner) Run(ctx context.Context, id int64) error {
+	pace := &pacer{clock: r.Clock}
 	for ctx.Err() == nil {
 		rd, err := r.Store.Get(ctx, id)
 		if err != nil {
@@ -77,12 +78,13 @@ func (r *Runner) Run(ctx context.Context, id int64) error {
 		if err := r.settle(ctx, rd); err != nil {
 			return err
 		}
+		pace.setRate(rd.Rate)
 		var wait bool
 		switch rd.State {
 		case Canary:
-			wait, err = r.canary(ctx, rd)
+			wait, err = r.canary(ctx, rd, pace)
 		case Running:
-			wait, err = r.running(ctx, rd)
+			wait, err = r.running(ctx, rd, pace)
 		case Cancelled:
 			if rd.Counters.Sent == 0 {
 				return nil
@@ -95,6 +97,9 @@ func (r *Runner) Run(ctx context.Context, id int64) error {
 			return err
 		}
 		if wait {
+			// What follows a wait for settling starts a schedule of its
+			// own: the wait is not made up by a burst.
+			pace.restart()
 			select {
 			case <-ctx.Done():
 			case <-r.Clock.After(r.Poll):
@@ -107,14 +112,14 @@ func (r *Runner) Run(ctx context.Context, id int64) error {
 // canary sends the canary items (the first Canary: a plan puts the
 // items it sends before those it skips), then, once each is settled, lets
 // the rest go, or pauses the re-drive naming the first that failed again.
-func (r *Runner) canary(ctx context.Context, rd Redrive) (wait bool, err error) {
+func (r *Runner) canary(ctx context.Context, rd Redrive, pace *pacer) (wait bool, err error) {
 	first, err := r.Store.Items(ctx, rd.ID, Pending, 0, rd.Canary)
 	if err != nil {
 		return false, err
 	}
 	first = slices.DeleteFunc(first, func(it Item) bool { return it.Seq >= rd.Canary })
 	if len(first) > 0 {
-		return false, r.send(ctx, rd, first)
+		return false, r.send(ctx, rd, first, pace)
 	}
 	if rd.Counters.Sent > 0 {
 		return true, nil // the canaries are out: wait for them
@@ -135,7 +140,7 @@ func (r *Runner) canary(ctx context.Context, rd Redrive) (wait bool, err error) 
 
 // running sends the pending items at the re-drive's rate, a second's
 // worth at a time, and ends the re-drive once every item is settled.
-func (r *Runner) running(ctx context.Context, rd Redrive) (wait bool, err error) {
+func (r *Runner) running(ctx context.Context, rd Redrive, pace *pacer) (wait bool, err error) {
 	// A second's worth at a time (100 without a rate), so that a pause or
 	// a cancel is seen within about a second.
 	batch := 100
@@ -153,15 +158,17 @@ func (r *Runner) running(ctx context.Context, rd Redrive) (wait bool, err error)
 		_, err := r.Store.Move(ctx, rd.ID, []State{Running}, Done, "")
 		return false, err
 	}
-	return false, r.send(ctx, rd, pending)
+	return false, r.send(ctx, rd, pending, pace)
 }
 
-// send sends items at the re-drive's rate: each failure is marked
-// re-driving in the ledger and its item sent, then it goes; one no longer
-// unresolved is skipped. It stops early when ctx ends.
-func (r *Runner) send(ctx context.Context, rd Redrive, items []Item) error {
+// send sends items at the re-drive's rate, as pace schedules them: each
+// failure is marked re-driving in the ledger and its item sent, then it
+// goes; one no longer unresolved is skipped. It stops early when ctx ends.
+func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer) error {
 	for _, it := range items {
-		if ctx.Err() != nil {
+		// The wait comes before the marks: an item marked sent is sent
+		// at once, not left behind by a stop during the wait.
+		if pace.wait(ctx); ctx.Err() != nil {
 			return nil
 		}
 		n, err := r.Ledger.Redrive(ctx, []int64{it.FailureID}, rd.ID)
@@ -190,14 +197,55 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item) error {
 			reason := fmt.Sprintf("failure %d could not be sent to %s: %v", f.ID, it.Queue, err)
 			return r.unsent(ctx, rd, it, reason)
 		}
-		if rd.Rate > 0 {
-			select {
-			case <-ctx.Done():
-			case <-r.Clock.After(time.Duration(float64(time.Second) / rd.Rate)):
-			}
-		}
 	}
 	return nil
+}
+
+// pacer schedules a re-drive's items at its rate: the k-th item of a
+// stretch is due at the stretch's start + k/rate, by the runner's clock.
+// Waiting until each is due, rather than 1/rate after the last, keeps the
+// work done for each item (its marks in the ledger and the store, the
+// broker's confirm) out of the rate. Behind the schedule by more than a
+// batch (a second's worth), it forgets the rest: a slow moment is made up
+// by a burst of one batch at most.
+type pacer struct {
+	clock Clock
+	every time.Duration // 0: no rate, no wait
+	batch int
+	next  time.Time // zero: the stretch has not begun
+}
+
+// setRate sets the items per second; 0 is no bound.
+func (p *pacer) setRate(rate float64) {
+	p.every, p.batch = 0, 0
+	if rate > 0 {
+		p.every = time.Duration(float64(time.Second) / rate)
+		p.batch = max(1, int(rate))
+	}
+}
+
+// restart begins a new stretch at the next item.
+func (p *pacer) restart() { p.next = time.Time{} }
+
+// wait returns once the next item is due, or ctx has ended.
+func (p *pacer) wait(ctx context.Context) {
+	if p.every == 0 {
+		return
+	}
+	now := p.clock.Now()
+	if p.next.IsZero() {
+		p.next = now
+	}
+	if earliest := now.Add(-time.Duration(p.batch) * p.every); p.next.Before(earliest) {
+		p.next = earliest
+	}
+	if d := p.next.Sub(now); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-p.clock.After(d):
+		}
+	}
+	p.next = p.next.Add(p.every)
 }
 
 // unsent takes back the item it that could not be sent, and pauses the
