@@ -57,6 +57,7 @@ type queues struct {
 	sent    map[string][]string // queue -> event ids, in order
 	handled map[string]bool     // queue + event id
 	failing map[string]bool     // event ids
+	lost    map[string]bool     // event ids taken and never handled
 	down    bool
 	// clock, when set, stamps each send in at, after work has passed on
 	// it: what a send costs (the marks in the ledger and the store, the
@@ -79,6 +80,9 @@ func (q *queues) Redeliver(ctx context.Context, queue string, msg *message.Messa
 	}
 	if msg.Metadata.Get(redrive.HeaderRedriveID) == "" || msg.Metadata.Get("moenda-attempts") != "" {
 		q.t.Errorf("copy of %s: headers %v, want a re-drive id and no failure story", msg.UUID, msg.Metadata)
+	}
+	if q.lost[msg.UUID] {
+		return nil
 	}
 	if !q.failing[msg.UUID] {
 		q.handled[queue+"/"+msg.UUID] = true
@@ -129,7 +133,7 @@ func onEveryStore(t *testing.T, n int, test func(t *testing.T, s *stack)) {
 		t.Run(name, func(t *testing.T) {
 			l, st := make(t)
 			s := &stack{ledger: l, store: st, clock: &clock{now: t0}}
-			s.q = &queues{t: t, ledger: l, sent: map[string][]string{}, handled: map[string]bool{}, failing: map[string]bool{}, clock: s.clock}
+			s.q = &queues{t: t, ledger: l, sent: map[string][]string{}, handled: map[string]bool{}, failing: map[string]bool{}, lost: map[string]bool{}, clock: s.clock}
 			s.runner = &redrive.Runner{Store: st, Ledger: l, Sink: s.q, Handled: s.q.Handled, Clock: s.clock,
 				Poll: time.Second, SettleTimeout: time.Hour, Logger: testenv.Logger()}
 			var fs []failures.Failure
@@ -380,6 +384,28 @@ func TestAResumedRedriveSendsWhatItHadMarked(t *testing.T) {
 		}
 		if f, _ := s.ledger.Get(context.Background(), s.ids[0]); f.Status != failures.Resolved || f.Redrives != 1 {
 			t.Errorf("failure %+v, want resolved after one re-drive", f)
+		}
+	})
+}
+
+// A copy neither handled nor failed again within the settle timeout is
+// unsettled, its failure unresolved again; the others settle as handled,
+// their failures resolved.
+func TestAnItemNeverHandledIsUnsettled(t *testing.T) {
+	onEveryStore(t, 4, func(t *testing.T, s *stack) {
+		s.q.lost["ev-2"] = true
+		s.runner.SettleTimeout = 3 * time.Second
+		id := s.start(t, redrive.Options{})
+		if err := s.runner.Run(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		if rd := s.get(t, id); rd.State != redrive.Done || rd.Counters.Handled != 3 || rd.Counters.Unsettled != 1 {
+			t.Fatalf("re-drive %+v, want done with 3 handled and 1 unsettled", rd)
+		}
+		for i, want := range []failures.Status{failures.Resolved, failures.Resolved, failures.Unresolved, failures.Resolved} {
+			if f, err := s.ledger.Get(context.Background(), s.ids[i]); err != nil || f.Status != want {
+				t.Errorf("failure ev-%d: %s (%v), want %s", i, f.Status, err, want)
+			}
 		}
 	})
 }

@@ -190,7 +190,7 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer
 		if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, Sent, "", r.Clock.Now()); err != nil {
 			return err
 		}
-		if err := r.Sink.Redeliver(ctx, it.Queue, copyOf(f, rd.ID)); err != nil {
+		if err := r.Sink.Redeliver(ctx, it.Queue, Copy(f, rd.ID)); err != nil {
 			// Not sent: the item waits for its turn again, the failure
 			// is unresolved again, and the re-drive pauses until the
 			// broker is back and someone resumes it.
@@ -265,27 +265,66 @@ func (r *Runner) unsent(ctx context.Context, rd Redrive, it Item, reason string)
 
 // settle settles the sent items: handled once their queue's inbox has
 // claimed the event (the failure is resolved), failed again once the
-// ledger has it unresolved again, unsettled after SettleTimeout.
+// ledger has it unresolved again, unsettled after SettleTimeout. The
+// marks are made a page of items at a time: one mark an item would cost
+// as much as sending it again.
 func (r *Runner) settle(ctx context.Context, rd Redrive) error {
 	for from := 0; ; {
 		sent, err := r.Store.Items(ctx, rd.ID, Sent, from, 500)
 		if err != nil || len(sent) == 0 {
 			return err
 		}
+		var handled, unsettled settled
 		for _, it := range sent {
 			from = it.Seq + 1
 			state, reason, err := r.outcome(ctx, it)
 			if err != nil {
 				return err
 			}
-			if state == Sent {
-				continue
-			}
-			if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, state, reason, time.Time{}); err != nil {
-				return err
+			switch state {
+			case Handled:
+				handled.add(it)
+			case Unsettled:
+				unsettled.add(it)
+			case FailedAgain: // a reason of its own each
+				if err := r.Store.Mark(ctx, rd.ID, []int{it.Seq}, state, reason, time.Time{}); err != nil {
+					return err
+				}
 			}
 		}
+		// The ledger first: an item still sent after a stop in between
+		// is settled again, and marking its failure again changes
+		// nothing.
+		if err := handled.mark(ctx, r, rd.ID, failures.Resolved, Handled, ""); err != nil {
+			return err
+		}
+		reason := fmt.Sprintf("neither handled nor failed again %s after it was sent", r.SettleTimeout)
+		if err := unsettled.mark(ctx, r, rd.ID, failures.Unresolved, Unsettled, reason); err != nil {
+			return err
+		}
 	}
+}
+
+// settled are items that reached one outcome.
+type settled struct {
+	seqs []int
+	ids  []int64
+}
+
+func (s *settled) add(it Item) {
+	s.seqs, s.ids = append(s.seqs, it.Seq), append(s.ids, it.FailureID)
+}
+
+// mark moves the failures of s from re-driving to status in the
+// ledger, then their items to state with reason.
+func (s *settled) mark(ctx context.Context, r *Runner, id int64, status failures.Status, state ItemState, reason string) error {
+	if len(s.seqs) == 0 {
+		return nil
+	}
+	if _, err := r.Ledger.Mark(ctx, s.ids, failures.Redriving, status); err != nil {
+		return err
+	}
+	return r.Store.Mark(ctx, id, s.seqs, state, reason, time.Time{})
 }
 
 // outcome is what became of the sent item it: still Sent while neither
@@ -296,8 +335,7 @@ func (r *Runner) outcome(ctx context.Context, it Item) (ItemState, string, error
 		return Sent, "", err
 	}
 	if handled {
-		_, err := r.Ledger.Mark(ctx, []int64{it.FailureID}, failures.Redriving, failures.Resolved)
-		return Handled, "", err
+		return Handled, "", nil
 	}
 	f, err := r.Ledger.Get(ctx, it.FailureID)
 	if err != nil {
@@ -307,16 +345,15 @@ func (r *Runner) outcome(ctx context.Context, it Item) (ItemState, string, error
 	case f.Status == failures.Unresolved:
 		return FailedAgain, f.Error, nil
 	case r.Clock.Now().Sub(it.SentAt) > r.SettleTimeout:
-		_, err := r.Ledger.Mark(ctx, []int64{it.FailureID}, failures.Redriving, failures.Unresolved)
-		return Unsettled, fmt.Sprintf("neither handled nor failed again %s after it was sent", r.SettleTimeout), err
+		return Unsettled, "", nil
 	}
 	return Sent, "", nil
 }
 
-// copyOf is the message a re-drive sends for f: its body and headers as
+// Copy is the message a re-drive sends for f: its body and headers as
 // they were published, without the failure's story (the consumer's
 // schedule starts again), with the re-drive's id and count.
-func copyOf(f failures.Failure, redrive int64) *message.Message {
+func Copy(f failures.Failure, redrive int64) *message.Message {
 	msg := message.NewMessage(f.EventID, f.Body)
 	for k, v := range f.Headers {
 		if !story(k) {
