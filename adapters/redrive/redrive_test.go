@@ -58,6 +58,7 @@ type queues struct {
 	handled map[string]bool     // queue + event id
 	failing map[string]bool     // event ids
 	lost    map[string]bool     // event ids taken and never handled
+	counts  []string            // each copy's re-drive count, in order
 	down    bool
 	// clock, when set, stamps each send in at, after work has passed on
 	// it: what a send costs (the marks in the ledger and the store, the
@@ -81,6 +82,7 @@ func (q *queues) Redeliver(ctx context.Context, queue string, msg *message.Messa
 	if msg.Metadata.Get(redrive.HeaderRedriveID) == "" || msg.Metadata.Get("moenda-attempts") != "" {
 		q.t.Errorf("copy of %s: headers %v, want a re-drive id and no failure story", msg.UUID, msg.Metadata)
 	}
+	q.counts = append(q.counts, msg.Metadata.Get(redrive.HeaderRedriveCount))
 	if q.lost[msg.UUID] {
 		return nil
 	}
@@ -190,6 +192,9 @@ func TestARedriveStartToFinish(t *testing.T) {
 		}
 		if got := s.q.sent["q"]; len(got) != 6 || got[0] != "ev-0" || got[5] != "ev-5" {
 			t.Errorf("sent %v, want each of ev-0..ev-5 once, oldest first", got)
+		}
+		if fmt.Sprint(s.q.counts) != "[1 1 1 1 1 1]" {
+			t.Errorf("re-drive counts %v, want 1 each: their first re-drive", s.q.counts)
 		}
 		resolved, _ := s.ledger.Select(context.Background(), failures.Filter{Status: failures.Resolved})
 		if len(resolved) != 6 {

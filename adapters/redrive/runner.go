@@ -352,7 +352,8 @@ func (r *Runner) outcome(ctx context.Context, it Item) (ItemState, string, error
 
 // Copy is the message a re-drive sends for f: its body and headers as
 // they were published, without the failure's story (the consumer's
-// schedule starts again), with the re-drive's id and count.
+// schedule starts again), with the re-drive's id and count. f is read
+// once marked for the re-drive: its Redrives counts this one.
 func Copy(f failures.Failure, redrive int64) *message.Message {
 	msg := message.NewMessage(f.EventID, f.Body)
 	for k, v := range f.Headers {
@@ -361,7 +362,7 @@ func Copy(f failures.Failure, redrive int64) *message.Message {
 		}
 	}
 	msg.Metadata.Set(HeaderRedriveID, strconv.FormatInt(redrive, 10))
-	msg.Metadata.Set(HeaderRedriveCount, strconv.Itoa(f.Redrives+1))
+	msg.Metadata.Set(HeaderRedriveCount, strconv.Itoa(f.Redrives))
 	return msg
 }
 
