@@ -83,18 +83,23 @@ var keptHeadings = []string{scaleHeading, "## Design measurements"}
 func (c *cli) benchCommand() *cobra.Command {
 	t := &tool{name: "bench"}
 	var quick, asJSON bool
+	var only []string
 	cmd := c.command("bench", "measure moenda against the raw clients on the servers of the configuration", func(ctx context.Context, cfg *Resolved, stdout, stderr io.Writer) error {
 		bin, err := t.binary(cfg, "measures PostgreSQL and RabbitMQ")
 		if err != nil {
 			return err
+		}
+		if len(only) > 0 && t.markdown != "" {
+			return fmt.Errorf("bench: --markdown writes the whole table, and --step runs part of it; use --json or the table, and copy the rows")
 		}
 		res, runErr := bench.Run(ctx, bench.Options{
 			Quick:       quick,
 			ServeBin:    bin,
 			PostgresURL: cfg.Postgres.URL,
 			AMQPURL:     cfg.AMQP.Nodes()[0],
-			Settings:    bench.Settings{AMQP: cfg.AMQP, Outbox: cfg.Outbox, Router: cfg.Router, Failure: cfg.Topology.Failure},
+			Settings:    bench.Settings{AMQP: cfg.AMQP, Outbox: cfg.Outbox, Router: cfg.Router, Failure: cfg.Topology.Failure, Failures: cfg.Failures},
 			Kafka:       cfg.Kafka,
+			Steps:       only,
 			Logger:      cfg.Log.Logger(stderr),
 		})
 		if runErr != nil {
@@ -132,6 +137,7 @@ func (c *cli) benchCommand() *cobra.Command {
 	t.flags(cmd, "write the results to `FILE` (BENCHMARKS.md), keeping its Scale-out and Design measurements sections", false)
 	cmd.Flags().BoolVar(&quick, "quick", false, "a shorter run, with fewer rows")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON instead of a table")
+	cmd.Flags().StringArrayVar(&only, "step", nil, "run only the step named `NAME` (as in app/bench's steps, such as \"failure workbench\"); repeatable")
 	cmd.AddCommand(c.scaleCommand())
 	return cmd
 }

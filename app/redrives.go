@@ -166,7 +166,7 @@ func readRedrive(params map[string]string) (map[string]string, redrive.Options, 
 // goroutine of its own, until ctx ends: in the process that ingests.
 func (p *Platform) runRedrives(ctx context.Context) {
 	r := &redrive.Runner{Store: p.workbench.redrives, Ledger: p.workbench.ledger, Sink: redriveSink{p}, Handled: p.inbox.Claimed,
-		Clock: wallClock{}, Poll: redrivePoll, SettleTimeout: p.cfg.Failures.SettleTimeout, Logger: p.logger}
+		Clock: redrive.WallClock{}, Poll: redrivePoll, SettleTimeout: p.cfg.Failures.SettleTimeout, Logger: p.logger}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	active := map[int64]bool{}
@@ -230,12 +230,6 @@ func (s redriveSink) Republish(ctx context.Context, exchange, key string, msg *m
 	}
 	return c.Sink.Republish(ctx, exchange, key, msg)
 }
-
-// wallClock is the time of the machine.
-type wallClock struct{}
-
-func (wallClock) Now() time.Time                         { return time.Now() }
-func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // redriveRoutes mounts the re-drives' endpoints under /v1/admin.
 func (p *Platform) redriveRoutes(r chi.Router) {

@@ -54,7 +54,8 @@ func (c *Config) maxEventBytes() int {
 // transport carries its part of top: RabbitMQ the layout declared there
 // (RabbitTopology), Kafka the queues that read it (kafkaReaders).
 func newTransport(kind string, cfg *Resolved, top *topology.Topology, logger *slog.Logger) (transport.Transport, error) {
-	set := transport.Settings{Topology: top, CloseTimeout: cfg.Router.CloseTimeout, ConfirmWindow: cfg.Outbox.ConfirmWindow, Logger: logger}
+	set := transport.Settings{Topology: top, CloseTimeout: cfg.Router.CloseTimeout, ConfirmWindow: cfg.Outbox.ConfirmWindow,
+		DeadLetterBatch: cfg.Failures.BatchSize, Logger: logger}
 	switch kind {
 	case BrokerAMQP:
 		declared, err := cfg.RabbitTopology()

@@ -44,7 +44,7 @@ func NewTransport(cfg Config, set transport.Settings) (*Transport, error) {
 	t := &Transport{cfg: cfg, set: set, probe: &probe{nodes: n}}
 	t.consumer = sync.OnceValues(t.connectConsumer)
 	t.dead = sync.OnceValues(func() (message.Subscriber, error) {
-		sub, err := NewSubscriber(cfg.Nodes(), cfg.Prefetch, set.CloseTimeout, set.Logger)
+		sub, err := NewSubscriber(cfg.Nodes(), DeadLetterPrefetch(cfg, set), set.CloseTimeout, set.Logger)
 		if err == nil {
 			t.closers.Add(sub.Close)
 		}
@@ -84,10 +84,19 @@ func (t *Transport) connectConsumer() (transport.Consumer, error) {
 	return transport.Consumer{Subscriber: sub, Sink: FailureSink{pub: failures, top: t.set.Topology}}, nil
 }
 
-// DeadLetters returns a subscriber of its own, with amqp.prefetch: it
-// reads any queue by name, the topology's dead-letter queues and foreign
-// ones alike.
+// DeadLetters returns a subscriber of its own, with DeadLetterPrefetch:
+// it reads any queue by name, the topology's dead-letter queues and
+// foreign ones alike.
 func (t *Transport) DeadLetters() (message.Subscriber, error) { return t.dead() }
+
+// DeadLetterPrefetch is the prefetch of the dead letters' subscriber:
+// amqp.prefetch, or the ingest's batch when that is larger. The ingest
+// answers a batch's deliveries only once it has committed them all, so a
+// prefetch below the batch leaves every batch short, waiting out its
+// linger: a few batches a second whatever the database allows.
+func DeadLetterPrefetch(cfg Config, set transport.Settings) int {
+	return max(cfg.Prefetch, set.DeadLetterBatch)
+}
 
 // Destination returns a publisher with pipelined confirms, up to
 // set.ConfirmWindow in flight.

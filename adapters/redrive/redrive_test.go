@@ -57,6 +57,8 @@ type queues struct {
 	mu      sync.Mutex
 	sentAt  []time.Time
 	sent    map[string][]string // queue -> event ids, in order
+	lost    map[string]bool     // event ids taken and never handled
+	counts  []string            // each copy's re-drive count, in order
 	handled map[string]bool     // queue + event id
 	failing map[string]bool     // event ids
 	down    bool
@@ -69,10 +71,14 @@ func (q *queues) Redeliver(ctx context.Context, queue string, msg *message.Messa
 		return fmt.Errorf("the broker is away")
 	}
 	q.sentAt = append(q.sentAt, q.clock.Now())
+	q.counts = append(q.counts, msg.Metadata.Get(redrive.HeaderRedriveCount))
 	q.clock.spend(q.cost)
 	q.sent[queue] = append(q.sent[queue], msg.UUID)
 	if msg.Metadata.Get(redrive.HeaderRedriveID) == "" || msg.Metadata.Get("moenda-attempts") != "" {
 		q.t.Errorf("copy of %s: headers %v, want a re-drive id and no failure story", msg.UUID, msg.Metadata)
+	}
+	if q.lost[msg.UUID] {
+		return nil
 	}
 	if !q.failing[msg.UUID] {
 		q.handled[queue+"/"+msg.UUID] = true
@@ -141,7 +147,7 @@ func onEveryStore(t *testing.T, n int, test func(t *testing.T, s *stack)) {
 		t.Run(name, func(t *testing.T) {
 			l, st := make(t)
 			s := &stack{ledger: l, store: st, clock: &clock{now: t0}}
-			s.q = &queues{t: t, ledger: l, clock: s.clock, sent: map[string][]string{}, handled: map[string]bool{}, failing: map[string]bool{}}
+			s.q = &queues{t: t, ledger: l, clock: s.clock, sent: map[string][]string{}, handled: map[string]bool{}, failing: map[string]bool{}, lost: map[string]bool{}}
 			s.runner = &redrive.Runner{Store: st, Ledger: l, Sink: s.q, Handled: s.q.Handled, Clock: s.clock,
 				Poll: time.Second, SettleTimeout: time.Hour, Logger: testenv.Logger()}
 			var fs []failures.Failure
@@ -202,6 +208,9 @@ func TestARedriveStartToFinish(t *testing.T) {
 		resolved, _ := s.ledger.Select(context.Background(), failures.Filter{Status: failures.Resolved})
 		if len(resolved) != 6 {
 			t.Errorf("%d failures resolved, want 6", len(resolved))
+		}
+		if fmt.Sprint(s.q.counts) != "[1 1 1 1 1 1]" {
+			t.Errorf("re-drive counts %v, want 1 each: their first re-drive", s.q.counts)
 		}
 		for i := 3; i < 6; i++ { // after the canary, 200/s
 			if d := s.q.sentAt[i].Sub(s.q.sentAt[i-1]); d != 5*time.Millisecond {
@@ -408,6 +417,28 @@ func TestARedriveToTheOriginalExchange(t *testing.T) {
 		}
 		if rd := s.get(t, id); rd.State != redrive.Done || rd.Counters.Handled != 1 || rd.Counters.Skipped != 1 {
 			t.Errorf("re-drive %+v", rd)
+		}
+	})
+}
+
+// A copy neither handled nor failed again within the settle timeout is
+// unsettled, its failure unresolved again; the others settle as handled,
+// their failures resolved.
+func TestAnItemNeverHandledIsUnsettled(t *testing.T) {
+	onEveryStore(t, 4, func(t *testing.T, s *stack) {
+		s.q.lost["ev-2"] = true
+		s.runner.SettleTimeout = 3 * time.Second
+		id := s.start(t, redrive.Options{})
+		if err := s.runner.Run(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		if rd := s.get(t, id); rd.State != redrive.Done || rd.Counters.Handled != 3 || rd.Counters.Unsettled != 1 {
+			t.Fatalf("re-drive %+v, want done with 3 handled and 1 unsettled", rd)
+		}
+		for i, want := range []failures.Status{failures.Resolved, failures.Resolved, failures.Unresolved, failures.Resolved} {
+			if f, err := s.ledger.Get(context.Background(), s.ids[i]); err != nil || f.Status != want {
+				t.Errorf("failure ev-%d: %s (%v), want %s", i, f.Status, err, want)
+			}
 		}
 	})
 }

@@ -32,6 +32,12 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
+// WallClock is the machine's time, the clock of a runner in serve.
+type WallClock struct{}
+
+func (WallClock) Now() time.Time                         { return time.Now() }
+func (WallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
 // Sink sends a failure back: to one queue, or to an exchange
 // (transport.Sink's Redeliver and Republish).
 type Sink interface {
@@ -225,9 +231,9 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer
 // deliver sends item it of rd, a copy of f, where rd sends.
 func (r *Runner) deliver(ctx context.Context, rd Redrive, it Item, f failures.Failure) error {
 	if rd.To == ToOriginalExchange {
-		return r.Sink.Republish(ctx, f.OriginalExchange, f.OriginalRoutingKey, copyOf(f, rd.ID))
+		return r.Sink.Republish(ctx, f.OriginalExchange, f.OriginalRoutingKey, Copy(f, rd.ID))
 	}
-	return r.Sink.Redeliver(ctx, it.Queue, copyOf(f, rd.ID))
+	return r.Sink.Redeliver(ctx, it.Queue, Copy(f, rd.ID))
 }
 
 // failures returns the ledger's failures ids, by id.
@@ -411,10 +417,11 @@ func failureIDs(items []Item) []int64 {
 	return out
 }
 
-// copyOf is the message a re-drive sends for f: its body and headers as
+// Copy is the message a re-drive sends for f: its body and headers as
 // they were published, without the failure's story (the consumer's
-// schedule starts again), with the re-drive's id and count.
-func copyOf(f failures.Failure, redrive int64) *message.Message {
+// schedule starts again), with the re-drive's id and count. f is read
+// once marked for the re-drive: its Redrives counts this one.
+func Copy(f failures.Failure, redrive int64) *message.Message {
 	msg := message.NewMessage(f.EventID, f.Body)
 	for k, v := range f.Headers {
 		if !story(k) {
@@ -422,7 +429,7 @@ func copyOf(f failures.Failure, redrive int64) *message.Message {
 		}
 	}
 	msg.Metadata.Set(HeaderRedriveID, strconv.FormatInt(redrive, 10))
-	msg.Metadata.Set(HeaderRedriveCount, strconv.Itoa(f.Redrives+1))
+	msg.Metadata.Set(HeaderRedriveCount, strconv.Itoa(f.Redrives))
 	return msg
 }
 

@@ -92,7 +92,12 @@ type Settings struct {
 	// ConfirmWindow is how many messages a destination may have sent and
 	// not yet confirmed.
 	ConfirmWindow int
-	Logger        *slog.Logger
+	// DeadLetterBatch is how many dead letters a reader of DeadLetters
+	// holds before it answers any (failures.batch_size): a transport that
+	// bounds the unanswered deliveries lets at least that many through,
+	// or each batch would wait out its linger half full.
+	DeadLetterBatch int
+	Logger          *slog.Logger
 }
 
 // Grace is how long a consumer's messages in hand keep their contexts

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,7 +34,11 @@ type Options struct {
 	// Kafka is the cluster of the Kafka measures (started when embedded);
 	// the run puts its topics under a prefix of its own and deletes them.
 	// Without brokers the run starts an embedded cluster of its own.
-	Kafka  kafka.Config
+	Kafka kafka.Config
+	// Steps, when set, are the names of the only steps to run (see
+	// steps); a step's rows set against another step's then have no
+	// ceiling.
+	Steps  []string
 	Logger *slog.Logger
 }
 
@@ -47,13 +53,18 @@ type sizes struct {
 	latencyFor time.Duration // end-to-end latency at a fixed rate
 	rate       int           // offered load for latency, events/s
 	idleFor    time.Duration // idle relay query count
+	ledger     int           // failures the ledger's pages are read from
+	dead       int           // dead letters ingested, then re-driven at full speed
+	paced      int           // failures re-driven at a set rate
 }
 
 func (o Options) sizes() sizes {
 	if o.Quick {
-		return sizes{messages: 2000, consumed: 1000, rounds: 1, txDuration: 500 * time.Millisecond, backlog: 2000, latencyFor: 2 * time.Second, rate: 200, idleFor: 2 * time.Second}
+		return sizes{messages: 2000, consumed: 1000, rounds: 1, txDuration: 500 * time.Millisecond, backlog: 2000, latencyFor: 2 * time.Second, rate: 200, idleFor: 2 * time.Second,
+			ledger: 20000, dead: 1000, paced: 400}
 	}
-	return sizes{messages: 50000, consumed: 20000, rounds: 5, txDuration: 3 * time.Second, backlog: 50000, bigBacklog: 500000, latencyFor: 10 * time.Second, rate: 1000, idleFor: 10 * time.Second}
+	return sizes{messages: 50000, consumed: 20000, rounds: 5, txDuration: 3 * time.Second, backlog: 50000, bigBacklog: 500000, latencyFor: 10 * time.Second, rate: 1000, idleFor: 10 * time.Second,
+		ledger: 1000000, dead: 20000, paced: 5000}
 }
 
 // Row is one figure. Ceiling is the raw client's figure it is set against
@@ -98,23 +109,49 @@ var steps = []measure{
 	{"what metrics and tracing cost", observability},
 	{"end-to-end latency", latency},
 	{"Kafka: relay drain and analytics replay", kafkaStream},
+	{"failure workbench", failureWorkbench},
 }
 
-// Run runs every step and returns the rows.
+// Run runs every step, or those opts.Steps names, and returns the rows.
 func Run(ctx context.Context, opts Options) (*Result, error) {
+	run, err := chosen(opts.Steps)
+	if err != nil {
+		return nil, err
+	}
 	e, err := newEnv(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
 	res := &Result{Machine: e.machine(ctx)}
-	for _, m := range steps {
+	for _, m := range run {
 		opts.Logger.Info("bench: " + m.name)
 		if err := m.run(ctx, e, res); err != nil {
 			return res, fmt.Errorf("bench: %s: %w", m.name, err)
 		}
 	}
 	return res, nil
+}
+
+// chosen returns the steps named, in the run's order; none is every step.
+func chosen(names []string) ([]measure, error) {
+	if len(names) == 0 {
+		return steps, nil
+	}
+	var out []measure
+	known := make([]string, len(steps))
+	for i, m := range steps {
+		known[i] = fmt.Sprintf("%q", m.name)
+		if slices.Contains(names, m.name) {
+			out = append(out, m)
+		}
+	}
+	for _, name := range names {
+		if !slices.ContainsFunc(steps, func(m measure) bool { return m.name == name }) {
+			return nil, fmt.Errorf("bench: no step %q; the steps are %s", name, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
 }
 
 // add appends a row, computing its ratio against ceiling unless the row
@@ -128,6 +165,14 @@ func (r *Result) add(row Row, minRatio, maxValue float64) {
 		met := (minRatio == 0 || row.Ratio >= minRatio) && (maxValue == 0 || row.Value <= maxValue)
 		row.Met = &met
 	}
+	r.Rows = append(r.Rows, row)
+}
+
+// addNear appends a row whose target is a value: met when the row's
+// value is within tolerance (a fraction) of want.
+func (r *Result) addNear(row Row, want, tolerance float64) {
+	met := math.Abs(row.Value-want)/want <= tolerance
+	row.Met = &met
 	r.Rows = append(r.Rows, row)
 }
 

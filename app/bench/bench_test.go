@@ -62,6 +62,12 @@ func TestQuickRun(t *testing.T) {
 		"moenda: end-to-end latency at 200 events/s with a write transaction open in another database, poll reader, p99",
 		"ceiling: sarama SyncProducer", "moenda: Kafka relay drain of 2000 rows",
 		"ceiling: sarama consumer", "moenda: Kafka replay of the analytics projection",
+		"moenda: ledger of 20000 failures, first page", "moenda: ledger of 20000 failures, last page by its cursor",
+		"moenda: ledger of 20000 failures, first page of one queue", "moenda: ledger of 20000 failures, last page of one queue by its cursor",
+		"moenda: ledger of 20000 failures, first page of a text search",
+		"ceiling: amqp091 consume + pgx insert of the same rows", "moenda: failure ingest of 1000 dead letters",
+		"ceiling: amqp091 publish of the re-drive's copies", "moenda: re-drive of 400 failures at full speed",
+		"moenda: re-drive of 400 failures at 200/s after a canary of 5",
 	}
 	for _, prefix := range wantPrefixes {
 		found := false

@@ -119,6 +119,11 @@ func (e *env) newRawPublisher(ctx context.Context) (*rawPublisher, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.dialRawPublisher(e.exchange, benchEvent().RoutingKey(), msg)
+}
+
+// dialRawPublisher returns a raw publisher of msg to exchange with key.
+func (e *env) dialRawPublisher(exchange, key string, msg amqp091.Publishing) (*rawPublisher, error) {
 	conn, err := amqp091.Dial(e.opts.AMQPURL)
 	if err != nil {
 		return nil, err
@@ -131,22 +136,27 @@ func (e *env) newRawPublisher(ctx context.Context) (*rawPublisher, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	return &rawPublisher{conn: conn, ch: ch, exchange: e.exchange, key: benchEvent().RoutingKey(), msg: msg}, nil
+	return &rawPublisher{conn: conn, ch: ch, exchange: exchange, key: key, msg: msg}, nil
 }
 
 // publish publishes n messages with up to 256 confirms outstanding and
 // returns once all are confirmed.
 func (p *rawPublisher) publish(ctx context.Context, n int) error {
+	return p.publishEach(ctx, n, func(int) amqp091.Publishing { return p.msg })
+}
+
+// publishEach publishes msg(i) for each i below n, as publish does.
+func (p *rawPublisher) publishEach(ctx context.Context, n int, msg func(i int) amqp091.Publishing) error {
 	const window = 256
 	pending := make([]*amqp091.DeferredConfirmation, 0, window)
-	for range n {
+	for i := range n {
 		if len(pending) == window {
 			if ok, err := pending[0].WaitContext(ctx); !ok || err != nil {
 				return fmt.Errorf("publish not confirmed: %v", err)
 			}
 			pending = pending[1:]
 		}
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, p.key, false, false, p.msg)
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, p.key, false, false, msg(i))
 		if err != nil {
 			return err
 		}

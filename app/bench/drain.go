@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/configs"
@@ -238,6 +240,11 @@ func (e *env) drain(ctx context.Context, reader string, n int, environ ...string
 // paging a long queue to disk. The consumer is attached when arrivals
 // returns: start the publisher after it.
 func (e *env) arrivals(ctx context.Context) (wait func(n int) (float64, error), stop func(), err error) {
+	return e.arrivalsSeen(ctx, nil)
+}
+
+// arrivalsSeen is arrivals, telling seen, when set, of each delivery.
+func (e *env) arrivalsSeen(ctx context.Context, seen func(amqp091.Delivery)) (wait func(n int) (float64, error), stop func(), err error) {
 	ch, err := e.conn.Channel()
 	if err != nil {
 		return nil, nil, err
@@ -249,17 +256,20 @@ func (e *env) arrivals(ctx context.Context) (wait func(n int) (float64, error), 
 	}
 	wait = func(n int) (float64, error) {
 		var first time.Time
-		for seen := 0; seen < n; seen++ {
+		for got := 0; got < n; got++ {
 			select {
-			case _, ok := <-deliveries:
+			case d, ok := <-deliveries:
 				if !ok {
-					return 0, fmt.Errorf("consumer closed after %d of %d messages", seen, n)
+					return 0, fmt.Errorf("consumer closed after %d of %d messages", got, n)
 				}
-				if seen == 0 {
+				if got == 0 {
 					first = time.Now()
 				}
+				if seen != nil {
+					seen(d)
+				}
 			case <-time.After(time.Minute):
-				return 0, fmt.Errorf("%d of %d messages arrived: %w", seen, n, await.ErrTimeout)
+				return 0, fmt.Errorf("%d of %d messages arrived: %w", got, n, await.ErrTimeout)
 			}
 		}
 		return float64(n-1) / time.Since(first).Seconds(), nil

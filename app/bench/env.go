@@ -19,6 +19,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/failures"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
 	"github.com/moenda/moenda/adapters/topology"
@@ -34,6 +35,8 @@ type Settings struct {
 	Outbox  outbox.Config
 	Router  router.Config
 	Failure topology.FailureConfig
+	// Failures are the failure ledger's (failures.*): the ingest's batch.
+	Failures failures.Config
 }
 
 // env is what one run owns: a database, an exchange with one sink queue,
