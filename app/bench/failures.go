@@ -353,7 +353,7 @@ func (e *env) insertRaw(ctx context.Context, queue string, batch []amqp091.Deliv
 			sum := sha256.Sum256([]byte(h[event.HeaderHandler] + "|" + h[event.HeaderReason] + "|" + h[event.HeaderError]))
 			b.Queue(`INSERT INTO moenda_failures (queue, event_id, failed_queue, handler, event_name, correlation_id, reason, error,
 				fingerprint, attempts, first_failure_at, last_failure_at, original_exchange, original_routing_key, headers, body)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) ON CONFLICT (queue, event_id) DO NOTHING`,
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) ON CONFLICT (queue, event_id) WHERE status <> 'edited' DO NOTHING`,
 				queue, d.MessageId, h[event.HeaderQueue], h[event.HeaderHandler], d.Type, d.CorrelationId, h[event.HeaderReason],
 				h[event.HeaderError], hex.EncodeToString(sum[:8]), 4, first, at, h[event.HeaderOriginalExchange],
 				h[event.HeaderOriginalRoutingKey], h, d.Body)
