@@ -25,14 +25,35 @@ type Postgres struct {
 func NewPostgres(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
 
 // Record implements Ledger, in one statement: the rows travel as one
-// JSON array (the body in base64), which PostgreSQL reads as a record set.
+// array a column, which PostgreSQL unnests, in pgx's binary encoding.
 func (l *Postgres) Record(ctx context.Context, fs []Failure) (int, error) {
 	if len(fs) == 0 {
 		return 0, nil
 	}
-	rows, err := json.Marshal(once(fs))
-	if err != nil {
-		return 0, fmt.Errorf("failures: record %d: %w", len(fs), err)
+	fs = once(fs)
+	var c struct {
+		queue, eventID, failedQueue, handler, eventName, correlationID, reason, errText, fingerprint []string
+		status, originalExchange, originalRoutingKey, headers                                         []string
+		attempts, occurrences                                                                         []int32
+		first, last                                                                                   []time.Time
+		body                                                                                          [][]byte
+	}
+	for _, f := range fs {
+		headers, err := json.Marshal(f.Headers)
+		if err != nil {
+			return 0, fmt.Errorf("failures: record %d: %w", len(fs), err)
+		}
+		if f.Headers == nil {
+			headers = []byte("{}")
+		}
+		c.queue, c.eventID, c.failedQueue = append(c.queue, f.Queue), append(c.eventID, f.EventID), append(c.failedQueue, f.FailedQueue)
+		c.handler, c.eventName, c.correlationID = append(c.handler, f.Handler), append(c.eventName, f.EventName), append(c.correlationID, f.CorrelationID)
+		c.reason, c.errText, c.fingerprint = append(c.reason, f.Reason), append(c.errText, f.Error), append(c.fingerprint, f.Fingerprint)
+		c.status, c.originalExchange = append(c.status, string(f.Status)), append(c.originalExchange, f.OriginalExchange)
+		c.originalRoutingKey, c.headers = append(c.originalRoutingKey, f.OriginalRoutingKey), append(c.headers, string(headers))
+		c.attempts, c.occurrences = append(c.attempts, int32(f.Attempts)), append(c.occurrences, int32(f.Occurrences))
+		c.first, c.last = append(c.first, f.FirstFailureAt), append(c.last, f.LastFailureAt)
+		c.body = append(c.body, f.Body)
 	}
 	// A later failure of a row being re-driven makes it unresolved again;
 	// the same dead letter read twice (its last failure no later) changes
@@ -43,18 +64,22 @@ func (l *Postgres) Record(ctx context.Context, fs []Failure) (int, error) {
 			original_routing_key, headers, body)
 		SELECT queue, event_id, failed_queue, handler, event_name, correlation_id, reason, error,
 			fingerprint, attempts, occurrences, first_failure_at, last_failure_at, status, original_exchange,
-			original_routing_key, coalesce(headers, '{}'), decode(coalesce(body, ''), 'base64')
-		FROM jsonb_to_recordset($1::jsonb) AS r(queue text, event_id text, failed_queue text, handler text,
-			event_name text, correlation_id text, reason text, error text, fingerprint text, attempts int,
-			occurrences int, first_failure_at timestamptz, last_failure_at timestamptz, status text,
-			original_exchange text, original_routing_key text, headers jsonb, body text)
+			original_routing_key, headers::jsonb, coalesce(body, '')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+			$9::text[], $10::int[], $11::int[], $12::timestamptz[], $13::timestamptz[], $14::text[], $15::text[],
+			$16::text[], $17::text[], $18::bytea[])
+			AS r(queue, event_id, failed_queue, handler, event_name, correlation_id, reason, error,
+			fingerprint, attempts, occurrences, first_failure_at, last_failure_at, status, original_exchange,
+			original_routing_key, headers, body)
 		ON CONFLICT (queue, event_id) WHERE status <> 'edited' DO UPDATE SET
 			status = 'unresolved', occurrences = moenda_failures.occurrences + 1,
 			reason = excluded.reason, error = excluded.error, fingerprint = excluded.fingerprint,
 			attempts = excluded.attempts, last_failure_at = excluded.last_failure_at,
 			headers = excluded.headers, body = excluded.body
 		WHERE moenda_failures.status = 'redriving' AND excluded.last_failure_at > moenda_failures.last_failure_at`,
-		string(rows))
+		c.queue, c.eventID, c.failedQueue, c.handler, c.eventName, c.correlationID, c.reason, c.errText,
+		c.fingerprint, c.attempts, c.occurrences, c.first, c.last, c.status, c.originalExchange,
+		c.originalRoutingKey, c.headers, c.body)
 	if err != nil {
 		return 0, fmt.Errorf("failures: record %d: %w", len(fs), err)
 	}

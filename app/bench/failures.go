@@ -430,7 +430,7 @@ func redriveRate(ctx context.Context, e *env, r *Result) error {
 	if err != nil {
 		return err
 	}
-	r.add(Row{Name: fmt.Sprintf("moenda: re-drive of %d failures at full speed (rate 0), AMQP sink, marks in the ledger and the store before each send, consumer attached", len(ids)),
+	r.add(Row{Name: fmt.Sprintf("moenda: re-drive of %d failures at full speed (rate 0), AMQP sink, each copy confirmed before the next, consumer attached", len(ids)),
 		Value: rate, Unit: "msg/s", Ceiling: ceiling}, 0, 0)
 	return e.purge()
 }
