@@ -33,10 +33,10 @@ func (l *Postgres) Record(ctx context.Context, fs []Failure) (int, error) {
 	fs = once(fs)
 	var c struct {
 		queue, eventID, failedQueue, handler, eventName, correlationID, reason, errText, fingerprint []string
-		status, originalExchange, originalRoutingKey, headers                                         []string
-		attempts, occurrences                                                                         []int32
-		first, last                                                                                   []time.Time
-		body                                                                                          [][]byte
+		status, originalExchange, originalRoutingKey, headers                                        []string
+		attempts, occurrences                                                                        []int32
+		first, last                                                                                  []time.Time
+		body                                                                                         [][]byte
 	}
 	for _, f := range fs {
 		headers, err := json.Marshal(f.Headers)
