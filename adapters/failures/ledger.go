@@ -43,6 +43,9 @@ type Ledger interface {
 	// re-drive redrive, counting one more re-drive of each, and returns
 	// how many it marked.
 	Redrive(ctx context.Context, ids []int64, redrive int64) (int, error)
+	// Release undoes Redrive for those of ids the re-drive redrive marked
+	// and never sent: unresolved again, one re-drive fewer.
+	Release(ctx context.Context, ids []int64, redrive int64) error
 	// Edit records an edit of the unresolved failure id: a new failure,
 	// unresolved and never re-driven, with id's queue, event id and story
 	// and the body and event name of edit, linked to id, which becomes

@@ -124,6 +124,21 @@ func (l *Memory) Redrive(_ context.Context, ids []int64, redrive int64) (int, er
 	}), nil
 }
 
+// Release implements Ledger.
+func (l *Memory) Release(_ context.Context, ids []int64, redrive int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.change(ids, func(x *Failure) bool {
+		if x.Status != Redriving || x.RedriveID != redrive {
+			return false
+		}
+		x.Status = Unresolved
+		x.Redrives--
+		return true
+	})
+	return nil
+}
+
 // Edit implements Ledger.
 func (l *Memory) Edit(_ context.Context, id int64, e Edition) (Failure, error) {
 	l.mu.Lock()

@@ -157,6 +157,16 @@ func (l *Postgres) Edit(ctx context.Context, id int64, e Edition) (Failure, erro
 	return n, nil
 }
 
+// Release implements Ledger.
+func (l *Postgres) Release(ctx context.Context, ids []int64, redrive int64) error {
+	_, err := l.pool.Exec(ctx, `UPDATE moenda_failures SET status = 'unresolved', redrives = redrives - 1
+		WHERE id = ANY($1) AND status = 'redriving' AND redrive_id = $2`, ids, redrive)
+	if err != nil {
+		return fmt.Errorf("failures: release %d from re-drive %d: %w", len(ids), redrive, err)
+	}
+	return nil
+}
+
 // Select implements Ledger.
 func (l *Postgres) Select(ctx context.Context, f Filter) ([]int64, error) {
 	where, args := f.where()

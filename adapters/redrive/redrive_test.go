@@ -341,8 +341,8 @@ func TestAnUnsentFailurePausesTheRedrive(t *testing.T) {
 		if rd.State != redrive.Paused || rd.Counters.Pending != 2 {
 			t.Fatalf("re-drive %+v, want paused with both pending", rd)
 		}
-		if f, _ := s.ledger.Get(context.Background(), s.ids[0]); f.Status != failures.Unresolved {
-			t.Errorf("the unsent failure is %s, want unresolved", f.Status)
+		if f, _ := s.ledger.Get(context.Background(), s.ids[0]); f.Status != failures.Unresolved || f.Redrives != 0 {
+			t.Errorf("the unsent failure is %s, re-driven %d times; want unresolved, never re-driven", f.Status, f.Redrives)
 		}
 		s.q.down = false
 		if ok, err := s.store.Move(context.Background(), id, []redrive.State{redrive.Paused}, redrive.Running, ""); !ok || err != nil {
@@ -438,6 +438,40 @@ func TestAnItemNeverHandledIsUnsettled(t *testing.T) {
 		for i, want := range []failures.Status{failures.Resolved, failures.Resolved, failures.Unresolved, failures.Resolved} {
 			if f, err := s.ledger.Get(context.Background(), s.ids[i]); err != nil || f.Status != want {
 				t.Errorf("failure ev-%d: %s (%v), want %s", i, f.Status, err, want)
+			}
+		}
+	})
+}
+
+// A re-drive cancelled while a stopped runner had items sending sends
+// them no more: they settle as sent ones do, and none stays re-driving.
+func TestACancelledRedriveSettlesWhatWasBeingSent(t *testing.T) {
+	onEveryStore(t, 2, func(t *testing.T, s *stack) {
+		ctx := context.Background()
+		s.runner.SettleTimeout = 3 * time.Second
+		id := s.start(t, redrive.Options{})
+		// Both marked, the first sending: a stop caught the batch there.
+		if n, err := s.ledger.Redrive(ctx, s.ids, id); err != nil || n != 2 {
+			t.Fatalf("Redrive = %d, %v", n, err)
+		}
+		if err := s.store.Mark(ctx, id, []int{0}, redrive.Sending, "", time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.store.Move(ctx, id, []redrive.State{redrive.Running}, redrive.Cancelled, "by test"); !ok || err != nil {
+			t.Fatalf("cancel: %v %v", ok, err)
+		}
+		if err := s.runner.Run(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.q.sent["q"]; len(got) != 0 {
+			t.Errorf("sent %v after the cancel, want nothing", got)
+		}
+		if rd := s.get(t, id); rd.Counters.Unsettled != 1 || rd.Counters.Pending != 1 {
+			t.Errorf("re-drive %+v, want the item being sent unsettled and the other left pending", rd)
+		}
+		for i, want := range []int{1, 0} { // the first maybe sent, the other not
+			if f, _ := s.ledger.Get(ctx, s.ids[i]); f.Status != failures.Unresolved || f.Redrives != want {
+				t.Errorf("failure %+v, want unresolved again, re-driven %d times", f, want)
 			}
 		}
 	})

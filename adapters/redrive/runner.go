@@ -173,10 +173,10 @@ func (r *Runner) running(ctx context.Context, rd Redrive, pace *pacer) (wait boo
 
 // send sends items (at most failures.MaxPage) at the re-drive's rate.
 // Their failures are marked re-driving and the items sending, all at
-// once; then each goes, and those the broker took are marked sent. An
+// once; then each goes, and is marked sent once the broker has it. An
 // item whose failure is no longer unresolved is skipped. It stops early
 // when ctx ends, and the items it did not reach wait for their turn.
-func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer) (err error) {
+func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer) error {
 	ids := failureIDs(items)
 	if _, err := r.Ledger.Redrive(ctx, ids, rd.ID); err != nil {
 		return err
@@ -197,25 +197,16 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer
 	if err := r.Store.Mark(ctx, rd.ID, seqs(send), Sending, "", time.Time{}); err != nil {
 		return err
 	}
-	sent := 0
-	// Whatever happens below, what the broker took is marked sent, and
-	// what was not reached waits for its turn again.
-	defer func() {
-		ctx := context.WithoutCancel(ctx)
-		if e := r.Store.Mark(ctx, rd.ID, seqs(send[:sent]), Sent, "", r.Clock.Now()); e != nil && err == nil {
-			err = e
-		}
-	}()
 	for i, it := range send {
 		if !pace.wait(ctx, rd.Rate) {
-			return r.Store.Mark(context.WithoutCancel(ctx), rd.ID, seqs(send[i:]), Pending, "", time.Time{})
+			return r.putBack(ctx, rd, send[i:])
 		}
 		f := byID[it.FailureID]
 		if err := r.deliver(ctx, rd, it, f); err != nil {
 			if ctx.Err() != nil {
 				// Stopped mid-send: it stays sending, and the next run
 				// sends it again; the rest wait for their turn.
-				return r.Store.Mark(context.WithoutCancel(ctx), rd.ID, seqs(send[i+1:]), Pending, "", time.Time{})
+				return r.putBack(ctx, rd, send[i+1:])
 			}
 			// Not sent: these items wait for their turn again, their
 			// failures are unresolved again, and the re-drive pauses
@@ -223,9 +214,26 @@ func (r *Runner) send(ctx context.Context, rd Redrive, items []Item, pace *pacer
 			reason := fmt.Sprintf("failure %d could not be sent to %s: %v", f.ID, it.Queue, err)
 			return r.unsent(ctx, rd, send[i:], reason)
 		}
-		sent++
+		// The broker has it: marked sent even when ctx has just ended,
+		// so that only a copy in flight may ever go twice.
+		if err := r.Store.Mark(context.WithoutCancel(ctx), rd.ID, []int{it.Seq}, Sent, "", r.Clock.Now()); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// putBack returns items marked for rd and never sent to their turn, and
+// their failures to unresolved.
+func (r *Runner) putBack(ctx context.Context, rd Redrive, items []Item) error {
+	if len(items) == 0 {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	if err := r.Store.Mark(ctx, rd.ID, seqs(items), Pending, "", time.Time{}); err != nil {
+		return err
+	}
+	return r.Ledger.Release(ctx, failureIDs(items), rd.ID)
 }
 
 // deliver sends item it of rd, a copy of f, where rd sends.
@@ -306,19 +314,40 @@ func seqs(items []Item) []int {
 // sendAgain puts the items of re-drive id left sending back in their
 // turn: their runner stopped between the mark and the broker's answer,
 // so whether they reached their queue is not known. Sent again, one that
-// had arrived is handled once, by its queue's inbox.
+// had arrived is handled once, by its queue's inbox. In a cancelled
+// re-drive nothing goes again: they count as sent, and settle as the
+// others do (handled, failed again, or unsettled after SettleTimeout),
+// and the failures of its pending items, should a stop have left them
+// marked, are unresolved again, so that none stays re-driving.
 func (r *Runner) sendAgain(ctx context.Context, id int64) error {
+	rd, err := r.Store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	to, at := Pending, time.Time{}
+	if rd.State == Cancelled {
+		to, at = Sent, r.Clock.Now()
+		for from := 0; ; {
+			pending, err := r.Store.Items(ctx, id, Pending, from, failures.MaxPage)
+			if err != nil {
+				return err
+			}
+			if len(pending) == 0 {
+				break
+			}
+			from = pending[len(pending)-1].Seq + 1
+			if err := r.Ledger.Release(ctx, failureIDs(pending), id); err != nil {
+				return err
+			}
+		}
+	}
 	for {
-		left, err := r.Store.Items(ctx, id, Sending, 0, 500)
+		left, err := r.Store.Items(ctx, id, Sending, 0, failures.MaxPage)
 		if err != nil || len(left) == 0 {
 			return err
 		}
-		seqs := make([]int, len(left))
-		for i, it := range left {
-			seqs[i] = it.Seq
-		}
-		r.Logger.WarnContext(ctx, "re-drive: sending again what a stopped runner may not have sent", "redrive_id", id, "items", len(seqs))
-		if err := r.Store.Mark(ctx, id, seqs, Pending, "", time.Time{}); err != nil {
+		r.Logger.WarnContext(ctx, "re-drive: items a stopped runner may not have sent", "redrive_id", id, "items", len(left), "now", to)
+		if err := r.Store.Mark(ctx, id, seqs(left), to, "", at); err != nil {
 			return err
 		}
 	}
@@ -327,14 +356,10 @@ func (r *Runner) sendAgain(ctx context.Context, id int64) error {
 // unsent takes back the items that could not be sent, and pauses the
 // re-drive with reason.
 func (r *Runner) unsent(ctx context.Context, rd Redrive, items []Item, reason string) error {
-	ctx = context.WithoutCancel(ctx)
-	if err := r.Store.Mark(ctx, rd.ID, seqs(items), Pending, "", time.Time{}); err != nil {
+	if err := r.putBack(ctx, rd, items); err != nil {
 		return err
 	}
-	if _, err := r.Ledger.Mark(ctx, failureIDs(items), failures.Redriving, failures.Unresolved); err != nil {
-		return err
-	}
-	_, err := r.Store.Move(ctx, rd.ID, []State{Canary, Running}, Paused, reason)
+	_, err := r.Store.Move(context.WithoutCancel(ctx), rd.ID, []State{Canary, Running}, Paused, reason)
 	r.Logger.WarnContext(ctx, "re-drive paused: "+reason, "redrive_id", rd.ID)
 	return err
 }
