@@ -244,7 +244,15 @@ func crashMidTransaction(t *testing.T, c *tally, rows, perTx int, crash func()) 
 // how many arrived more than once.
 func settleDuplicates(t *testing.T, c *tally, want map[string]bool) int {
 	t.Helper()
-	testenv.Eventually(t, 3*time.Minute, "every row after the crash", func() bool { n, _ := c.count(want); return n == len(want) })
+	// The count walks every delivery under the tally's lock, which holds
+	// back its consumer: only once enough have arrived is it worth it.
+	testenv.Eventually(t, 3*time.Minute, "every row after the crash", func() bool {
+		if int(c.n.Load()) < len(want) {
+			return false
+		}
+		n, _ := c.count(want)
+		return n == len(want)
+	})
 	time.Sleep(time.Second) // a late repeat would show by now
 	n, total := c.count(want)
 	if n != len(want) {
