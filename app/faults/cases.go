@@ -241,7 +241,7 @@ func Cases() []Case {
 			must(clauseDLQEmpty, "the DLQ empty after the drain: the ingest took every dead letter"),
 			must(clauseIngest, "ingest resumes within 15 s of the broker running again (/readyz failure_ingest leading, the DLQ consumed)"),
 		}},
-		{ID: "W02", Title: "re-drive under consumer crash", Quick: true, Failures: true, Delays: workbenchDelays, Run: redriveUnderCrash, Holds: []Clause{
+		{ID: "W02", Title: "re-drive under consumer crash", Failures: true, Delays: workbenchDelays, Run: redriveUnderCrash, Holds: []Clause{
 			must(clauseOnce, "every re-driven event handled exactly once: one effect, one inbox claim"),
 			must(clauseRedrive, "the re-drive ends done, every item handled"),
 			must(clauseSentOnce, "no failure sent twice: the re-drive's items sent once each, as many as it planned"),
