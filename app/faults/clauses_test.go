@@ -156,11 +156,13 @@ func TestQuickSetCrashesAConsumer(t *testing.T) {
 	}
 }
 
-// The quick set re-drives failures while a consumer crashes: the failure
-// ledger's one case that fits CI's time, and restarts no broker.
-func TestQuickSetRedrivesUnderACrash(t *testing.T) {
+// The quick set restarts no broker and runs no workbench case: W01
+// restarts RabbitMQ, and W02, a re-drive under a consumer crash, would
+// take CI near its 20 minutes (TestARedriveSurvivesAKill kills a re-drive
+// in go test).
+func TestQuickSetLeavesTheWorkbenchCasesOut(t *testing.T) {
 	quick, _ := Selected(true, nil)
-	if !slices.Contains(quick, "W02") || slices.Contains(quick, "W01") {
-		t.Fatalf("quick set %v: want W02 and not W01", quick)
+	if slices.Contains(quick, "W01") || slices.Contains(quick, "W02") {
+		t.Fatalf("quick set %v: want neither W01 nor W02", quick)
 	}
 }
