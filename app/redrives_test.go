@@ -21,12 +21,8 @@ func TestARedriveSendsFailuresBackToTheirQueue(t *testing.T) {
 	s.extra = append(s.extra, ledgerOn...)
 	p := s.start(t)
 	bystanderHolds := bystander(t, s)
-	var ids []string
-	for range 3 {
-		// probe.slow makes 4 attempts: the 5th run, the re-drive's, succeeds.
-		ids = append(ids, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4}))
-	}
-	ledgerHolds(t, p, 3, "")
+	// probe.slow makes 4 attempts: the 5th run, the re-drive's, succeeds.
+	ids := failOnProbe(t, p, 3, probeOrder{Fail: 4})
 	for _, id := range ids {
 		if n := s.effects(t, id); n != 0 {
 			t.Fatalf("event %s has %d effects before the re-drive", id, n)
@@ -73,11 +69,7 @@ func TestARedriveOnKafka(t *testing.T) {
 	s.extra = append(s.extra, ledgerOn...)
 	p := s.start(t)
 	shared, redriven := topicReader(t, k, "probe.events"), topicReader(t, k, "probe.slow.redrive")
-	var ids []string
-	for range 3 {
-		ids = append(ids, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4}))
-	}
-	ledgerHolds(t, p, 3, "")
+	ids := failOnProbe(t, p, 3, probeOrder{Fail: 4})
 	before := len(shared())
 	path, redriveID := startRedrive(t, p.base, "queue=probe.slow&canary=1")
 	rd := redriveIn(t, path, "done", 60*time.Second)
@@ -105,11 +97,7 @@ func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
 	s := newProbeStack(t)
 	s.extra = append(s.extra, append(ledgerOn, "MOENDA_FAILURES__MAX_REDRIVES=1")...)
 	p := s.start(t)
-	var first []string
-	for range 3 {
-		first = append(first, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1}))
-	}
-	ledgerHolds(t, p, 3, "")
+	first := failOnProbe(t, p, 3, probeOrder{Fail: -1})
 	_, body := call(t, "POST", p.base+"/v1/admin/redrives?queue=probe.slow&canary=1", "")
 	path := fmt.Sprintf("%s/v1/admin/redrives/%v", p.base, body["id"])
 	rd := redriveIn(t, path, "paused", 60*time.Second)
@@ -117,9 +105,7 @@ func TestAFailingCanaryPausesAnAppRedrive(t *testing.T) {
 	if c["failed_again"] != 1.0 || c["pending"] != 2.0 || !strings.Contains(fmt.Sprint(rd["reason"]), "a canary failed again") {
 		t.Errorf("re-drive %v, want paused on its canary with 2 pending", rd)
 	}
-	for range 2 { // arrive after the re-drive was made
-		publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: -1})
-	}
+	publishFailing(t, p, 2, probeOrder{Fail: -1}) // arrive after the re-drive was made
 	ledgerHolds(t, p, 5, "")
 	if code, _ := call(t, "POST", path+"/resume", ""); code != http.StatusOK {
 		t.Fatalf("resume = %d", code)
@@ -149,10 +135,7 @@ func TestTheCommandLineRedrives(t *testing.T) {
 	s := newProbeStack(t)
 	s.extra = append(s.extra, ledgerOn...)
 	p := s.start(t)
-	for range 2 {
-		publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4})
-	}
-	ledgerHolds(t, p, 2, "")
+	failOnProbe(t, p, 2, probeOrder{Fail: 4})
 	environ := []string{"MOENDA_POSTGRES__URL=" + s.db.URL, "MOENDA_AMQP__URL=" + s.vhost.URL, "USER=tester"}
 	if code, out, stderr := run(t, environ, "--env", "test", "redrive", "plan", "--queue", "probe.slow"); code != 0 || !strings.Contains(out, "2 selected, 2 to send") {
 		t.Errorf("redrive plan = %d %q %s", code, out, stderr)
@@ -302,10 +285,7 @@ func TestARedriveOfFiveThousand(t *testing.T) {
 	files["probe.yaml"].Data = []byte(strings.Replace(probeConfig, "delays: [200ms, 400ms, 800ms]", "delays: []", 1))
 	p := s.startFiles(t, files)
 	bystanderHolds := bystander(t, s)
-	ids := make([]string, n)
-	for i := range ids { // each fails its one attempt, and is handled re-driven
-		ids[i] = publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 1})
-	}
+	publishFailing(t, p, n, probeOrder{Fail: 1}) // each fails its one attempt, and is handled re-driven
 	testenv.Eventually(t, 120*time.Second, "5,000 failures in the ledger", func() bool {
 		_, groups := call(t, "GET", p.base+"/v1/admin/failures/groups", "")
 		gs, _ := groups["groups"].([]any)
@@ -349,11 +329,7 @@ func TestARedriveToTheOriginalExchange(t *testing.T) {
 	s.extra = append(s.extra, ledgerOn...)
 	p := s.start(t)
 	bystanderHolds := bystander(t, s)
-	var ids []string
-	for range 2 {
-		ids = append(ids, publish(t, p, "probe.slow.hit.v1", probeOrder{Fail: 4}))
-	}
-	ledgerHolds(t, p, 2, "")
+	ids := failOnProbe(t, p, 2, probeOrder{Fail: 4})
 	path, _ := startRedrive(t, p.base, "queue=probe.slow&to=original-exchange")
 	rd := redriveIn(t, path, "done", 60*time.Second)
 	if c := rd["counters"].(map[string]any); c["handled"] != 2.0 || rd["to"] != "original-exchange" {
@@ -410,4 +386,24 @@ func startRedrive(t *testing.T, base, query string) (url string, id any) {
 		t.Fatalf("POST /v1/admin/redrives?%s = %d %v", query, code, body)
 	}
 	return fmt.Sprintf("%s/v1/admin/redrives/%v", base, body["id"]), body["id"]
+}
+
+// failOnProbe publishes n probe.slow events that fail as o says, and
+// waits until the ledger holds them: the failures a re-drive test starts
+// from.
+func failOnProbe(t *testing.T, p running, n int, o probeOrder) []string {
+	t.Helper()
+	ids := publishFailing(t, p, n, o)
+	ledgerHolds(t, p, n, "")
+	return ids
+}
+
+// publishFailing publishes n probe.slow events that fail as o says.
+func publishFailing(t *testing.T, p running, n int, o probeOrder) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = publish(t, p, "probe.slow.hit.v1", o)
+	}
+	return ids
 }

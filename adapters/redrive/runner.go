@@ -407,16 +407,21 @@ func (r *Runner) settleSome(ctx context.Context, id int64, sent []Item) error {
 	if len(open) == 0 {
 		return nil
 	}
-	byID, err := r.failures(ctx, failureIDs(open))
+	// Which failed again, by id alone: the items that wait read no
+	// bodies, however often they are asked about.
+	again, err := r.Ledger.Select(ctx, failures.Filter{IDs: failureIDs(open), Status: failures.Unresolved})
 	if err != nil {
 		return err
 	}
 	var late []Item
 	for _, it := range open {
-		f := byID[it.FailureID]
 		switch {
-		case f.Status == failures.Unresolved:
+		case slices.Contains(again, it.FailureID):
 			// Rare, and each with its own reason.
+			f, err := r.Ledger.Get(ctx, it.FailureID)
+			if err != nil {
+				return err
+			}
 			if err := r.Store.Mark(ctx, id, []int{it.Seq}, FailedAgain, f.Error, time.Time{}); err != nil {
 				return err
 			}
