@@ -72,7 +72,19 @@ type Subscriber struct {
 	conn   *amqp091.Connection
 	// node is the URL conn was dialed to.
 	node string
+	// together makes each channel send answers given together in few
+	// frames: see BatchAnswers.
+	together bool
 }
+
+// SubscriberOption sets a Subscriber apart from the default.
+type SubscriberOption func(*Subscriber)
+
+// BatchAnswers suits a reader that acks a batch of messages at once (the
+// failure ingest): the acks given within a couple of milliseconds of each
+// other reach the broker as one frame (see answers). A reader that answers
+// each message on its own gains nothing from it.
+func BatchAnswers() SubscriberOption { return func(s *Subscriber) { s.together = true } }
 
 // NewSubscriber returns a subscriber that consumes from urls, the nodes of
 // one cluster, with at most prefetch unacknowledged deliveries per
@@ -84,7 +96,7 @@ type Subscriber struct {
 // be acknowledged; then their contexts end, and the last tenth lets the
 // handlers' answers (a requeue, as a rule) reach the broker. A delivery
 // still unanswered then is requeued by the broker when the channel closes.
-func NewSubscriber(urls []string, prefetch int, closeTimeout time.Duration, logger *slog.Logger) (*Subscriber, error) {
+func NewSubscriber(urls []string, prefetch int, closeTimeout time.Duration, logger *slog.Logger, opts ...SubscriberOption) (*Subscriber, error) {
 	n, err := newNodes(urls)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: subscriber: %w", err)
@@ -100,7 +112,11 @@ func NewSubscriber(urls []string, prefetch int, closeTimeout time.Duration, logg
 	}
 	life, stop := context.WithCancel(context.Background())
 	grace := transport.Grace(closeTimeout)
-	return &Subscriber{nodes: n, prefetch: prefetch, logger: logger, grace: grace, answerWindow: closeTimeout - grace, life: life, stop: stop}, nil
+	s := &Subscriber{nodes: n, prefetch: prefetch, logger: logger, grace: grace, answerWindow: closeTimeout - grace, life: life, stop: stop}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s, nil
 }
 
 // Subscribe consumes queue, which must already be declared, until ctx ends
@@ -159,6 +175,9 @@ type consuming struct {
 	closes chan *amqp091.Error
 	// node is the URL of the node consumed from, passwords hidden.
 	node string
+	// answers gathers the channel's answers, with BatchAnswers; nil
+	// otherwise, and each answer is sent as it is given.
+	answers *answers
 }
 
 // run hands over deliveries until ctx ends, consuming again whenever the
@@ -175,6 +194,9 @@ func (s *Subscriber) run(ctx, hand context.Context, endHand context.CancelFunc, 
 		// Answers given in time reach the broker before the channel
 		// closes; the broker requeues the rest.
 		pending.Wait()
+		if c.answers != nil {
+			_ = c.answers.flush()
+		}
 		_ = c.ch.Close()
 	}()
 	for {
@@ -229,6 +251,9 @@ func (s *Subscriber) dispatch(ctx, hand context.Context, queue string, c consumi
 			}
 			d = delivery
 		}
+		if c.answers != nil {
+			c.answers.received(d.DeliveryTag)
+		}
 		msg, err := Marshaler{}.Unmarshal(d)
 		if err != nil {
 			// Left unacked rather than requeued in a loop or dropped: it
@@ -249,16 +274,17 @@ func (s *Subscriber) dispatch(ctx, hand context.Context, queue string, c consumi
 		go func() {
 			defer pending.Done()
 			defer done()
-			s.settle(hand, queue, d, msg)
+			s.settle(hand, queue, c.answers, d, msg)
 		}()
 	}
 }
 
-// settle acks or requeues d once the handler has acked or nacked msg.
-// When the grace period ends first (hand), the message's context ends, and
-// an answer given within the answer window that follows is still passed
-// on; otherwise the broker requeues the delivery when the channel closes.
-func (s *Subscriber) settle(hand context.Context, queue string, d amqp091.Delivery, msg *message.Message) {
+// settle acks or requeues d once the handler has acked or nacked msg,
+// through together when it is not nil. When the grace period ends first
+// (hand), the message's context ends, and an answer given within the
+// answer window that follows is still passed on; otherwise the broker
+// requeues the delivery when the channel closes.
+func (s *Subscriber) settle(hand context.Context, queue string, together *answers, d amqp091.Delivery, msg *message.Message) {
 	var acked bool
 	select {
 	case <-msg.Acked():
@@ -275,6 +301,10 @@ func (s *Subscriber) settle(hand context.Context, queue string, d amqp091.Delive
 			s.logger.Warn("amqp: a handler did not answer by the end of the close timeout; the broker redelivers its message", "queue", queue, "event_id", d.MessageId, "correlation_id", d.CorrelationId)
 			return
 		}
+	}
+	if together != nil {
+		together.answer(d.DeliveryTag, acked)
+		return
 	}
 	var err error
 	if acked {
@@ -330,7 +360,11 @@ func (s *Subscriber) consume(ctx context.Context, queue string) (consuming, erro
 		_ = ch.Close()
 		return consuming{}, err
 	}
-	return consuming{ch: ch, deliveries: deliveries, closes: closes, node: redact.URL(node)}, nil
+	c := consuming{ch: ch, deliveries: deliveries, closes: closes, node: redact.URL(node)}
+	if s.together {
+		c.answers = newAnswers(ch)
+	}
+	return c, nil
 }
 
 // connection returns the shared connection and its node's URL, dialing it

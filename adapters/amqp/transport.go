@@ -44,7 +44,7 @@ func NewTransport(cfg Config, set transport.Settings) (*Transport, error) {
 	t := &Transport{cfg: cfg, set: set, probe: &probe{nodes: n}}
 	t.consumer = sync.OnceValues(t.connectConsumer)
 	t.dead = sync.OnceValues(func() (message.Subscriber, error) {
-		sub, err := NewSubscriber(cfg.Nodes(), DeadLetterPrefetch(cfg, set), set.CloseTimeout, set.Logger)
+		sub, err := NewSubscriber(cfg.Nodes(), DeadLetterPrefetch(cfg, set), set.CloseTimeout, set.Logger, BatchAnswers())
 		if err == nil {
 			t.closers.Add(sub.Close)
 		}
