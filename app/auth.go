@@ -181,13 +181,17 @@ func (t tokens) require(role string, writesOnly bool) func(http.Handler) http.Ha
 				next.ServeHTTP(w, r)
 				return
 			}
-			raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || raw == "" {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="moenda"`)
-				t.refuse(w, r, nobody, http.StatusUnauthorized, "a token is required: send Authorization: Bearer <token> with a "+role+" token")
-				return
+			sum, vouched := r.Context().Value(sessionKey{}).([sha256.Size]byte)
+			if !vouched {
+				raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				if !ok || raw == "" {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="moenda"`)
+					t.refuse(w, r, nobody, http.StatusUnauthorized, "a token is required: send Authorization: Bearer <token> with a "+role+" token")
+					return
+				}
+				sum = sha256.Sum256([]byte(raw))
 			}
-			caller, known, allowed := t.check(raw, role)
+			caller, known, allowed := t.check(sum, role)
 			switch {
 			case !known:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="moenda", error="invalid_token"`)
@@ -213,12 +217,11 @@ func (t tokens) refuse(w http.ResponseWriter, r *http.Request, caller Caller, co
 	httpjson.Error(w, code, msg)
 }
 
-// check compares the token's hash with every configured one in constant
+// check compares a token's hash, sum, with every configured one in constant
 // time, so the answer's timing says nothing of how close a guess came. It
 // returns the caller the token names, with the role that allows role
 // when one of its entries does.
-func (t tokens) check(token, role string) (caller Caller, known, allowed bool) {
-	sum := sha256.Sum256([]byte(token))
+func (t tokens) check(sum [sha256.Size]byte, role string) (caller Caller, known, allowed bool) {
 	for i, h := range t.hashes {
 		if subtle.ConstantTimeCompare(sum[:], h[:]) == 1 {
 			if !allowed {
@@ -229,6 +232,25 @@ func (t tokens) check(token, role string) (caller Caller, known, allowed bool) {
 		}
 	}
 	return caller, known, allowed
+}
+
+// sessionKey is the request context's key of the SHA-256 of the token a
+// console session was opened with: the console's in-process requests to
+// /v1/admin carry it instead of an Authorization header, and are checked
+// as a bearer token with that hash would be. Nothing outside this process
+// can set it.
+type sessionKey struct{}
+
+// withSession marks ctx as a request made with the token whose SHA-256
+// is tokenHash, in hex; a value that is not one is dropped, and the
+// request then has no token at all.
+func withSession(ctx context.Context, tokenHash string) context.Context {
+	var sum [sha256.Size]byte
+	if b, err := hex.DecodeString(tokenHash); err != nil || len(b) != sha256.Size {
+		return ctx
+	}
+	_, _ = hex.Decode(sum[:], []byte(tokenHash))
+	return context.WithValue(ctx, sessionKey{}, sum)
 }
 
 func isRead(method string) bool {

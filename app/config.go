@@ -29,6 +29,7 @@ import (
 	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/adapters/tracing"
+	"github.com/moenda/moenda/app/console"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/migrations"
 	"github.com/moenda/moenda/router"
@@ -55,6 +56,7 @@ type Config struct {
 	Handlers  HandlersConfig  `koanf:"handlers"`
 	Analytics AnalyticsConfig `koanf:"analytics"`
 	Runtime   RuntimeConfig   `koanf:"runtime"`
+	Console   console.Config  `koanf:"console"`
 
 	// Env is the environment the config was loaded for.
 	Env string `koanf:"-"`
@@ -217,6 +219,7 @@ func defaults() *Config {
 		Router:    router.DefaultConfig(),
 		Topology:  topology.DefaultConfig(),
 		Runtime:   RuntimeConfig{GCPercent: 400},
+		Console:   console.DefaultConfig(),
 		Analytics: AnalyticsConfig{Kafka: AnalyticsKafkaConfig{RelayGroup: "moenda-relay-kafka"}},
 	}
 }
@@ -426,6 +429,7 @@ func (c *Config) validate(reg *handlers.Registry) ([]enabledPlugin, error) {
 	}
 	add(c.Router.Validate())
 	add(c.Topology.Validate())
+	add(c.Console.Validate())
 	if c.Runtime.GCPercent < 25 {
 		add(fmt.Errorf("runtime.gc_percent must be at least 25, got %d", c.Runtime.GCPercent))
 	}

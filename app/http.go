@@ -34,9 +34,9 @@ type builtPlugin struct {
 // handler routes HTTP: reads are open; publishing needs a publisher token
 // and administration an admin token, once auth.enabled; plugin routes as
 // their Spec.RouteAuth says. Every role answers the health checks and
-// /metrics; the API is an api process's, and the outbox's administration
-// is there and on relays.
-func (p *Platform) handler(plugins []builtPlugin) http.Handler {
+// /metrics; the API is an api process's, and the administration (with the
+// console on it) is there and on relays.
+func (p *Platform) handler(plugins []builtPlugin) (http.Handler, error) {
 	auth := newTokens(p.cfg.Auth, p.logger)
 	auth.refused = p.auditRefusal
 	r := chi.NewRouter()
@@ -55,14 +55,19 @@ func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 	})
 	r.Get("/readyz", p.readyz)
 	if p.role.api() || p.role.relay() {
-		r.Route("/v1/admin", func(r chi.Router) {
-			r.Use(auth.administer)
-			p.adminRoutes(r)
-			p.failureRoutes(r)
-		})
+		admin := chi.NewRouter()
+		admin.Use(auth.administer)
+		p.adminRoutes(admin)
+		p.failureRoutes(admin)
+		r.Mount("/v1/admin", admin)
+		c, err := p.console(admin)
+		if err != nil {
+			return nil, err
+		}
+		r.Mount("/console", c.Handler())
 	}
 	if !p.role.api() {
-		return r
+		return r, nil
 	}
 	r.With(auth.require(RolePublisher, false)).Post("/v1/events", p.postEvent)
 	r.Get("/v1/catalog", func(w http.ResponseWriter, _ *http.Request) {
@@ -79,7 +84,7 @@ func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 			pl.Routes(r)
 		})
 	}
-	return r
+	return r, nil
 }
 
 // correlate takes the request's correlation id, or makes one, and returns

@@ -167,8 +167,12 @@ func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option
 		}
 		p.metrics = newMetrics(cs...)
 	}
+	h, err := p.handler(plugins)
+	if err != nil {
+		return nil, err
+	}
 	p.server = &http.Server{
-		Handler:           p.handler(plugins),
+		Handler:           h,
 		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		WriteTimeout:      cfg.HTTP.WriteTimeout,

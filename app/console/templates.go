@@ -1,0 +1,55 @@
+package console
+
+import (
+	"fmt"
+	"html/template"
+	"io/fs"
+	"strings"
+	"time"
+)
+
+// pageNames are the templates under templates/, each a page drawn in
+// frame.html's frame.
+var pageNames = []string{"login", "error", "done", "failures", "failure", "plan", "redrives", "redrive", "journey", "audit", "topology"}
+
+// funcs are the helpers the templates use.
+var funcs = template.FuncMap{
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"iso": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	},
+	"join": strings.Join,
+	"percent": func(part, whole int) int {
+		if whole <= 0 {
+			return 0
+		}
+		return part * 100 / whole
+	},
+	"string": func(v any) string { return fmt.Sprint(v) },
+	// lineY is the offset of a box's line i below its top, under its
+	// title.
+	"lineY": func(i int) int { return 14 + (i+1)*lineHeight },
+}
+
+// parsePages parses each page with the frame.
+func parsePages() (map[string]*template.Template, error) {
+	pages := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New(name).Funcs(funcs).ParseFS(files, "templates/frame.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: parse the %s page: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+var _ fs.FS = files
