@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/moenda/moenda/adapters/audit"
 	"github.com/moenda/moenda/adapters/failures"
 )
 
@@ -143,5 +145,251 @@ func TestConsolePagesAreStrict(t *testing.T) {
 	}
 	if resp, _ := b.do("GET", "/console", nil); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "console/" {
 		t.Errorf("GET /console = %d to %q, want 303 to console/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// With auth on, the console asks for a token once: a page without a
+// session goes to the login form; a wrong token is refused (and audited
+// by the API); the right one gives a session cookie that is HttpOnly,
+// SameSite=Strict, Secure outside loopback, and signed; logout drops it.
+func TestConsoleLogsInOnceWithAToken(t *testing.T) {
+	const admin = "adm-c0n5013"
+	p := start(t, "memory", "MOENDA_AUTH__ENABLED=true", "MOENDA_AUTH__TOKENS=admin:ana:"+hashOf(admin))
+	b := newBrowser(t, p.base)
+	if resp, _ := b.do("GET", "/console/failures", nil); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "./login" {
+		t.Fatalf("a page without a session = %d to %q, want 303 to ./login", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	page := b.get("/console/login", http.StatusOK)
+	if !strings.Contains(page, `<label for="token">Token</label>`) {
+		t.Fatalf("no labelled token field on the login page:\n%s", page)
+	}
+	token := csrf(t, page)
+	if resp, _ := b.do("POST", "/console/login", url.Values{"token": {admin}}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a login without the form's CSRF token = %d, want 403", resp.StatusCode)
+	}
+	page = b.get("/console/login", http.StatusOK)
+	token = csrf(t, page)
+	if resp, body := b.do("POST", "/console/login", url.Values{"csrf": {token}, "token": {"guess"}}); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "not one of this moenda") {
+		t.Errorf("a login with a wrong token = %d:\n%s", resp.StatusCode, body)
+	}
+	entries, err := p.workbench.audit.List(context.Background(), audit.Filter{Outcome: audit.Refused}, 0, 10)
+	if err != nil || len(entries) != 1 || entries[0].Action != "GET /v1/admin/me" {
+		t.Errorf("the wrong token's refusal in the audit: %+v, %v", entries, err)
+	}
+
+	// The session cookie, as a browser on this machine and one elsewhere
+	// would get it.
+	pre := b.cookie
+	for host, secure := range map[string]bool{"": false, "moenda.example.com": true} {
+		b.cookie = pre
+		req, _ := http.NewRequest("POST", p.base+"/console/login", strings.NewReader(url.Values{"csrf": {token}, "token": {admin}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(&http.Cookie{Name: "moenda_console", Value: pre})
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var c *http.Cookie
+		for _, k := range resp.Cookies() {
+			if k.Name == "moenda_console" {
+				c = k
+			}
+		}
+		switch {
+		case resp.StatusCode != http.StatusSeeOther || c == nil:
+			t.Fatalf("login at %q = %d, cookie %v", host, resp.StatusCode, c)
+		case !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Secure != secure || c.Path != "/console" || c.MaxAge <= 0 || c.MaxAge > 8*3600:
+			t.Errorf("login at %q: cookie %s, want HttpOnly, SameSite=Strict, Secure %v, Path=/console, 8h at most", host, c.String(), secure)
+		case c.Value == pre:
+			t.Errorf("login at %q kept the session id of before the login", host)
+		case strings.Contains(c.Value, admin) || strings.Contains(c.Value, hashOf(admin)):
+			t.Errorf("the cookie holds the token or its hash in clear: %s", c.Value)
+		}
+		b.cookie = c.Value
+	}
+	if page := b.get("/console/failures", http.StatusOK); !strings.Contains(page, "ana") || !strings.Contains(page, "Log out") {
+		t.Errorf("a signed-in page does not name ana or offer to log out:\n%s", page)
+	}
+	// A cookie changed by one byte is nobody's.
+	good := b.cookie
+	b.cookie = good[:len(good)-2] + map[bool]string{true: "A", false: "B"}[good[len(good)-2] != 'A'] + good[len(good)-1:]
+	if resp, _ := b.do("GET", "/console/failures", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("a forged cookie = %d, want 303 to the login", resp.StatusCode)
+	}
+	b.cookie = good
+	page = b.get("/console/failures", http.StatusOK)
+	if resp, _ := b.do("POST", "/console/logout", url.Values{"csrf": {csrf(t, page)}}); resp.StatusCode != http.StatusSeeOther || b.cookie != "" {
+		t.Errorf("logout = %d, cookie left %q", resp.StatusCode, b.cookie)
+	}
+	if resp, _ := b.do("GET", "/console/failures", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("a page after logout = %d, want 303 to the login", resp.StatusCode)
+	}
+}
+
+// Every state-changing request carries the session's CSRF token: without
+// it, or with another session's, nothing changes.
+func TestConsoleRefusesAFormWithoutItsCSRFToken(t *testing.T) {
+	p := start(t, "memory", "MOENDA_FAILURES__ENABLED=true")
+	poison(t, p, 1, "")
+	id := strconv.FormatInt(ledgerID(t, p), 10)
+	b, other := newBrowser(t, p.base), newBrowser(t, p.base)
+	page := b.get("/console/failures", http.StatusOK)
+	otherToken := csrf(t, other.get("/console/failures", http.StatusOK))
+	for name, form := range map[string]url.Values{
+		"no token":              {"do": {"archive-selected"}, "ids": {id}},
+		"a wrong token":         {"do": {"archive-selected"}, "ids": {id}, "csrf": {"x" + csrf(t, page)}},
+		"another session's one": {"do": {"archive-selected"}, "ids": {id}, "csrf": {otherToken}},
+	} {
+		if resp, body := b.do("POST", "/console/failures/act", form); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "CSRF") {
+			t.Errorf("%s: %d:\n%s", name, resp.StatusCode, body)
+		}
+	}
+	if resp, _ := newBrowser(t, p.base).do("POST", "/console/redrives", url.Values{"group": {"0123456789abcdef"}}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a re-drive posted with no session = %d, want 403", resp.StatusCode)
+	}
+	if f := ledgerFailure(t, p); f.Status != failures.Unresolved {
+		t.Fatalf("a refused form changed the failure: %s", f.Status)
+	}
+	if resp, body := b.do("POST", "/console/failures/act", url.Values{"do": {"archive-selected"}, "ids": {id}, "csrf": {csrf(t, page)}}); resp.StatusCode != http.StatusOK || !strings.Contains(body, "1 changed") {
+		t.Fatalf("archive with the token = %d:\n%s", resp.StatusCode, body)
+	}
+	if f := ledgerFailure(t, p); f.Status != failures.Archived {
+		t.Fatalf("the failure is %s after its archive", f.Status)
+	}
+}
+
+// ledgerFailure is the newest failure of p's ledger, whatever its status.
+func ledgerFailure(t *testing.T, p running) failures.Failure {
+	t.Helper()
+	fs, err := p.workbench.ledger.List(context.Background(), failures.Filter{AnyStatus: true}, failures.Page{Limit: 1})
+	if err != nil || len(fs) == 0 {
+		t.Fatalf("the ledger: %v, %v", fs, err)
+	}
+	return fs[0]
+}
+
+func ledgerID(t *testing.T, p running) int64 {
+	t.Helper()
+	ledgerHolds(t, p, 1, "")
+	return ledgerFailure(t, p).ID
+}
+
+// A viewer sees every page, with the actions shown as not allowed, and
+// the server refuses them anyway: a forged form, with a valid CSRF
+// token, is answered 403 by the API and audited with the viewer's name.
+// With console.show_bodies off, a viewer does not see bodies.
+func TestConsoleShowsAViewerEverythingAndLetsItDoNothing(t *testing.T) {
+	const viewer, admin = "view-c0n5013", "adm-c0n5013"
+	p := start(t, "memory", "MOENDA_FAILURES__ENABLED=true", "MOENDA_AUTH__ENABLED=true", "MOENDA_CONSOLE__SHOW_BODIES=false",
+		"MOENDA_AUTH__TOKENS=viewer:vera:"+hashOf(viewer)+",admin:ana:"+hashOf(admin), "MOENDA_HTTP__ADDR=127.0.0.1:0")
+	// Failures straight into the ledger: publishing needs a publisher token.
+	if _, err := p.workbench.ledger.Record(context.Background(), []failures.Failure{
+		{Queue: "notificacoes.tarefas-concluidas.dlq", EventID: "00000000-0000-4000-8000-000000000001", FailedQueue: "notificacoes.tarefas-concluidas",
+			Handler: "notificacoes/tarefas-concluidas", EventName: "tarefa.concluida.v1", Reason: "permanent", Error: "lacks usuario_id",
+			Fingerprint: failures.Fingerprint("notificacoes/tarefas-concluidas", "permanent", "lacks usuario_id"), Attempts: 1, Occurrences: 1,
+			Status: failures.Unresolved, Headers: map[string]string{"moenda-reason": "permanent"}, Body: []byte(`{"cpf":"52998224725"}`),
+			FirstFailureAt: time.Now(), LastFailureAt: time.Now()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f := ledgerFailure(t, p)
+	id := strconv.FormatInt(f.ID, 10)
+	v := newBrowser(t, p.base)
+	v.login(viewer)
+	pages := map[string]string{}
+	for _, path := range []string{"/console/failures", "/console/failures/" + id, "/console/redrives/plan?group=" + f.Fingerprint, "/console/redrives",
+		"/console/journey?event_id=" + f.EventID, "/console/audit", "/console/topology"} {
+		pages[path] = v.get(path, http.StatusOK)
+	}
+	if page := pages["/console/failures"]; !strings.Contains(page, `value="archive-selected" disabled aria-disabled="true"`) ||
+		!strings.Contains(page, "Re-drive not allowed") || !strings.Contains(page, "as a viewer") {
+		t.Errorf("the failures page offers a viewer its actions:\n%s", page)
+	}
+	if page := pages["/console/redrives/plan?group="+f.Fingerprint]; !regexp.MustCompile(`<button type="submit" disabled aria-disabled="true" title="Needs the admin role">Start`).MatchString(page) {
+		t.Errorf("the plan page lets a viewer start:\n%s", page)
+	}
+	if page := pages["/console/failures/"+id]; strings.Contains(page, "52998224725") || !strings.Contains(page, "console.show_bodies") {
+		t.Errorf("a viewer sees the body with console.show_bodies off:\n%s", page)
+	}
+	token := csrf(t, pages["/console/failures"])
+	for name, form := range map[string]struct {
+		path string
+		form url.Values
+	}{
+		"archive":  {"/console/failures/act", url.Values{"do": {"archive-selected"}, "ids": {id}, "csrf": {token}}},
+		"re-drive": {"/console/redrives", url.Values{"ids": {id}, "csrf": {token}}},
+		"cancel":   {"/console/redrives/1/cancel", url.Values{"csrf": {token}}},
+	} {
+		if resp, body := v.do("POST", form.path, form.form); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "lacks the admin role") {
+			t.Errorf("a viewer's forged %s = %d:\n%s", name, resp.StatusCode, body)
+		}
+	}
+	if f := ledgerFailure(t, p); f.Status != failures.Unresolved {
+		t.Errorf("a viewer's forged form changed the failure: %s", f.Status)
+	}
+	refused, err := p.workbench.audit.List(context.Background(), audit.Filter{Actor: "vera", Outcome: audit.Refused}, 0, 10)
+	if err != nil || len(refused) != 3 {
+		t.Errorf("the audit holds %d refusals of vera, want 3: %+v %v", len(refused), refused, err)
+	}
+	a := newBrowser(t, p.base)
+	a.login(admin)
+	if page := a.get("/console/failures/"+id, http.StatusOK); !strings.Contains(page, "52998224725") {
+		t.Errorf("an admin does not see the body:\n%s", page)
+	}
+}
+
+// Behind a reverse proxy at /moenda/, links, assets and redirects are
+// relative, and the session cookie's path is the proxy's: from
+// X-Forwarded-Prefix, or console.path_prefix.
+func TestConsoleWorksBehindAPathPrefix(t *testing.T) {
+	const admin = "adm-pr3f1x"
+	for name, env := range map[string][]string{
+		"forwarded":  nil,
+		"configured": {"MOENDA_CONSOLE__PATH_PREFIX=/moenda"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := start(t, "memory", append(env, "MOENDA_AUTH__ENABLED=true", "MOENDA_AUTH__TOKENS=admin:"+hashOf(admin))...)
+			// The proxy strips /moenda and says so.
+			b := newBrowser(t, p.base)
+			if name == "forwarded" {
+				b.header.Set("X-Forwarded-Prefix", "/moenda")
+			}
+			resp, _ := b.do("GET", "/console/redrives", nil)
+			if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "./login" {
+				t.Fatalf("a page without a session = %d to %q, want a relative 303", resp.StatusCode, loc)
+			}
+			page := b.get("/console/login", http.StatusOK)
+			resp, _ = b.do("POST", "/console/login", url.Values{"csrf": {csrf(t, page)}, "token": {admin}})
+			var c *http.Cookie
+			for _, k := range resp.Cookies() {
+				if k.Name == "moenda_console" {
+					c = k
+				}
+			}
+			if c == nil || c.Path != "/moenda/console" {
+				t.Fatalf("the session cookie behind /moenda: %v", c)
+			}
+			b.get("/console/redrives/7/progress", http.StatusNotFound)
+			page = b.get("/console/failures", http.StatusOK)
+			for _, want := range []string{`href="./assets/console.css"`, `src="./assets/htmx.min.js"`, `href="./audit"`, `action="./failures/act"`} {
+				if !strings.Contains(page, want) {
+					t.Errorf("the page lacks %s", want)
+				}
+			}
+		})
+	}
+	// A forwarded prefix that is not a plain path is ignored.
+	p := start(t, "memory")
+	b := newBrowser(t, p.base)
+	b.header.Set("X-Forwarded-Prefix", "//evil.example/x")
+	resp, _ := b.do("GET", "/console/failures", nil)
+	for _, c := range resp.Cookies() {
+		if c.Path != "/console" {
+			t.Errorf("a bad X-Forwarded-Prefix set the cookie's path to %q", c.Path)
+		}
 	}
 }
