@@ -116,7 +116,7 @@ func TestConsolePagesAreStrict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"/console/failures", "/console/failures?by=queue&range=24h&text=lacks", "/console/failures/" + strconv.FormatInt(fs[0].ID, 10),
+	for _, path := range []string{"/console/failures", "/console/failures?by=queue&range=24h&text=lacks", "/console/failures?by=event_type", "/console/failures?by=reason&status=archived", "/console/failures/" + strconv.FormatInt(fs[0].ID, 10),
 		"/console/redrives", "/console/redrives/plan?group=" + fs[0].Fingerprint, "/console/journey", "/console/journey?event_id=" + fs[0].EventID,
 		"/console/audit", "/console/audit?outcome=done", "/console/topology"} {
 		resp, body := b.do("GET", path, nil)
@@ -135,6 +135,9 @@ func TestConsolePagesAreStrict(t *testing.T) {
 		}
 		if m := regexp.MustCompile(`(href|src|action)="/`).FindString(body); m != "" {
 			t.Errorf("GET %s holds an absolute address (%s...), which breaks behind a proxy's prefix", path, m)
+		}
+		if q := strings.Index(path, "by="); q > 0 && !strings.Contains(body, "<option selected>"+strings.SplitN(path[q+3:], "&", 2)[0]+"</option>") {
+			t.Errorf("GET %s does not group as asked", path)
 		}
 		if !strings.Contains(body, `<main id="main"`) {
 			t.Errorf("GET %s is not a console page:\n%s", path, body)

@@ -28,7 +28,13 @@ var filterLabels = map[string]string{"group": "group", "queue": "queue", "handle
 var ranges = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour}
 
 // groupBys are the group-bys the API knows, as the page offers them.
-var groupBys = []string{"cause", "queue", "type", "reason"}
+var groupBys = func() []string {
+	var out []string
+	for _, by := range failures.GroupBys {
+		out = append(out, string(by))
+	}
+	return out
+}()
 
 // chip is one active filter, and the page's address without it.
 type chip struct {
@@ -140,13 +146,13 @@ func (c *Console) failuresPage(w http.ResponseWriter, r *http.Request) {
 		total += g.Count
 		f := cloneValues(sel.page)
 		switch by {
-		case "cause":
+		case string(failures.ByCause):
 			f.Set("group", g.Key)
-		case "queue":
+		case string(failures.ByQueue):
 			f.Set("queue", g.Key)
-		case "type":
+		case string(failures.ByEventType):
 			f.Set("type", g.Key)
-		case "reason":
+		case string(failures.ByReason):
 			f.Set("reason", g.Key)
 		}
 		rows = append(rows, groupRow{Group: g, Filter: "failures?" + f.Encode(), Plan: "redrives/plan?" + f.Encode()})
