@@ -438,7 +438,8 @@ func TestConsoleRedrivesAGroupFromPlanToProgress(t *testing.T) {
 		part = b.get("/console/redrives/1/progress", http.StatusOK)
 		return strings.Contains(part, `class="state state-paused"`)
 	})
-	if strings.Contains(part, "<html") || !strings.Contains(part, `<section id="progress"`) || !strings.Contains(part, ">Resume</button>") {
+	if strings.Contains(part, "<html") || !strings.Contains(part, `<section id="progress"`) || !strings.Contains(part, ">Resume</button>") ||
+		!strings.Contains(part, `action="../redrives/1/resume"`) {
 		t.Errorf("the progress part:\n%s", part)
 	}
 	resp, body = b.do("POST", "/console/redrives/1/cancel", url.Values{"csrf": {csrf(t, part)}})

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -169,8 +170,12 @@ func (c *Console) redriveProgress(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, status, err)
 		return
 	}
-	r.Header.Set("HX-Request", "true") // the partial, asked for by htmx or not
-	c.render(w, r, http.StatusOK, "redrive", "", v)
+	// The part is swapped into the re-drive's page, so its links are
+	// written from that page's address, not from this one's.
+	page := r.Clone(r.Context())
+	page.URL.Path = strings.TrimSuffix(r.URL.Path, "/progress")
+	page.Header.Set("HX-Request", "true") // the part, asked for by htmx or not
+	c.render(w, page, http.StatusOK, "redrive", "", v)
 }
 
 // moveRedrive pauses, resumes or cancels a re-drive through the API.
