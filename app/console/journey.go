@@ -13,16 +13,19 @@ import (
 
 // journey is one event's life as GET /v1/admin/journeys answers it.
 type journey struct {
-	EventID   string          `json:"event_id"`
-	EventName string          `json:"event_name"`
-	Outbox    *outbox.Passage `json:"outbox"`
-	Queues    []struct {
-		Queue     string     `json:"queue"`
-		Handled   bool       `json:"handled"`
-		HandledAt *time.Time `json:"handled_at"`
-	} `json:"queues"`
-	Failures []failures.Failure  `json:"failures"`
-	Redrives []redrive.EventItem `json:"redrives"`
+	EventID   string              `json:"event_id"`
+	EventName string              `json:"event_name"`
+	Outbox    *outbox.Passage     `json:"outbox"`
+	Queues    []queueVisit        `json:"queues"`
+	Failures  []failures.Failure  `json:"failures"`
+	Redrives  []redrive.EventItem `json:"redrives"`
+}
+
+// queueVisit is a queue the event reaches, and when it handled it.
+type queueVisit struct {
+	Queue     string     `json:"queue"`
+	Handled   bool       `json:"handled"`
+	HandledAt *time.Time `json:"handled_at"`
 }
 
 // moment is one line of a journey's timeline: when (zero when the
