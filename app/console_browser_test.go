@@ -87,6 +87,19 @@ func eval[T any](b *tab, expr string) T {
 	return v
 }
 
+// until waits until the JavaScript expression cond holds in the page; an
+// evaluation that fails (the page in the middle of loading) counts as
+// not yet.
+func (b *tab) until(what, cond string, d time.Duration) {
+	b.t.Helper()
+	testenv.Eventually(b.t, d, what, func() bool {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](cond))
+		return err == nil && ok
+	})
+}
+
 // open goes to the console's page path and waits for its main part.
 func (b *tab) open(path string) {
 	b.t.Helper()
@@ -217,7 +230,8 @@ func TestConsoleInChromium(t *testing.T) {
 	b.shot("failures")
 	b.do("open the group's plan", chromedp.Click(chromedp.CSS("a.button")), chromedp.WaitVisible(chromedp.CSS("#plan-title")))
 	b.do("set a canary of 2 at 10/s", chromedp.SetValue(chromedp.CSS("#canary"), "2"), chromedp.SetValue(chromedp.CSS("#rate"), "10"),
-		chromedp.Click(chromedp.CSS("form.settings button")), chromedp.WaitVisible(chromedp.CSS("#plan-title")))
+		chromedp.Click(chromedp.CSS("form.settings button")))
+	b.until("the plan with a canary of 2 at 10/s", `location.search.includes("canary=2") && document.readyState === "complete" && document.querySelector("#plan-title") !== null`, 30*time.Second)
 	_, plan := ask(t, "GET", base+"/v1/admin/redrives/plan?group="+group+"&canary=2&rate=10", admin)
 	b.wants("plan", fmt.Sprintf("%v of %v selected failures would be sent", plan["send"], plan["selected"]), "a canary of 2 first, at 10 per second", "probe.slow\t20")
 	b.usable("plan")
@@ -227,9 +241,7 @@ func TestConsoleInChromium(t *testing.T) {
 	// The progress part refreshes itself (htmx) until the re-drive is
 	// done. (chromedp.Poll cannot wait here: it compiles its predicate
 	// with new Function, which the console's policy forbids, as it should.)
-	testenv.Eventually(t, 120*time.Second, "the re-drive's page showing done without a reload", func() bool {
-		return eval[bool](b, `document.querySelector("#progress .state-done") !== null`)
-	})
+	b.until("the re-drive's page showing done without a reload", `document.querySelector("#progress .state-done") !== null`, 120*time.Second)
 	b.wants("re-drive", "Handled\t20")
 	b.shot("redrive")
 	b.open("redrives")

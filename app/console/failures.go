@@ -217,7 +217,7 @@ func (c *Console) failurePage(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "failure", fmt.Sprintf("Failure %d", f.ID), map[string]any{
 		"F": f, "Body": body, "ShowBody": showBody, "Headers": headers, "Timeline": attempts(f),
-		"Archived": f.Status == failures.Archived,
+		"Archived": f.Status == failures.Archived, "Archivable": f.Status == failures.Unresolved,
 	})
 }
 
