@@ -482,3 +482,16 @@ func retryQueues(s CatalogSubscription) []string {
 	}
 	return out
 }
+
+// The console is where the administration is: on api and relay
+// processes, not on workers.
+func TestConsoleIsServedWhereTheAdministrationIs(t *testing.T) {
+	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
+	env := []string{"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL}
+	for role, want := range map[ServeRole]int{ServeAPI: http.StatusOK, ServeRelay: http.StatusOK, ServeWorker: http.StatusNotFound} {
+		sp := startRole(t, role, env...)
+		if code, body := sp.get(t, "/console/failures"); code != want {
+			t.Errorf("GET /console/failures on a %s process = %d, want %d:\n%s", role, code, want, body)
+		}
+	}
+}
