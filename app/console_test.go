@@ -168,12 +168,12 @@ func TestConsoleLogsInOnceWithAToken(t *testing.T) {
 	if !strings.Contains(page, `<label for="token">Token</label>`) {
 		t.Fatalf("no labelled token field on the login page:\n%s", page)
 	}
-	token := csrf(t, page)
+	csrf(t, page) // the form carries one
 	if resp, _ := b.do("POST", "/console/login", url.Values{"token": {admin}}); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a login without the form's CSRF token = %d, want 403", resp.StatusCode)
 	}
-	page = b.get("/console/login", http.StatusOK)
-	token = csrf(t, page)
+	page = b.get("/console/login", http.StatusOK) // the refused form gave a new session, and a new token
+	token := csrf(t, page)
 	if resp, body := b.do("POST", "/console/login", url.Values{"csrf": {token}, "token": {"guess"}}); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "not one of this moenda") {
 		t.Errorf("a login with a wrong token = %d:\n%s", resp.StatusCode, body)
 	}
