@@ -1,6 +1,7 @@
 package console
 
 import (
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -33,7 +34,18 @@ var funcs = template.FuncMap{
 		}
 		return part * 100 / whole
 	},
-	"string": func(v any) string { return fmt.Sprint(v) },
+	// string is an audit detail's value as text: a string as it is,
+	// anything else as JSON ({"queue": 3}, not map[queue:3]).
+	"string": func(v any) string {
+		if s, ok := v.(string); ok {
+			return s
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		return string(b)
+	},
 	// lineY is the offset of a box's line i below its top, under its
 	// title.
 	"lineY": func(i int) int { return 14 + (i+1)*lineHeight },
