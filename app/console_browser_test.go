@@ -228,6 +228,10 @@ func TestConsoleInChromium(t *testing.T) {
 	b.login(admin)
 	b.wants("failures", "ana", "20 failures")
 	b.shot("failures")
+	b.do("tick a row and plan its re-drive", chromedp.Click(chromedp.CSS("#list-title ~ form tbody input[type=checkbox]")),
+		chromedp.Click(chromedp.CSS(`button[value="plan-selected"]`)))
+	b.until("the plan of the ticked row", `(document.querySelector("#plan-title") || {textContent: ""}).textContent.includes("1 of 1 selected")`, 30*time.Second)
+	b.open("failures")
 	b.do("open the group's plan", chromedp.Click(chromedp.CSS("a.button")), chromedp.WaitVisible(chromedp.CSS("#plan-title")))
 	b.do("set a canary of 2 at 10/s", chromedp.SetValue(chromedp.CSS("#canary"), "2"), chromedp.SetValue(chromedp.CSS("#rate"), "10"),
 		chromedp.Click(chromedp.CSS("form.settings button")))

@@ -417,6 +417,14 @@ func TestConsoleRedrivesAGroupFromPlanToProgress(t *testing.T) {
 	if page := b.get("/console/failures?group="+group+"&by=queue", http.StatusOK); !strings.Contains(page, "group: "+group) || !strings.Contains(page, `aria-label="Remove the filter group `+group+`"`) {
 		t.Errorf("the group's filter is not shown as a chip:\n%s", page)
 	}
+	if page := b.get("/console/failures?range=24h", http.StatusOK); !strings.Contains(page, `href="./failures?by=cause&amp;queue=notificacoes.tarefas-concluidas&amp;range=24h"`) {
+		t.Errorf("a failure's queue does not add its filter to the page's:\n%s", page)
+	}
+	// Ticked rows: their plan alone.
+	one := url.Values{"csrf": {csrf(t, page)}, "do": {"plan-selected"}, "ids": {strconv.Itoa(int(fs[0]["id"].(float64))), strconv.Itoa(int(fs[1]["id"].(float64)))}, "queue": {"ignored.when.rows.are.ticked"}}
+	if resp, body := b.do("POST", "/console/redrives/plan", one); resp.StatusCode != http.StatusOK || !strings.Contains(body, "2 of 2 selected failures would be sent") {
+		t.Errorf("the plan of two ticked rows = %d:\n%s", resp.StatusCode, body)
+	}
 	code, apiPlan := call(t, "GET", p.base+"/v1/admin/redrives/plan?group="+group+"&canary=2&rate=10", "")
 	plan := b.get("/console/redrives/plan?group="+group+"&canary=2&rate=10", http.StatusOK)
 	if code != http.StatusOK || apiPlan["send"] != 5.0 || !strings.Contains(plan, "5 of 5 selected failures would be sent") ||

@@ -118,6 +118,7 @@ func (c *Console) Handler() http.Handler {
 		r.Post("/failures/act", c.failuresAct)
 		r.Get("/redrives", c.redrivesPage)
 		r.Get("/redrives/plan", c.planPage)
+		r.Post("/redrives/plan", c.planPage) // the rows ticked on the Failures page
 		r.Post("/redrives", c.startRedrive)
 		r.Get("/redrives/{id}", c.redrivePage)
 		r.Get("/redrives/{id}/progress", c.redriveProgress)

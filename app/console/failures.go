@@ -188,7 +188,16 @@ func (c *Console) failuresPage(w http.ResponseWriter, r *http.Request) {
 			hidden = append(hidden, [2]string{k, v})
 		}
 	}
+	// with is the page's address with one more filter: a value in the
+	// list adds its chip to those there are.
+	with := func(k, v string) string {
+		q := cloneValues(sel.page)
+		q.Set(k, v)
+		q.Set("by", by)
+		return "failures?" + q.Encode()
+	}
 	c.render(w, r, http.StatusOK, "failures", "Failures", map[string]any{
+		"With":   with,
 		"Groups": rows, "By": by, "GroupBys": groupBys, "Total": total, "Chips": sel.chips("failures"),
 		"Failures": list.Failures, "Next": next, "Newest": newest, "Query": sel.page,
 		"Hidden": hidden, "Ranges": []string{"1h", "24h", "7d", "30d"}, "Filtered": len(sel.page) > 0,
