@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -337,7 +336,7 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.body.Write(b)
 }
 
-var _ io.Writer = (*recorder)(nil)
+var _ http.ResponseWriter = (*recorder)(nil)
 
 // fail shows an error page: the API's status and words for an
 // *apiError, status and err's words otherwise, and a 500 without

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"io/fs"
 	"strings"
 	"time"
 )
@@ -63,5 +62,3 @@ func parsePages() (map[string]*template.Template, error) {
 	}
 	return pages, nil
 }
-
-var _ fs.FS = files
