@@ -171,6 +171,16 @@ func (c *Config) kafkaRelayGroup() string {
 	return c.Analytics.Kafka.RelayGroup
 }
 
+// relayGroups are the outbox positions this configuration's relays
+// keep, each once: the broker's, and Kafka's beside it.
+func (c *Config) relayGroups() []string {
+	groups := []string{c.Outbox.ConsumerGroup}
+	if c.usesKafka() && c.kafkaRelayGroup() != c.Outbox.ConsumerGroup {
+		groups = append(groups, c.kafkaRelayGroup())
+	}
+	return groups
+}
+
 // HandlersConfig picks the plugins; every other key is a plugin's section.
 type HandlersConfig struct {
 	// Enabled names the plugins that run; unset, every registered plugin

@@ -185,48 +185,54 @@ func (p *Platform) probeReadiness(ctx context.Context) readyAnswer {
 	// A relay standing by because its group reads another way leaves the
 	// group to the relays that do: the process stays ready, degraded,
 	// and says why.
-	var relays []relayState
+	var relays []RelayState
 	for _, r := range p.relays {
-		s := relayState{ConsumerGroup: r.ConsumerGroup(), Reader: r.Reader(), State: "standby"}
-		switch s.Reason = r.Standby(); {
-		case s.Reason != "":
-			s.State, status = "standing_by", "degraded"
-		case r.Active():
-			s.State = "leading"
+		s := relayStateOf(r)
+		if s.State == "standing_by" {
+			status = "degraded"
 		}
 		relays = append(relays, s)
 	}
 	if !ok {
 		status, code = "unavailable", http.StatusServiceUnavailable
 	}
-	body := map[string]any{"status": status, "checks": checks}
-	if relays != nil {
-		body["outbox_relays"] = relays
-	}
+	body := Readiness{Status: status, Checks: checks, Relays: relays}
 	if p.ingests() {
-		body["failure_ingest"] = map[bool]string{true: "leading", false: "standby"}[p.ingest.leads.Load()]
+		body.FailureIngest = map[bool]string{true: "leading", false: "standby"}[p.ingest.leads.Load()]
 	}
 	// A slot that holds back WAL does not make this process unready, but
 	// the operator looking here should see it.
 	if p.reader != "" && p.reader != outbox.ReaderPoll && p.pool != nil {
 		slots, err := outbox.Slots(ctx, p.pool)
 		if err != nil {
-			body["outbox_slots"] = err.Error()
+			body.Slots = err.Error()
 		} else {
-			body["outbox_slots"] = slots
+			body.Slots = slots
 		}
 	}
 	return readyAnswer{code: code, body: body}
 }
 
-// relayState is a relay of this process as /readyz shows it: leading,
+// RelayState is a relay of this process as /readyz shows it: leading,
 // standby (another replica of its group leads), or standing_by with the
 // reason (its group reads another way than this relay would).
-type relayState struct {
+type RelayState struct {
 	ConsumerGroup string `json:"consumer_group"`
 	Reader        string `json:"reader,omitempty"`
 	State         string `json:"state"`
 	Reason        string `json:"reason,omitempty"`
+}
+
+// relayStateOf is r as /readyz and the status page show it.
+func relayStateOf(r *outbox.Relay) RelayState {
+	s := RelayState{ConsumerGroup: r.ConsumerGroup(), Reader: r.Reader(), State: "standby"}
+	switch s.Reason = r.Standby(); {
+	case s.Reason != "":
+		s.State = "standing_by"
+	case r.Active():
+		s.State = "leading"
+	}
+	return s
 }
 
 // eventsConsumer names POST /v1/events in the inbox, where its answers are
