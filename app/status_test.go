@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/router"
 )
 
@@ -97,5 +98,87 @@ func TestStatusInMemory(t *testing.T) {
 	direct, err := p.Status(context.Background())
 	if err != nil || !direct.At.Equal(s.At) {
 		t.Errorf("Status = %v at %v, want the read the handler answered, at %v", err, direct.At, s.At)
+	}
+}
+
+// The status counts what is real: events wait in their queue while no
+// worker runs, with no consumer; once one runs they are handled, and the
+// one it cannot handle is an unresolved failure of that queue. The relay
+// group shows its leader, caught up. A viewer reads it; no token and a
+// publisher's token do not. Processes of three roles share the database
+// and the vhost, as in compose.
+func TestStatusCountsWhatWaitsAndWhatFailed(t *testing.T) {
+	const publisher, viewer, queue = "pub-2f81c0", "view-c3d9e4", "notificacoes.tarefas-concluidas"
+	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
+	startAs := func(role ServeRole) running {
+		cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: []string{"MOENDA_HTTP__ADDR=127.0.0.1:0",
+			"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms",
+			"MOENDA_AUTH__ENABLED=true", "MOENDA_AUTH__TOKENS=publisher:" + hashOf(publisher) + ",viewer:vera:" + hashOf(viewer)}}, registry(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return startResolved(t, cfg, WithRole(role))
+	}
+	relay, api := startAs(ServeRelay), startAs(ServeAPI)
+	const waiting = 4
+	for range waiting - 1 {
+		if resp, raw := send(t, "POST", api.base+"/v1/events", eventBody(uuid.NewString(), "x"), bearer(publisher)); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST /v1/events = %d %s", resp.StatusCode, raw)
+		}
+	}
+	poison(t, api, 1, publisher)
+
+	var s Status
+	testenv.Eventually(t, 30*time.Second, "the events waiting in their queue", func() bool {
+		var code int
+		code, s, _ = statusOf(t, relay, viewer)
+		q := queueOf(t, s, queue)
+		return code == http.StatusOK && q.Messages != nil && *q.Messages == waiting && len(s.Relays) == 1 && s.Relays[0].LagRows == 0
+	})
+	q := queueOf(t, s, queue)
+	if q.Consumers == nil || *q.Consumers != 0 || q.Handling != nil || q.DeadLetterQueue != queue+".dlq" || q.DeadLetters == nil || *q.DeadLetters != 0 {
+		t.Errorf("queue %+v, want no consumer, no handling in a relay process, an empty dead-letter queue", q)
+	}
+	g := s.Relays[0]
+	if g.ConsumerGroup != relay.cfg.Outbox.ConsumerGroup || g.Reader != "poll" || !g.LeaderHere || g.Here == nil || g.Here.State != "leading" ||
+		g.Leader == nil || g.Leader.PID == 0 || !strings.HasPrefix(g.Leader.Application, "moenda ") || g.LagSeconds != 0 || g.ParkedRows != 0 || g.Slot != nil {
+		t.Errorf("relay group %+v (leader %+v), want this process leading by polling, caught up", g, g.Leader)
+	}
+	if s.Readiness.Status != "ready" || s.Readiness.Checks["postgres"] != "ok" || s.Readiness.Checks["broker"] != "ok" || len(s.Problems) != 0 {
+		t.Errorf("readiness %+v, problems %v", s.Readiness, s.Problems)
+	}
+	if s.Config.Role != ServeRelay || !s.Config.Auth || !s.Config.FailureLedger {
+		t.Errorf("config %+v", s.Config)
+	}
+	for _, who := range []struct {
+		token string
+		code  int
+	}{{"", http.StatusUnauthorized}, {publisher, http.StatusForbidden}} {
+		if code, _, raw := statusOf(t, relay, who.token); code != who.code {
+			t.Errorf("GET /v1/admin/status with token %q = %d %s, want %d", who.token, code, raw, who.code)
+		}
+	}
+	if _, _, raw := statusOf(t, relay, viewer); strings.Contains(raw, db.URL) || strings.Contains(raw, vhost.URL) || strings.Contains(raw, hashOf(viewer)) {
+		t.Errorf("the status shows a URL or a token's hash: %s", raw)
+	}
+
+	worker := startAs(ServeWorker)
+	testenv.Eventually(t, 60*time.Second, "the queue drained and its poisoned event an unresolved failure", func() bool {
+		_, s, _ = statusOf(t, relay, viewer)
+		q := queueOf(t, s, queue)
+		return q.Messages != nil && *q.Messages == 0 && s.UnresolvedFailures[queue] == 1 && q.UnresolvedFailures == 1
+	})
+	if q := queueOf(t, s, queue); q.Consumers == nil || *q.Consumers < 1 {
+		t.Errorf("queue %+v, want the worker's consumer", q)
+	}
+	w, err := worker.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := queueOf(t, w, queue).Handling; h == nil || h.Handled != waiting-1 || h.Failed != 1 || h.HandledPerSecond <= 0 {
+		t.Errorf("the worker's handling of %s = %+v, want %d handled and 1 failed, at a rate", queue, h, waiting-1)
+	}
+	if g := w.Relays[0]; g.Here != nil || g.LeaderHere || g.Leader == nil {
+		t.Errorf("the worker's view of the relay group = %+v: the relay process leads it", g)
 	}
 }
