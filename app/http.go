@@ -146,7 +146,7 @@ func (p *Platform) limitBody(next http.Handler) http.Handler {
 // with the reason, and, where relays may stream, the replication slots:
 // the WAL each keeps, and how far its relay lags. The answer is the
 // platform's readiness, probed at most once per readyInterval however
-// many ask (see readiness); a request that ends first gets no answer.
+// many ask (see shared); a request that ends first gets no answer.
 func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	a, err := p.ready.get(r.Context(), p.probeReadiness)
 	if err != nil {
