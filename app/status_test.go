@@ -108,12 +108,12 @@ func TestStatusInMemory(t *testing.T) {
 // publisher's token do not. Processes of three roles share the database
 // and the vhost, as in compose.
 func TestStatusCountsWhatWaitsAndWhatFailed(t *testing.T) {
-	const publisher, viewer, queue = "pub-2f81c0", "view-c3d9e4", "notificacoes.tarefas-concluidas"
+	const publisher, viewer, admin, queue = "pub-2f81c0", "view-c3d9e4", "adm-7d0e15", "notificacoes.tarefas-concluidas"
 	db, vhost := testenv.EmptyPostgres(t), testenv.RabbitMQ(t)
 	startAs := func(role ServeRole) running {
 		cfg, err := Load(Source{Env: "test", Files: configs.FS, Environ: []string{"MOENDA_HTTP__ADDR=127.0.0.1:0",
 			"MOENDA_POSTGRES__URL=" + db.URL, "MOENDA_AMQP__URL=" + vhost.URL, "MOENDA_FAILURES__ENABLED=true", "MOENDA_FAILURES__LINGER=20ms",
-			"MOENDA_AUTH__ENABLED=true", "MOENDA_AUTH__TOKENS=publisher:" + hashOf(publisher) + ",viewer:vera:" + hashOf(viewer)}}, registry(t))
+			"MOENDA_AUTH__ENABLED=true", "MOENDA_AUTH__TOKENS=publisher:" + hashOf(publisher) + ",viewer:vera:" + hashOf(viewer) + ",admin:ana:" + hashOf(admin)}}, registry(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,5 +180,19 @@ func TestStatusCountsWhatWaitsAndWhatFailed(t *testing.T) {
 	}
 	if g := w.Relays[0]; g.Here != nil || g.LeaderHere || g.Leader == nil {
 		t.Errorf("the worker's view of the relay group = %+v: the relay process leads it", g)
+	}
+
+	// With the worker gone, a re-drive of the failure is sent and waits
+	// in the queue, unsettled: it is running, and the status shows it.
+	worker.stop()
+	if resp, raw := send(t, "POST", relay.base+"/v1/admin/redrives?queue="+queue, "", bearer(admin)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /v1/admin/redrives = %d %s", resp.StatusCode, raw)
+	}
+	testenv.Eventually(t, 30*time.Second, "the re-drive running, its failure sent", func() bool {
+		_, s, _ = statusOf(t, relay, viewer)
+		return len(s.Redrives) == 1 && s.Redrives[0].Counters.Sent == 1
+	})
+	if rd := s.Redrives[0]; rd.State != "running" || rd.Actor != "ana" || rd.Counters.Planned != 1 {
+		t.Errorf("re-drive %+v, want ana's, running, one planned", rd)
 	}
 }
