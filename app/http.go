@@ -68,6 +68,7 @@ func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 	r.Get("/v1/catalog", func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, p.cfg.catalog(p.top))
 	})
+	r.Get("/v1/asyncapi.json", p.asyncAPI)
 	for _, pl := range plugins {
 		if pl.Routes == nil {
 			continue
@@ -80,6 +81,22 @@ func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 		})
 	}
 	return r
+}
+
+// asyncAPI serves the AsyncAPI document, built from the same sources as
+// the catalog.
+func (p *Platform) asyncAPI(w http.ResponseWriter, r *http.Request) {
+	doc, err := p.cfg.asyncAPI(p.top)
+	if err == nil {
+		var body []byte
+		if body, err = doc.JSON(); err == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(body)
+			return
+		}
+	}
+	httpjson.ServerError(w, r, p.logger, fmt.Errorf("the AsyncAPI document: %w", err))
 }
 
 // correlate takes the request's correlation id, or makes one, and returns

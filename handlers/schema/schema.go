@@ -21,7 +21,9 @@ import (
 // Schema is the part of JSON Schema the reflector writes: keywords that
 // mean the same in draft-07 (the AsyncAPI Schema's base) and 2020-12.
 type Schema struct {
+	Description     string  `json:"description,omitempty"`
 	Type            Types   `json:"type,omitempty"`
+	Const           any     `json:"const,omitempty"`
 	Format          string  `json:"format,omitempty"`
 	ContentEncoding string  `json:"contentEncoding,omitempty"`
 	Minimum         *int64  `json:"minimum,omitempty"`
