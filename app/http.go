@@ -19,6 +19,7 @@ import (
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/httpjson"
+	"github.com/moenda/moenda/handlers/schema"
 )
 
 // CorrelationHeader carries the correlation id of a request; events
@@ -291,6 +292,17 @@ func (p *Platform) postEvent(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		httpjson.Error(w, http.StatusBadRequest, "event_name "+e.Name+": "+err.Error())
 		return
+	}
+	if check := p.cfg.payloads[e.Name]; check != nil {
+		var mismatch *schema.Mismatch
+		switch err := check.Check(e.Payload); {
+		case errors.As(err, &mismatch):
+			httpjson.Error(w, http.StatusUnprocessableEntity, fmt.Sprintf("payload does not match the type of %s: %s (GET /v1/asyncapi.json has its schema)", e.Name, mismatch))
+			return
+		case err != nil:
+			httpjson.ServerError(w, r, p.logger, fmt.Errorf("publish event %s: %w", e.ID, err))
+			return
+		}
 	}
 	fp, err := fingerprint(e, occurredSent)
 	if err != nil {
