@@ -40,6 +40,7 @@ type loop struct {
 }
 
 func TestFor(t *testing.T) {
+	_ = payload{privado: "left out: encoding/json writes exported fields only"}
 	for _, tt := range []struct {
 		name string
 		t    reflect.Type
