@@ -205,7 +205,7 @@ func (b *builder) messages() error {
 			Headers:       Ref{Ref: "#/components/schemas/" + headersSchema},
 			Payload:       body(format, name, payload),
 			CorrelationID: &CorrelationID{Location: "$message.header#/" + event.MetaCorrelationID},
-			Bindings:      &MessageBindings{AMQP: &AMQPMessage{ContentEncoding: "utf-8", MessageType: name, BindingVersion: bindingVersion}},
+			Bindings:      &MessageBindings{AMQP: &AMQPMessage{MessageType: name, BindingVersion: bindingVersion}},
 			Moenda: &MessageExt{Event: name, RoutingKey: e.key, Exchange: e.exchange, Envelope: format,
 				PublishedBy: e.by, PayloadDeclared: ok},
 		}
@@ -290,9 +290,7 @@ func (b *builder) queues() {
 			for _, d := range pol.Delays {
 				ext.RetryQueues = append(ext.RetryQueues, RetryQueue{Name: topology.RetryQueue(q, d), Delay: d.String()})
 			}
-			b.doc.Channels[queueChannel(q)] = b.queue(q,
-				fmt.Sprintf("Queue %s, consumed by plugin %s (%s). A failed message is retried %d times at once, then through %d retry queues, then goes to %s.",
-					q, p.Name, s.Name, pol.ImmediateRetries, len(pol.Delays), orNone(pol.DeadLetterQueue)), ext)
+			b.doc.Channels[queueChannel(q)] = b.queue(q, fmt.Sprintf("Queue %s, consumed by plugin %s (%s). %s", q, p.Name, s.Name, failing(pol)), ext)
 		}
 	}
 	for _, q := range b.in.ExternalQueues {
@@ -405,18 +403,41 @@ func (b *builder) channelMessages(id string, names []string) []Ref {
 	return out
 }
 
+// failing says what becomes of a message whose handling fails under pol.
+func failing(pol topology.Policy) string {
+	var steps []string
+	if n := pol.ImmediateRetries; n > 0 {
+		steps = append(steps, "tried again "+times(n)+" at once")
+	}
+	if n := len(pol.Delays); n > 0 {
+		var delays []string
+		for _, d := range pol.Delays {
+			delays = append(delays, d.String())
+		}
+		steps = append(steps, "tried again "+times(n)+" through retry queues (after "+strings.Join(delays, ", ")+")")
+	}
+	if pol.DeadLetterQueue != "" {
+		steps = append(steps, "sent to dead-letter queue "+pol.DeadLetterQueue)
+	}
+	if len(steps) == 0 {
+		return ""
+	}
+	return "A message whose handling fails is " + strings.Join(steps, ", then ") + "."
+}
+
+// times is n as a count of times.
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
 func orEmpty(s []string) []string {
 	if s == nil {
 		return []string{}
 	}
 	return s
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "no dead-letter queue"
-	}
-	return "dead-letter queue " + s
 }
 
 // JSON is the document, indented.
