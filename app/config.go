@@ -72,6 +72,9 @@ type Resolved struct {
 	leftOut []string
 	// queues are the queues of every registered plugin, enabled or not.
 	queues map[string]bool
+	// payloads check POST /v1/events' payloads of the events whose
+	// payload type an enabled plugin declares.
+	payloads payloadChecks
 }
 
 // LogConfig sets the one logger everything writes to.
@@ -304,7 +307,11 @@ func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 			queues[d.Queue(s)] = true
 		}
 	}
-	return &Resolved{Config: cfg, plugins: plugins, leftOut: leftOut, queues: queues}, nil
+	payloads, err := compilePayloads(plugins)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &Resolved{Config: cfg, plugins: plugins, leftOut: leftOut, queues: queues, payloads: payloads}, nil
 }
 
 // envKey maps MOENDA_POSTGRES__URL to postgres.url. MOENDA_ENV chooses the

@@ -19,6 +19,7 @@ import (
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/httpjson"
+	"github.com/moenda/moenda/handlers/schema"
 )
 
 // CorrelationHeader carries the correlation id of a request; events
@@ -68,6 +69,7 @@ func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 	r.Get("/v1/catalog", func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, p.cfg.catalog(p.top))
 	})
+	r.Get("/v1/asyncapi.json", p.asyncAPI)
 	for _, pl := range plugins {
 		if pl.Routes == nil {
 			continue
@@ -80,6 +82,22 @@ func (p *Platform) handler(plugins []builtPlugin) http.Handler {
 		})
 	}
 	return r
+}
+
+// asyncAPI serves the AsyncAPI document, built from the same sources as
+// the catalog.
+func (p *Platform) asyncAPI(w http.ResponseWriter, r *http.Request) {
+	doc, err := p.cfg.asyncAPI(p.top)
+	if err == nil {
+		var body []byte
+		if body, err = doc.JSON(); err == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(body)
+			return
+		}
+	}
+	httpjson.ServerError(w, r, p.logger, fmt.Errorf("the AsyncAPI document: %w", err))
 }
 
 // correlate takes the request's correlation id, or makes one, and returns
@@ -280,6 +298,17 @@ func (p *Platform) postEvent(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		httpjson.Error(w, http.StatusBadRequest, "event_name "+e.Name+": "+err.Error())
 		return
+	}
+	if check := p.cfg.payloads[e.Name]; check != nil {
+		var mismatch *schema.Mismatch
+		switch err := check.Check(e.Payload); {
+		case errors.As(err, &mismatch):
+			httpjson.Error(w, http.StatusUnprocessableEntity, fmt.Sprintf("payload does not match the type of %s: %s (GET /v1/asyncapi.json has its schema)", e.Name, mismatch))
+			return
+		case err != nil:
+			httpjson.ServerError(w, r, p.logger, fmt.Errorf("publish event %s: %w", e.ID, err))
+			return
+		}
 	}
 	fp, err := fingerprint(e, occurredSent)
 	if err != nil {
