@@ -15,6 +15,7 @@ import (
 // adminRoutes mounts the administration endpoints under /v1/admin.
 func (p *Platform) adminRoutes(r chi.Router) {
 	r.Get("/me", p.me)
+	r.Get("/status", p.adminStatus)
 	r.Get("/outbox/parked", p.listParked)
 	r.Post(adminActions["outbox.republish"], p.republishParked)
 }

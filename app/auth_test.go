@@ -34,7 +34,7 @@ func TestTokensGuardWritesAndAdministration(t *testing.T) {
 		}
 		return n
 	}
-	event := `{"event_name":"tarefa.concluida.v1","payload":{"tarefa_id":1}}`
+	event := `{"event_name":"tarefa.concluida.v1","payload":{"tarefa_id":1,"usuario_id":1,"titulo":""}}`
 	for _, tt := range []struct {
 		name, method, path, token, body string
 		code                            int

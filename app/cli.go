@@ -132,6 +132,7 @@ the line.`,
 			c.command("up", "apply pending database migrations", migrateUp)),
 		group("topology", "the broker topology",
 			c.command("print", "print the exchanges, queues and bindings serve declares", topologyPrint)),
+		c.asyncAPICommand(),
 		group("config", "the configuration",
 			c.command("print", "print the resolved configuration (passwords hidden)", func(_ context.Context, cfg *Resolved, stdout, _ io.Writer) error {
 				return cfg.Print(stdout)

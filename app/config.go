@@ -74,6 +74,9 @@ type Resolved struct {
 	leftOut []string
 	// queues are the queues of every registered plugin, enabled or not.
 	queues map[string]bool
+	// payloads check POST /v1/events' payloads of the events whose
+	// payload type an enabled plugin declares.
+	payloads payloadChecks
 }
 
 // LogConfig sets the one logger everything writes to.
@@ -171,6 +174,16 @@ func (c *Config) kafkaRelayGroup() string {
 		return c.Outbox.ConsumerGroup
 	}
 	return c.Analytics.Kafka.RelayGroup
+}
+
+// relayGroups are the outbox positions this configuration's relays
+// keep, each once: the broker's, and Kafka's beside it.
+func (c *Config) relayGroups() []string {
+	groups := []string{c.Outbox.ConsumerGroup}
+	if c.usesKafka() && c.kafkaRelayGroup() != c.Outbox.ConsumerGroup {
+		groups = append(groups, c.kafkaRelayGroup())
+	}
+	return groups
 }
 
 // HandlersConfig picks the plugins; every other key is a plugin's section.
@@ -297,7 +310,11 @@ func Load(src Source, reg *handlers.Registry) (*Resolved, error) {
 			queues[d.Queue(s)] = true
 		}
 	}
-	return &Resolved{Config: cfg, plugins: plugins, leftOut: leftOut, queues: queues}, nil
+	payloads, err := compilePayloads(plugins)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return &Resolved{Config: cfg, plugins: plugins, leftOut: leftOut, queues: queues, payloads: payloads}, nil
 }
 
 // envKey maps MOENDA_POSTGRES__URL to postgres.url. MOENDA_ENV chooses the

@@ -16,13 +16,13 @@ import (
 )
 
 // poison posts, with token (none when ""), n tarefa.concluida events that
-// notificacoes refuses at once (their payload lacks its fields), and
+// notificacoes refuses at once (their titulo is empty), and
 // returns their ids.
 func poison(t *testing.T, p running, n int, token string) map[string]bool {
 	t.Helper()
 	ids := map[string]bool{}
 	for range n {
-		resp, raw := send(t, "POST", p.base+"/v1/events", `{"event_name":"tarefa.concluida.v1","payload":{"tarefa_id":1}}`, bearer(token))
+		resp, raw := send(t, "POST", p.base+"/v1/events", `{"event_name":"tarefa.concluida.v1","payload":{"tarefa_id":1,"usuario_id":1,"titulo":""}}`, bearer(token))
 		var body map[string]any
 		if err := json.Unmarshal(raw, &body); err != nil || resp.StatusCode != http.StatusAccepted {
 			t.Fatalf("POST /v1/events = %d %s", resp.StatusCode, raw)

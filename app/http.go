@@ -19,6 +19,7 @@ import (
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/httpjson"
+	"github.com/moenda/moenda/handlers/schema"
 )
 
 // CorrelationHeader carries the correlation id of a request; events
@@ -73,6 +74,7 @@ func (p *Platform) handler(plugins []builtPlugin) (http.Handler, error) {
 	r.Get("/v1/catalog", func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, p.cfg.catalog(p.top))
 	})
+	r.Get("/v1/asyncapi.json", p.asyncAPI)
 	for _, pl := range plugins {
 		if pl.Routes == nil {
 			continue
@@ -85,6 +87,22 @@ func (p *Platform) handler(plugins []builtPlugin) (http.Handler, error) {
 		})
 	}
 	return r, nil
+}
+
+// asyncAPI serves the AsyncAPI document, built from the same sources as
+// the catalog.
+func (p *Platform) asyncAPI(w http.ResponseWriter, r *http.Request) {
+	doc, err := p.cfg.asyncAPI(p.top)
+	if err == nil {
+		var body []byte
+		if body, err = doc.JSON(); err == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(body)
+			return
+		}
+	}
+	httpjson.ServerError(w, r, p.logger, fmt.Errorf("the AsyncAPI document: %w", err))
 }
 
 // correlate takes the request's correlation id, or makes one, and returns
@@ -151,7 +169,7 @@ func (p *Platform) limitBody(next http.Handler) http.Handler {
 // with the reason, and, where relays may stream, the replication slots:
 // the WAL each keeps, and how far its relay lags. The answer is the
 // platform's readiness, probed at most once per readyInterval however
-// many ask (see readiness); a request that ends first gets no answer.
+// many ask (see shared); a request that ends first gets no answer.
 func (p *Platform) readyz(w http.ResponseWriter, r *http.Request) {
 	a, err := p.ready.get(r.Context(), p.probeReadiness)
 	if err != nil {
@@ -190,48 +208,54 @@ func (p *Platform) probeReadiness(ctx context.Context) readyAnswer {
 	// A relay standing by because its group reads another way leaves the
 	// group to the relays that do: the process stays ready, degraded,
 	// and says why.
-	var relays []relayState
+	var relays []RelayState
 	for _, r := range p.relays {
-		s := relayState{ConsumerGroup: r.ConsumerGroup(), Reader: r.Reader(), State: "standby"}
-		switch s.Reason = r.Standby(); {
-		case s.Reason != "":
-			s.State, status = "standing_by", "degraded"
-		case r.Active():
-			s.State = "leading"
+		s := relayStateOf(r)
+		if s.State == "standing_by" {
+			status = "degraded"
 		}
 		relays = append(relays, s)
 	}
 	if !ok {
 		status, code = "unavailable", http.StatusServiceUnavailable
 	}
-	body := map[string]any{"status": status, "checks": checks}
-	if relays != nil {
-		body["outbox_relays"] = relays
-	}
+	body := Readiness{Status: status, Checks: checks, Relays: relays}
 	if p.ingests() {
-		body["failure_ingest"] = map[bool]string{true: "leading", false: "standby"}[p.ingest.leads.Load()]
+		body.FailureIngest = map[bool]string{true: "leading", false: "standby"}[p.ingest.leads.Load()]
 	}
 	// A slot that holds back WAL does not make this process unready, but
 	// the operator looking here should see it.
 	if p.reader != "" && p.reader != outbox.ReaderPoll && p.pool != nil {
 		slots, err := outbox.Slots(ctx, p.pool)
 		if err != nil {
-			body["outbox_slots"] = err.Error()
+			body.Slots = err.Error()
 		} else {
-			body["outbox_slots"] = slots
+			body.Slots = slots
 		}
 	}
 	return readyAnswer{code: code, body: body}
 }
 
-// relayState is a relay of this process as /readyz shows it: leading,
+// RelayState is a relay of this process as /readyz shows it: leading,
 // standby (another replica of its group leads), or standing_by with the
 // reason (its group reads another way than this relay would).
-type relayState struct {
+type RelayState struct {
 	ConsumerGroup string `json:"consumer_group"`
 	Reader        string `json:"reader,omitempty"`
 	State         string `json:"state"`
 	Reason        string `json:"reason,omitempty"`
+}
+
+// relayStateOf is r as /readyz and the status page show it.
+func relayStateOf(r *outbox.Relay) RelayState {
+	s := RelayState{ConsumerGroup: r.ConsumerGroup(), Reader: r.Reader(), State: "standby"}
+	switch s.Reason = r.Standby(); {
+	case s.Reason != "":
+		s.State = "standing_by"
+	case r.Active():
+		s.State = "leading"
+	}
+	return s
 }
 
 // eventsConsumer names POST /v1/events in the inbox, where its answers are
@@ -279,6 +303,17 @@ func (p *Platform) postEvent(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		httpjson.Error(w, http.StatusBadRequest, "event_name "+e.Name+": "+err.Error())
 		return
+	}
+	if check := p.cfg.payloads[e.Name]; check != nil {
+		var mismatch *schema.Mismatch
+		switch err := check.Check(e.Payload); {
+		case errors.As(err, &mismatch):
+			httpjson.Error(w, http.StatusUnprocessableEntity, fmt.Sprintf("payload does not match the type of %s: %s (GET /v1/asyncapi.json has its schema)", e.Name, mismatch))
+			return
+		case err != nil:
+			httpjson.ServerError(w, r, p.logger, fmt.Errorf("publish event %s: %w", e.ID, err))
+			return
+		}
 	}
 	fp, err := fingerprint(e, occurredSent)
 	if err != nil {

@@ -140,7 +140,7 @@ func TestHealthReadinessAndCatalog(t *testing.T) {
 // over RabbitMQ, with the reason, and is not retried.
 func TestBadPayloadReachesDeadLetterQueueWithReason(t *testing.T) {
 	p, vhost := startAMQP(t)
-	code, body := call(t, "POST", p.base+"/v1/events", `{"event_name":"tarefa.concluida.v1","payload":{"tarefa_id":1}}`)
+	code, body := call(t, "POST", p.base+"/v1/events", `{"event_name":"tarefa.concluida.v1","payload":{"tarefa_id":1,"usuario_id":1,"titulo":""}}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("POST /v1/events = %d %v", code, body)
 	}

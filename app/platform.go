@@ -55,8 +55,13 @@ type Platform struct {
 	// dead-letter queues into the ledger.
 	workbench *workbench
 	ingest    ingestState
-	// ready shares and keeps the answers of /readyz.
-	ready    readiness
+	// ready shares and keeps the answers of /readyz, and status those of
+	// the status page.
+	ready  shared[readyAnswer]
+	status shared[Status]
+	// sampled holds the handlers' counters at the last status, for the
+	// next one's rates.
+	sampled  rateSample
 	listener net.Listener
 	server   *http.Server
 }
@@ -78,7 +83,8 @@ type inbox interface {
 // applied), the broker (with the topology declared), the plugins, the
 // router and the HTTP listener. Nothing is consumed or served until Run.
 func New(ctx context.Context, cfg *Resolved, logger *slog.Logger, opts ...Option) (_ *Platform, err error) {
-	p := &Platform{role: ServeAll}
+	p := &Platform{role: ServeAll, ready: shared[readyAnswer]{keep: readyInterval, bound: readyTimeout},
+		status: shared[Status]{keep: statusInterval, bound: statusTimeout}, sampled: rateSample{at: time.Now()}}
 	for _, o := range opts {
 		o(p)
 	}

@@ -14,7 +14,7 @@ import (
 // request of the next readyInterval; after that the next request probes
 // again.
 func TestReadinessProbesOncePerInterval(t *testing.T) {
-	var r readiness
+	r := shared[readyAnswer]{keep: readyInterval, bound: readyTimeout}
 	var probes atomic.Int32
 	probe := func(ctx context.Context) readyAnswer {
 		probes.Add(1)
@@ -49,7 +49,7 @@ func TestReadinessProbesOncePerInterval(t *testing.T) {
 // not answer) returns at once with its context's error, and does not
 // cancel the probe the others wait for.
 func TestReadinessHonoursTheRequestsContext(t *testing.T) {
-	var r readiness
+	r := shared[readyAnswer]{keep: readyInterval, bound: readyTimeout}
 	release := make(chan struct{})
 	var probeErr atomic.Value
 	probe := func(ctx context.Context) readyAnswer {

@@ -107,11 +107,7 @@ func (p *Platform) makeNotifier(ctx context.Context) error {
 	case outbox.ReaderLogical:
 		return nil
 	case outbox.ReaderAuto:
-		groups := []string{p.cfg.Outbox.ConsumerGroup}
-		if p.cfg.usesKafka() {
-			groups = append(groups, p.cfg.kafkaRelayGroup())
-		}
-		streaming, err := outbox.GroupsStream(ctx, p.pool, groups...)
+		streaming, err := outbox.GroupsStream(ctx, p.pool, p.cfg.relayGroups()...)
 		if err != nil {
 			p.logger.Warn("outbox: could not read how the relays read the outbox; notifying them of commits in case they poll", "error", err)
 		}

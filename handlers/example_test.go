@@ -21,11 +21,19 @@ type Config struct {
 	Warehouse string `koanf:"warehouse"`
 }
 
+// Reservado is the payload of estoque.reservado.v1.
+type Reservado struct {
+	PedidoID int64 `json:"pedidoId"`
+}
+
 func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
 		Name:      "estoque", // stable: names the queues below
 		Publishes: []string{"estoque.reservado.v1"},
-		Exchange:  "estoque.eventos", // unless topology.exchanges routes them elsewhere
+		// the Go type of its payload: its JSON Schema in the AsyncAPI
+		// document, held to at POST /v1/events
+		Payloads: []handlers.Payload{handlers.PayloadOf[Reservado]("estoque.reservado.v1")},
+		Exchange: "estoque.eventos", // unless topology.exchanges routes them elsewhere
 		Subscriptions: []handlers.Subscription{
 			// consumes queue estoque.pedidos
 			{Name: "pedidos", Events: []string{"pedido.criado", "pedido.cancelado"},

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/schema"
 )
 
 // Transactor runs units of work. Events published through the Tx leave
@@ -151,7 +153,11 @@ type Spec struct {
 	// Name is a public, stable API: it names queues and consumer groups.
 	Name string
 	// Publishes lists the versioned event names the plugin publishes.
-	Publishes     []string
+	Publishes []string
+	// Payloads give the Go types of the payloads of events it publishes
+	// (PayloadOf): the AsyncAPI document shows their JSON Schema, and
+	// POST /v1/events answers 422 to a payload that does not match.
+	Payloads      []Payload
 	Subscriptions []Subscription
 	// Exchange is where the plugin's published events go when the
 	// configuration (topology.exchanges) routes them nowhere: a default that
@@ -200,6 +206,39 @@ func MigrationsDir(fsys fs.FS, dir string) fs.FS {
 		panic(fmt.Sprintf("handlers: migrations in %q: %v", dir, err))
 	}
 	return sub
+}
+
+// Payload is the Go type of one published event's payload.
+type Payload struct {
+	// Event is the versioned event name, one of Spec.Publishes.
+	Event string
+	// Type is what the plugin hands event.New as the payload.
+	Type reflect.Type
+}
+
+// PayloadOf declares that the payload of the versioned event name is a P,
+// as encoding/json writes it.
+func PayloadOf[P any](name string) Payload {
+	return Payload{Event: name, Type: reflect.TypeFor[P]()}
+}
+
+// Schema is the JSON Schema of the payload.
+func (p Payload) Schema() (*schema.Schema, error) {
+	s, err := schema.For(p.Type)
+	if err != nil {
+		return nil, fmt.Errorf("payload of %s (%s): %w", p.Event, p.Type, err)
+	}
+	return s, nil
+}
+
+// Payload returns the declared payload type of the event name, if the
+// plugin declares one.
+func (d Definition) Payload(name string) (Payload, bool) {
+	i := slices.IndexFunc(d.Payloads, func(p Payload) bool { return p.Event == name })
+	if i < 0 {
+		return Payload{}, false
+	}
+	return d.Payloads[i], true
 }
 
 // Definition is a plugin as the registry holds it.
@@ -288,6 +327,8 @@ type Registry struct {
 func NewRegistry(defs ...Definition) (*Registry, error) {
 	var errs []error
 	seen := map[string]bool{}
+	payloads := map[string]Payload{} // by event, with the plugin that declared it first
+	declaredBy := map[string]string{}
 	for _, d := range defs {
 		if !nameRE.MatchString(d.Name) {
 			errs = append(errs, fmt.Errorf("plugin name %q must be lower-case words joined by . _ or -", d.Name))
@@ -302,6 +343,31 @@ func NewRegistry(defs ...Definition) (*Registry, error) {
 		for _, n := range d.Publishes {
 			if _, err := event.ParseName(n); err != nil {
 				errs = append(errs, fmt.Errorf("plugin %q publishes: %w", d.Name, err))
+			}
+		}
+		own := map[string]bool{}
+		for _, p := range d.Payloads {
+			switch had, ok := payloads[p.Event]; {
+			case !slices.Contains(d.Publishes, p.Event):
+				errs = append(errs, fmt.Errorf("plugin %q declares the payload of %q, which it does not publish; add it to Publishes", d.Name, p.Event))
+				continue
+			case own[p.Event]:
+				errs = append(errs, fmt.Errorf("plugin %q declares the payload of %q twice", d.Name, p.Event))
+				continue
+			case p.Type == nil:
+				errs = append(errs, fmt.Errorf("plugin %q declares the payload of %q with no type; use handlers.PayloadOf", d.Name, p.Event))
+				continue
+			case ok && had.Type != p.Type:
+				errs = append(errs, fmt.Errorf("plugins %q and %q declare the payload of %q as %s and %s; one event has one payload type", declaredBy[p.Event], d.Name, p.Event, had.Type, p.Type))
+				continue
+			}
+			own[p.Event] = true
+			if _, err := p.Schema(); err != nil {
+				errs = append(errs, fmt.Errorf("plugin %q: %w", d.Name, err))
+				continue
+			}
+			if _, ok := payloads[p.Event]; !ok {
+				payloads[p.Event], declaredBy[p.Event] = p, d.Name
 			}
 		}
 		subs := map[string]bool{}

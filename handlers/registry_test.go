@@ -103,11 +103,56 @@ func TestRegistryRejectsBadDefinitions(t *testing.T) {
 		{[]handlers.Definition{plugin("p", handlers.Subscription{Name: "s"})}, "lists no events"},
 		{[]handlers.Definition{handlers.Define(handlers.Spec{Name: "v", Publishes: []string{"a.b"}}, cfg{}, nil)}, "ending in a version"},
 		{[]handlers.Definition{plugin("q", handlers.Subscription{Name: "s", Queue: "Bad Queue", Events: []string{"a"}})}, `queue "Bad Queue" must be lower-case`},
+		{[]handlers.Definition{withPayloads("p", handlers.PayloadOf[ab]("a.c.v1"))}, `declares the payload of "a.c.v1", which it does not publish`},
+		{[]handlers.Definition{withPayloads("p", handlers.PayloadOf[ab]("a.b.v1"), handlers.PayloadOf[ab]("a.b.v1"))}, `declares the payload of "a.b.v1" twice`},
+		{[]handlers.Definition{withPayloads("p", handlers.Payload{Event: "a.b.v1"})}, "with no type"},
+		{[]handlers.Definition{withPayloads("p", handlers.PayloadOf[looped]("a.b.v1"))}, "refers to itself"},
+		{[]handlers.Definition{withPayloads("p", handlers.PayloadOf[ab]("a.b.v1")), withPayloads("q", handlers.PayloadOf[struct{ X int }]("a.b.v1"))}, `plugins "p" and "q" declare the payload of "a.b.v1"`},
 	}
 	for _, tt := range tests {
 		if _, err := handlers.NewRegistry(tt.defs...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewRegistry error = %v, want %q", err, tt.want)
 		}
+	}
+}
+
+// ab is a payload type.
+type ab struct {
+	A int    `json:"a"`
+	B string `json:"b,omitempty"`
+}
+
+// looped is a payload type with no JSON Schema of its own.
+type looped struct {
+	Next *looped `json:"next"`
+}
+
+// withPayloads is plugin name, publishing a.b.v1, with payloads declared.
+func withPayloads(name string, payloads ...handlers.Payload) handlers.Definition {
+	return handlers.Define(handlers.Spec{Name: name, Publishes: []string{"a.b.v1"}, Payloads: payloads}, cfg{},
+		func(cfg, handlers.Deps) (handlers.Plugin, error) { return handlers.Plugin{}, nil })
+}
+
+// A declared payload type gives its event's schema; two plugins that
+// publish one event may both declare its type, if it is the same.
+func TestPayloadOf(t *testing.T) {
+	p, q := withPayloads("p", handlers.PayloadOf[ab]("a.b.v1")), withPayloads("q", handlers.PayloadOf[ab]("a.b.v1"))
+	if _, err := handlers.NewRegistry(p, q); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := p.Payload("a.b.v1")
+	if !ok {
+		t.Fatal("no payload for a.b.v1")
+	}
+	s, err := got.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Properties["a"] == nil || s.Properties["b"] == nil || len(s.Required) != 1 || s.Required[0] != "a" {
+		t.Fatalf("schema = %+v, want a required and b optional", s)
+	}
+	if _, ok := p.Payload("a.c.v1"); ok {
+		t.Fatal("a payload for an event not declared")
 	}
 }
 

@@ -42,3 +42,22 @@ moenda_messages_dead_lettered_total{handler="p/h",queue="q",reason="permanent"} 
 		t.Fatalf("untimed stats have %d duration histograms", n)
 	}
 }
+
+// Counts reads the counters the metrics show, and makes no series for a
+// queue no route reads.
+func TestCountsReadWithoutMakingSeries(t *testing.T) {
+	s := NewStats(false)
+	q := s.route("q", "p/h")
+	q.Handled.Add(3)
+	q.Failed.Add(1)
+	got := s.Counts()
+	if len(got) != 1 || got["q"] != (Counts{Handled: 3, Failed: 1}) {
+		t.Fatalf("Counts = %v, want q alone with 3 handled and 1 failed", got)
+	}
+	if _, ok := s.Counts()["other"]; ok {
+		t.Fatal("Counts made a queue")
+	}
+	if n := testutil.CollectAndCount(s, "moenda_messages_handled_total"); n != 1 {
+		t.Fatalf("%d handled series after Counts, want 1", n)
+	}
+}

@@ -46,6 +46,24 @@ func (s *Stats) route(name, handler string) *QueueStats {
 	return q
 }
 
+// Counts are the handled and failed runs of one queue's handler so far.
+type Counts struct {
+	Handled, Failed int64
+}
+
+// Counts returns the counters of every queue this process's routes read,
+// by queue, without making any: the status page reads them, and a queue
+// it asks about that no route reads must not become a metric series.
+func (s *Stats) Counts() map[string]Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]Counts, len(s.queues))
+	for name, q := range s.queues {
+		out[name] = Counts{Handled: q.Handled.Load(), Failed: q.Failed.Load()}
+	}
+	return out
+}
+
 // QueueStats are one queue's counters.
 type QueueStats struct {
 	// Handled and Failed count handler runs that returned nil or an error.

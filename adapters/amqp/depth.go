@@ -8,10 +8,13 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/transport"
 )
 
-// DepthReader reads how many ready messages queues hold, for the metrics
-// of dead-letter and unrouted queues. It keeps a connection of its own,
+// DepthReader reads how many ready messages queues hold, and how many
+// consumers read them, for the metrics of dead-letter and unrouted queues
+// and the status page. It keeps a connection of its own,
 // opened on first use and again after a failure.
 type DepthReader struct {
 	nodes *nodes
@@ -32,6 +35,18 @@ func NewDepthReader(urls []string) (*DepthReader, error) {
 // Depths returns the ready messages of each queue in names that exists;
 // a queue that does not exist is left out.
 func (d *DepthReader) Depths(names []string) (map[string]int, error) {
+	queues, err := d.Queues(names)
+	out := make(map[string]int, len(queues))
+	for name, q := range queues {
+		out[name] = q.Messages
+	}
+	return out, err
+}
+
+// Queues returns the ready messages and the consumers of each queue in
+// names that exists, as a passive declare answers them; a queue that does
+// not exist is left out.
+func (d *DepthReader) Queues(names []string) (map[string]transport.QueueState, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.conn == nil || d.conn.IsClosed() {
@@ -44,7 +59,7 @@ func (d *DepthReader) Depths(names []string) (map[string]int, error) {
 		}
 		d.conn = conn
 	}
-	out := make(map[string]int, len(names))
+	out := make(map[string]transport.QueueState, len(names))
 	ch, err := d.conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("amqp: open channel: %w", err)
@@ -55,7 +70,7 @@ func (d *DepthReader) Depths(names []string) (map[string]int, error) {
 		var aerr *amqp091.Error
 		switch {
 		case err == nil:
-			out[name] = q.Messages
+			out[name] = transport.QueueState{Messages: q.Messages, Consumers: q.Consumers}
 		case errors.As(err, &aerr) && aerr.Code == amqp091.NotFound:
 			// a missing queue closes the channel it was asked on
 			if ch, err = d.conn.Channel(); err != nil {

@@ -125,6 +125,16 @@ func (t *Transport) Depths(_ context.Context, queues []string) (map[string]int, 
 	return d.Depths(queues)
 }
 
+// Queues returns the ready messages and the consumers of each named
+// queue that exists.
+func (t *Transport) Queues(_ context.Context, queues []string) (map[string]transport.QueueState, error) {
+	d, err := t.depths()
+	if err != nil {
+		return nil, err
+	}
+	return d.Queues(queues)
+}
+
 // Close closes every connection, the last made first.
 func (t *Transport) Close() error {
 	return errors.Join(t.closers.Close(), t.probe.close())

@@ -107,6 +107,11 @@ func (t *Transport) Depths(context.Context, []string) (map[string]int, error) {
 	return nil, transport.ErrNoDepths
 }
 
+// Queues is ErrNoDepths, as Depths.
+func (t *Transport) Queues(context.Context, []string) (map[string]transport.QueueState, error) {
+	return nil, transport.ErrNoDepths
+}
+
 // Close closes every client, the last made first.
 func (t *Transport) Close() error {
 	return errors.Join(t.closers.Close(), t.probe.Close())

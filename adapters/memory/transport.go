@@ -55,6 +55,11 @@ func (t *Transport) Depths(context.Context, []string) (map[string]int, error) {
 	return nil, transport.ErrNoDepths
 }
 
+// Queues is ErrNoDepths, as Depths.
+func (t *Transport) Queues(context.Context, []string) (map[string]transport.QueueState, error) {
+	return nil, transport.ErrNoDepths
+}
+
 // Close ends the subscriptions and closes the channels.
 func (t *Transport) Close() error { return t.b.Close() }
 

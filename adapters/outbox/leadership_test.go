@@ -403,3 +403,28 @@ func TestRelayLeaderMetricFollowsTheLeadership(t *testing.T) {
 	stopA()
 	testenv.Eventually(t, 10*time.Second, "relay b leading once a stopped", func() bool { return says(b, 1) && says(a, 0) })
 }
+
+// State names the session of the relay that leads a group and the reader
+// it recorded, and no leader once it stops.
+func TestStateNamesTheLeadingSession(t *testing.T) {
+	s := newStack(t)
+	cfg := testConfig
+	cfg.ConsumerGroup = "state-leader"
+	dest := s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)
+	a := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+	ctx := context.Background()
+	if st, err := outbox.State(ctx, s.db.Pool, cfg.ConsumerGroup); err != nil || st.Leader != nil || st.Reader != "" {
+		t.Fatalf("State before any relay ran = %+v, %v; want no leader and no reader", st, err)
+	}
+	stop := s.run(t, "relay a", a)
+	testenv.Eventually(t, 10*time.Second, "relay a leading", a.Active)
+	st, err := outbox.State(ctx, s.db.Pool, cfg.ConsumerGroup)
+	if err != nil || st.Leader == nil || st.Leader.PID == 0 || st.Leader.Since.IsZero() || st.Reader != outbox.ReaderPoll {
+		t.Fatalf("State while a leads = %+v (leader %+v), %v; want its session and reader poll", st, st.Leader, err)
+	}
+	stop()
+	testenv.Eventually(t, 10*time.Second, "no leader once a stopped", func() bool {
+		st, err := outbox.State(ctx, s.db.Pool, cfg.ConsumerGroup)
+		return err == nil && st.Leader == nil && st.Reader == outbox.ReaderPoll
+	})
+}

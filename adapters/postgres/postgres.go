@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -128,6 +129,9 @@ func Connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.IdleInTransactionTimeout.Milliseconds(), 10)
 	}
 	keepalive(&pc.ConnConfig.Config, cfg)
+	if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+		pc.ConnConfig.RuntimeParams["application_name"] = applicationName(os.Hostname, os.Getpid())
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -268,3 +272,20 @@ func (t *tx) Publish(ctx context.Context, events ...event.Event) error {
 func (t *tx) Postgres() pgx.Tx { return t.tx }
 
 func (t *tx) OnCommit(fn func()) { t.hooks = append(t.hooks, fn) }
+
+// applicationName names the sessions of this process on the server
+// (pg_stat_activity, and the status page's relay leader): its host and
+// process id, within the 63 bytes PostgreSQL keeps. A URL that sets
+// application_name keeps its own.
+func applicationName(hostname func() (string, error), pid int) string {
+	host, err := hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	name := fmt.Sprintf("moenda %s pid %d", host, pid)
+	if len(name) > 63 {
+		suffix := fmt.Sprintf(" pid %d", pid)
+		name = name[:63-len(suffix)] + suffix
+	}
+	return name
+}

@@ -43,6 +43,10 @@ type Transport interface {
 	// Depths returns how many messages wait in each named queue that
 	// exists, or ErrNoDepths where the broker keeps no such count.
 	Depths(ctx context.Context, queues []string) (map[string]int, error)
+	// Queues returns what waits in each named queue that exists and how
+	// many consumers read it, or ErrNoDepths where the broker keeps no
+	// such count: Depths with the consumers, for the status page.
+	Queues(ctx context.Context, queues []string) (map[string]QueueState, error)
 	// Close closes every connection the transport made.
 	Close() error
 }
@@ -76,6 +80,15 @@ type Destination interface {
 	// resource alarm), or "".
 	Blocked() string
 	Close() error
+}
+
+// QueueState is what a broker says of one queue.
+type QueueState struct {
+	// Messages are those ready for delivery; those delivered and not yet
+	// acknowledged are not counted.
+	Messages int `json:"messages"`
+	// Consumers are the subscriptions reading the queue, from any process.
+	Consumers int `json:"consumers"`
 }
 
 // ErrNoDepths is Depths' answer on a broker that does not count what

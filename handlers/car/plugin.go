@@ -59,6 +59,12 @@ func Plugin() handlers.Definition {
 		Name:      "car",
 		Exchange:  "car.events", // seed 000
 		Publishes: []string{EventProcessoSubmetido, EventProcessoRegular, EventDocumentoAnexado, EventMensagemWeb},
+		Payloads: []handlers.Payload{
+			handlers.PayloadOf[Referencia](EventProcessoSubmetido),
+			handlers.PayloadOf[Referencia](EventProcessoRegular),
+			handlers.PayloadOf[DocumentoAnexado](EventDocumentoAnexado),
+			handlers.PayloadOf[MensagemWeb](EventMensagemWeb),
+		},
 		Subscriptions: []handlers.Subscription{
 			{Name: SubAnalista, Queue: "processos.analista", Events: []string{"processo.*"}, Handles: []string{EventProcessoSubmetido}},
 			{Name: SubNotificacao, Queue: "processos.notificacao", Events: []string{"processo.*"}, Handles: []string{EventProcessoSubmetido, EventProcessoRegular}},

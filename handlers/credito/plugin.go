@@ -42,6 +42,7 @@ func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
 		Name:      "credito",
 		Publishes: []string{EventAnalysisCompleted},
+		Payloads:  []handlers.Payload{handlers.PayloadOf[AnalysisCompleted](EventAnalysisCompleted)},
 		Subscriptions: []handlers.Subscription{{
 			Name:    SubSolicitacoes,
 			Queue:   "analysis.requested.queue",

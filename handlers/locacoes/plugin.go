@@ -65,6 +65,11 @@ func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
 		Name:      "locacoes",
 		Publishes: []string{EventRentalRequested, EventRentalConfirmed, EventRentalFailed},
+		Payloads: []handlers.Payload{
+			handlers.PayloadOf[RentalRequested](EventRentalRequested),
+			handlers.PayloadOf[RentalConfirmed](EventRentalConfirmed),
+			handlers.PayloadOf[RentalFailed](EventRentalFailed),
+		},
 		Subscriptions: []handlers.Subscription{{
 			Name:    SubAnalises,
 			Queue:   "rental.analysis.completed.queue",

@@ -47,9 +47,15 @@ var migrationFiles embed.FS
 // subscriptions.
 func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
-		Name:       "pedidos",
-		Exchange:   "pedidos", // seed 001
-		Publishes:  []string{EventPedidoCriadoV1, EventPedidoCriadoV2, EventPedidoPago, EventPedidoCancelado},
+		Name:      "pedidos",
+		Exchange:  "pedidos", // seed 001
+		Publishes: []string{EventPedidoCriadoV1, EventPedidoCriadoV2, EventPedidoPago, EventPedidoCancelado},
+		Payloads: []handlers.Payload{
+			handlers.PayloadOf[PedidoCriadoV1](EventPedidoCriadoV1),
+			handlers.PayloadOf[PedidoCriadoV2](EventPedidoCriadoV2),
+			handlers.PayloadOf[PedidoPago](EventPedidoPago),
+			handlers.PayloadOf[PedidoCancelado](EventPedidoCancelado),
+		},
 		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 	}, defaultConfig(), build)
 }

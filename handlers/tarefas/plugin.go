@@ -17,6 +17,7 @@ func Plugin() handlers.Definition {
 	return handlers.Define(handlers.Spec{
 		Name:       "tarefas",
 		Publishes:  []string{EventTarefaConcluida},
+		Payloads:   []handlers.Payload{handlers.PayloadOf[TarefaConcluida](EventTarefaConcluida)},
 		Exchange:   "eventos.dominio", // seed 002
 		Migrations: handlers.MigrationsDir(migrationFiles, "migrations"),
 	}, struct{}{}, build) // no settings: handlers.tarefas has no keys

@@ -26,8 +26,8 @@ type Subject struct {
 
 // Features says what a transport does beyond what every one does.
 type Features struct {
-	// Depths: the broker counts what waits in a queue (else Depths
-	// answers transport.ErrNoDepths).
+	// Depths: the broker counts what waits in a queue and who reads it
+	// (else Depths and Queues answer transport.ErrNoDepths).
 	Depths bool
 	// Unreachable makes the transport of a broker that does not answer;
 	// nil for one that cannot be away (in the process).
@@ -249,8 +249,17 @@ func testDeadLetter(t *testing.T, f Features, l layout, s Subject) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-	} else if _, err := s.Transport.Depths(context.Background(), []string{pol.DeadLetterQueue}); !errors.Is(err, transport.ErrNoDepths) {
-		t.Fatalf("Depths error = %v, want transport.ErrNoDepths from a broker that counts none", err)
+		got, err := s.Transport.Queues(context.Background(), []string{pol.DeadLetterQueue, l.all + ".absent"})
+		if want := (transport.QueueState{Messages: 1}); err != nil || len(got) != 1 || got[pol.DeadLetterQueue] != want {
+			t.Fatalf("Queues = %v, %v; want %s alone, with %+v (nothing reads it yet)", got, err, pol.DeadLetterQueue, want)
+		}
+	} else {
+		if _, err := s.Transport.Depths(context.Background(), []string{pol.DeadLetterQueue}); !errors.Is(err, transport.ErrNoDepths) {
+			t.Fatalf("Depths error = %v, want transport.ErrNoDepths from a broker that counts none", err)
+		}
+		if _, err := s.Transport.Queues(context.Background(), []string{pol.DeadLetterQueue}); !errors.Is(err, transport.ErrNoDepths) {
+			t.Fatalf("Queues error = %v, want transport.ErrNoDepths from a broker that counts none", err)
+		}
 	}
 	dead, err := s.Transport.DeadLetters()
 	if err != nil {
