@@ -160,16 +160,16 @@ func (b *tab) shot(name string) {
 }
 
 // login types token into the login form with the keyboard alone, and
-// waits for the failures page.
+// waits for the overview.
 func (b *tab) login(token string) {
 	b.t.Helper()
 	b.do("open the console", chromedp.Navigate(b.base+"/console/"), chromedp.WaitVisible(chromedp.CSS("#token")))
-	b.do("log in with the keyboard", chromedp.KeyEvent(token), chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.CSS("#groups-title")))
+	b.do("log in with the keyboard", chromedp.KeyEvent(token), chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.CSS("#figures")))
 }
 
 // The console as a person uses it, in Chromium, against serve processes
 // on PostgreSQL and RabbitMQ: a viewer sees every page and may do
-// nothing; an admin re-drives a group of 20 failures, from its plan to
+// nothing; an admin sees the 20 failures counted on the overview, and re-drives a group of 20 failures, from its plan to
 // done; the journey, the audit and the topology tell the rest. Each
 // page is saved as a screenshot (into docs/console with -update).
 func TestConsoleInChromium(t *testing.T) {
@@ -205,6 +205,9 @@ func TestConsoleInChromium(t *testing.T) {
 
 	b := newTab(t, ctx, base)
 	b.login(viewer)
+	b.wants("overview", "You are signed in as a viewer", "Unresolved failures: 20")
+	b.usable("overview")
+	b.open("failures")
 	b.wants("failures", "You are signed in as a viewer", "20 failures", "Re-drive not allowed")
 	b.usable("failures")
 	if n := eval[int](b, `document.querySelectorAll("main button:disabled").length`); n < 4 {
@@ -226,6 +229,9 @@ func TestConsoleInChromium(t *testing.T) {
 	b.shot("login")
 
 	b.login(admin)
+	b.wants("overview", "ana", "Unresolved failures: 20", "probe.slow\t20")
+	b.shot("overview")
+	b.open("failures")
 	b.wants("failures", "ana", "20 failures")
 	b.shot("failures")
 	b.do("tick a row and plan its re-drive", chromedp.Click(chromedp.CSS("#list-title ~ form tbody input[type=checkbox]")),

@@ -96,7 +96,7 @@ func (b *browser) login(token string) {
 	b.t.Helper()
 	page := b.get("/console/login", http.StatusOK)
 	resp, body := b.do("POST", "/console/login", url.Values{"csrf": {csrf(b.t, page)}, "token": {token}})
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "failures" {
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "overview" {
 		b.t.Fatalf("login = %d to %q:\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
 }
@@ -116,7 +116,10 @@ func TestConsolePagesAreStrict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"/console/failures", "/console/failures?by=queue&range=24h&text=lacks", "/console/failures?by=event_type", "/console/failures?by=reason&status=archived", "/console/failures/" + strconv.FormatInt(fs[0].ID, 10),
+	if page := b.get("/console/overview", http.StatusOK); !strings.Contains(page, `id="unresolved-total">2<`) {
+		t.Errorf("the overview does not count the 2 unresolved failures:\n%s", page)
+	}
+	for _, path := range []string{"/console/overview", "/console/failures", "/console/failures?by=queue&range=24h&text=lacks", "/console/failures?by=event_type", "/console/failures?by=reason&status=archived", "/console/failures/" + strconv.FormatInt(fs[0].ID, 10),
 		"/console/redrives", "/console/redrives/plan?group=" + fs[0].Fingerprint, "/console/journey", "/console/journey?event_id=" + fs[0].EventID,
 		"/console/audit", "/console/audit?outcome=done", "/console/topology"} {
 		resp, body := b.do("GET", path, nil)
@@ -306,7 +309,7 @@ func TestConsoleShowsAViewerEverythingAndLetsItDoNothing(t *testing.T) {
 	v := newBrowser(t, p.base)
 	v.login(viewer)
 	pages := map[string]string{}
-	for _, path := range []string{"/console/failures", "/console/failures/" + id, "/console/redrives/plan?group=" + f.Fingerprint, "/console/redrives",
+	for _, path := range []string{"/console/overview", "/console/failures", "/console/failures/" + id, "/console/redrives/plan?group=" + f.Fingerprint, "/console/redrives",
 		"/console/journey?event_id=" + f.EventID, "/console/audit", "/console/topology"} {
 		pages[path] = v.get(path, http.StatusOK)
 	}

@@ -102,7 +102,7 @@ func (c *Console) Handler() http.Handler {
 	})
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/") {
-			redirect(w, r, "failures")
+			redirect(w, r, "overview")
 			return
 		}
 		redirect(w, r, "console/") // /console: pages live under /console/
@@ -112,6 +112,7 @@ func (c *Console) Handler() http.Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(c.signedIn)
 		r.Post("/logout", c.logout)
+		r.Get("/overview", c.overviewPage)
 		r.Get("/failures", c.failuresPage)
 		r.Get("/failures/{id}", c.failurePage)
 		r.Post("/failures/act", c.failuresAct)

@@ -11,7 +11,7 @@ import (
 // no token first: the login form's CSRF token is derived from it.
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	if !c.auth {
-		redirect(w, r, "failures")
+		redirect(w, r, "overview")
 		return
 	}
 	ss, ok := c.sessions.read(r)
@@ -33,7 +33,7 @@ func (c *Console) renderLogin(w http.ResponseWriter, r *http.Request, status int
 // the browser had before the login is worth nothing after it.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	if !c.auth {
-		redirect(w, r, "failures")
+		redirect(w, r, "overview")
 		return
 	}
 	ss, ok := c.sessions.read(r)
@@ -64,7 +64,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, c.sessions.cookie(r, c.prefix(r), c.sessions.fresh(TokenHash(token))))
-	redirect(w, r, "failures")
+	redirect(w, r, "overview")
 }
 
 // logout drops the session cookie. The session is stateless: a copy of
@@ -73,7 +73,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, c.sessions.cookie(r, c.prefix(r), session{}))
 	if !c.auth {
-		redirect(w, r, "failures")
+		redirect(w, r, "overview")
 		return
 	}
 	redirect(w, r, "login")

@@ -10,7 +10,7 @@ import (
 
 // pageNames are the templates under templates/, each a page drawn in
 // frame.html's frame.
-var pageNames = []string{"login", "error", "done", "failures", "failure", "plan", "redrives", "redrive", "journey", "audit", "topology"}
+var pageNames = []string{"login", "error", "done", "overview", "failures", "failure", "plan", "redrives", "redrive", "journey", "audit", "topology"}
 
 // funcs are the helpers the templates use.
 var funcs = template.FuncMap{
@@ -27,6 +27,19 @@ var funcs = template.FuncMap{
 		return t.UTC().Format(time.RFC3339)
 	},
 	"join": strings.Join,
+	// bytes is a size in bytes as a person reads it: 512 B, 3.2 MiB.
+	"bytes": func(n int64) string {
+		const unit = 1024
+		if n < unit {
+			return fmt.Sprintf("%d B", n)
+		}
+		div, exp := int64(unit), 0
+		for m := n / unit; m >= unit; m /= unit {
+			div *= unit
+			exp++
+		}
+		return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	},
 	"percent": func(part, whole int) int {
 		if whole <= 0 {
 			return 0
