@@ -26,6 +26,7 @@ import (
 
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
+	"github.com/moenda/moenda/handlers/schema"
 )
 
 // Write answers with status and v as JSON.
@@ -451,7 +452,7 @@ func path(stack []frame) string {
 		switch {
 		case f.array:
 			fmt.Fprintf(&b, "[%d]", f.index)
-		case plainKey(f.key):
+		case schema.PlainKey(f.key):
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
@@ -468,19 +469,6 @@ func path(stack []frame) string {
 	default:
 		return p
 	}
-}
-
-// plainKey reports whether a field name reads unambiguously in a dotted path.
-func plainKey(k string) bool {
-	if k == "" || len(k) > 64 {
-		return false
-	}
-	for _, c := range []byte(k) {
-		if !(c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
-			return false
-		}
-	}
-	return true
 }
 
 // describe turns a JSON decoding error into a message naming the field in

@@ -123,7 +123,7 @@ func path(loc []string, inst any) string {
 				at = nil
 			}
 		case map[string]any:
-			if plainKey(seg) {
+			if PlainKey(seg) {
 				b.WriteString("." + seg)
 			} else {
 				fmt.Fprintf(&b, "[%s]", strconv.Quote(seg))
@@ -137,8 +137,10 @@ func path(loc []string, inst any) string {
 	return b.String()
 }
 
-// plainKey reports whether a field name reads unambiguously in a dotted path.
-func plainKey(k string) bool {
+// PlainKey reports whether a field name reads unambiguously in a dotted
+// path (payload.titulo), or needs quoting (payload["a.b"]): the schema
+// check here and the JSON decoder's errors (httpjson) name fields alike.
+func PlainKey(k string) bool {
 	if k == "" || len(k) > 64 {
 		return false
 	}
