@@ -292,6 +292,11 @@ func (p *Platform) Run(ctx context.Context) error {
 		case <-gctx.Done():
 			return nil
 		}
+		attrs := []any{"addr", p.Addr()}
+		if p.role.api() || p.role.relay() {
+			attrs = append(attrs, "console", "http://"+p.Addr()+"/console")
+		}
+		p.logger.InfoContext(ctx, "serving HTTP", attrs...)
 		if err := p.server.Serve(p.listener); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
 		}
