@@ -292,11 +292,6 @@ func (p *Platform) Run(ctx context.Context) error {
 		case <-gctx.Done():
 			return nil
 		}
-		attrs := []any{"addr", p.Addr()}
-		if p.role.api() || p.role.relay() {
-			attrs = append(attrs, "console", "http://"+p.Addr()+"/console")
-		}
-		p.logger.InfoContext(ctx, "serving HTTP", attrs...)
 		if err := p.server.Serve(p.listener); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http: %w", err)
 		}
@@ -317,7 +312,11 @@ func (p *Platform) Run(ctx context.Context) error {
 		stopNotifying()
 		return err
 	})
-	p.logger.Info("moenda serving", "env", p.cfg.Env, "role", p.role, "addr", p.Addr(), "broker", p.cfg.Broker.Kind, "auth", p.cfg.Auth.Enabled)
+	serving := []any{"env", p.cfg.Env, "role", p.role, "addr", p.Addr(), "broker", p.cfg.Broker.Kind, "auth", p.cfg.Auth.Enabled}
+	if p.role.api() || p.role.relay() {
+		serving = append(serving, "console", "http://"+p.Addr()+"/console")
+	}
+	p.logger.Info("moenda serving", serving...)
 	if p.role.api() && p.cfg.Auth.Enabled && len(p.cfg.Auth.Tokens) == 0 {
 		p.logger.Warn("auth.enabled with no auth.tokens: publishing and administration answer 401 to everyone; set MOENDA_AUTH__TOKENS=publisher:<sha256 of a token>")
 	}
