@@ -61,7 +61,10 @@ type Platform struct {
 	status shared[Status]
 	// sampled holds the handlers' counters at the last status, for the
 	// next one's rates.
-	sampled  rateSample
+	sampled rateSample
+	// counter is the transport the status counts queues with: the
+	// broker's, or an api process's own (see connectBrokers).
+	counter  transport.Transport
 	listener net.Listener
 	server   *http.Server
 }

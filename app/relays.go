@@ -11,14 +11,23 @@ import (
 // connectBrokers makes the transports and what the process's role needs
 // of them: the topology declared and, for a relay, a relay from the outbox
 // to each transport; the consumers, made as the routes are added, for a
-// worker; nothing for an api process, which only writes the outbox.
+// worker. An api process only writes the outbox: it gets a transport of
+// its own for the status page to count the queues with, which connects
+// on the first count.
 func (p *Platform) connectBrokers(ctx context.Context) error {
 	if !p.role.worker() && !p.role.relay() {
+		counter, err := newTransport(p.cfg.Broker.Kind, p.cfg, p.top, p.logger)
+		if err != nil {
+			return err
+		}
+		p.onClose(counter.Close)
+		p.counter = counter
 		return nil
 	}
 	if err := p.connectTransports(); err != nil {
 		return err
 	}
+	p.counter = p.broker
 	if err := p.broker.Declare(ctx); err != nil {
 		return err
 	}

@@ -109,9 +109,9 @@ type QueueStatus struct {
 	Name string `json:"name"`
 	// Messages are those ready in the queue and Consumers the
 	// subscriptions reading it, from every process, as the broker counts
-	// them; nil where the broker counts none (Kafka, the memory broker),
-	// in a process that talks to no broker (serve --role api), or when
-	// the broker could not be asked.
+	// them (an api process asks through a connection of its own); nil
+	// where the broker counts none (Kafka, the memory broker), or when the
+	// broker could not be asked.
 	Messages  *int `json:"messages"`
 	Consumers *int `json:"consumers"`
 	// DeadLetterQueue is where the queue's failures go, and DeadLetters
@@ -282,8 +282,8 @@ func (p *Platform) queueStatus(ctx context.Context, now time.Time, unresolved ma
 	}
 	var err error
 	var states map[string]transport.QueueState
-	if p.broker != nil {
-		states, err = p.broker.Queues(ctx, names)
+	if p.counter != nil {
+		states, err = p.counter.Queues(ctx, names)
 		if errors.Is(err, transport.ErrNoDepths) {
 			states, err = nil, nil
 		}

@@ -135,6 +135,9 @@ func TestStatusCountsWhatWaitsAndWhatFailed(t *testing.T) {
 		q := queueOf(t, s, queue)
 		return code == http.StatusOK && q.Messages != nil && *q.Messages == waiting && len(s.Relays) == 1 && s.Relays[0].LagRows == 0
 	})
+	if _, a, _ := statusOf(t, api, viewer); queueOf(t, a, queue).Messages == nil || *queueOf(t, a, queue).Messages != waiting {
+		t.Errorf("the api process's status counts %v messages in %s, want %d: it counts through a connection of its own", queueOf(t, a, queue).Messages, queue, waiting)
+	}
 	q := queueOf(t, s, queue)
 	if q.Consumers == nil || *q.Consumers != 0 || q.Handling != nil || q.DeadLetterQueue != queue+".dlq" || q.DeadLetters == nil || *q.DeadLetters != 0 {
 		t.Errorf("queue %+v, want no consumer, no handling in a relay process, an empty dead-letter queue", q)
