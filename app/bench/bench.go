@@ -54,6 +54,7 @@ type sizes struct {
 	rate       int           // offered load for latency, events/s
 	idleFor    time.Duration // idle relay query count
 	ledger     int           // failures the ledger's pages are read from
+	renders    int           // renders of each console page timed
 	dead       int           // dead letters ingested, then re-driven at full speed
 	paced      int           // failures re-driven at a set rate
 }
@@ -61,10 +62,10 @@ type sizes struct {
 func (o Options) sizes() sizes {
 	if o.Quick {
 		return sizes{messages: 2000, consumed: 1000, rounds: 1, txDuration: 500 * time.Millisecond, backlog: 2000, latencyFor: 2 * time.Second, rate: 200, idleFor: 2 * time.Second,
-			ledger: 20000, dead: 1000, paced: 400}
+			ledger: 20000, renders: 3, dead: 1000, paced: 400}
 	}
 	return sizes{messages: 50000, consumed: 20000, rounds: 5, txDuration: 3 * time.Second, backlog: 50000, bigBacklog: 500000, latencyFor: 10 * time.Second, rate: 1000, idleFor: 10 * time.Second,
-		ledger: 1000000, dead: 20000, paced: 5000}
+		ledger: 1000000, renders: 15, dead: 20000, paced: 5000}
 }
 
 // Row is one figure. Ceiling is the raw client's figure it is set against

@@ -65,6 +65,7 @@ func TestQuickRun(t *testing.T) {
 		"moenda: ledger of 20000 failures, first page", "moenda: ledger of 20000 failures, last page by its cursor",
 		"moenda: ledger of 20000 failures, first page of one queue", "moenda: ledger of 20000 failures, last page of one queue by its cursor",
 		"moenda: ledger of 20000 failures, first page of a text search",
+		"moenda: console Overview", "moenda: console Failures",
 		"ceiling: amqp091 consume + pgx insert of the same rows", "moenda: failure ingest of 1000 dead letters",
 		"ceiling: amqp091 publish of the re-drive's copies", "moenda: re-drive of 400 failures at full speed",
 		"moenda: re-drive of 400 failures at 200/s after a canary of 5",

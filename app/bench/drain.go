@@ -216,7 +216,7 @@ func (e *env) drain(ctx context.Context, reader string, n int, environ ...string
 		return 0, 0, err
 	}
 	defer stopConsumer()
-	pid, stop, err := e.startServe(ctx, append([]string{"MOENDA_OUTBOX__READER=" + reader}, environ...)...)
+	pid, _, stop, err := e.startServe(ctx, append([]string{"MOENDA_OUTBOX__READER=" + reader}, environ...)...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -279,11 +279,11 @@ func (e *env) arrivalsSeen(ctx context.Context, seen func(amqp091.Delivery)) (wa
 
 // startServe runs `moenda serve` on the bench database and exchange, with
 // no plugin, so its relay is all it does, and environ on top of the
-// bench's settings. stop ends it and waits.
-func (e *env) startServe(ctx context.Context, environ ...string) (pid int, stop func(), err error) {
+// bench's settings; addr is where it serves HTTP. stop ends it and waits.
+func (e *env) startServe(ctx context.Context, environ ...string) (pid int, addr string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "moenda-bench-")
 	if err != nil {
-		return 0, nil, err
+		return 0, "", nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -292,7 +292,7 @@ func (e *env) startServe(ctx context.Context, environ ...string) (pid int, stop 
 	}()
 	base, err := configs.FS.ReadFile("base.yaml")
 	if err != nil {
-		return 0, nil, err
+		return 0, "", nil, err
 	}
 	overlay := fmt.Sprintf(`log: {level: warn}
 handlers: {enabled: []}
@@ -301,24 +301,24 @@ topology:
   unrouted: ""
 `, e.exchange, e.exchange+".dlx")
 	if err := os.WriteFile(filepath.Join(dir, "base.yaml"), base, 0o600); err != nil {
-		return 0, nil, err
+		return 0, "", nil, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(overlay), 0o600); err != nil {
-		return 0, nil, err
+		return 0, "", nil, err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, nil, err
+		return 0, "", nil, err
 	}
-	addr := l.Addr().String()
+	addr = l.Addr().String()
 	_ = l.Close()
 	cmd := exec.CommandContext(ctx, e.opts.ServeBin, "--config-dir", dir, "--env", "bench", "serve")
 	cmd.Env = append(append(os.Environ(), "MOENDA_POSTGRES__URL="+e.dbURL, "MOENDA_AMQP__URL="+e.opts.AMQPURL, "MOENDA_AMQP__URLS=", "MOENDA_HTTP__ADDR="+addr), environ...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return 0, nil, fmt.Errorf("start %s serve: %w", e.opts.ServeBin, err)
+		return 0, "", nil, fmt.Errorf("start %s serve: %w", e.opts.ServeBin, err)
 	}
-	return cmd.Process.Pid, func() {
+	return cmd.Process.Pid, addr, func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		_ = os.RemoveAll(dir)

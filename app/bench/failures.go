@@ -97,7 +97,7 @@ func (e *env) deadLetter(i int) (*message.Message, error) {
 // then times pages read through the ledger's List, as the API reads them
 // (its default page of 50): the first, the last reached by its cursor,
 // and the first of a queue and of a text search. Each row is the median
-// of pageCalls reads.
+// of pageCalls reads. Then the console's pages over the same ledger.
 func ledgerPages(ctx context.Context, e *env, r *Result, template failures.Failure) error {
 	headers, err := json.Marshal(template.Headers)
 	if err != nil {
@@ -175,6 +175,9 @@ func ledgerPages(ctx context.Context, e *env, r *Result, template failures.Failu
 		}
 		r.add(Row{Name: fmt.Sprintf("moenda: ledger of %d failures, %s, %d a page, median of %d", n, p.name, pageLimit, pageCalls),
 			Value: median(times), Unit: "ms", Target: "<= 50 ms"}, 0, 50)
+	}
+	if err := consolePages(ctx, e, r, n); err != nil {
+		return fmt.Errorf("console pages: %w", err)
 	}
 	_, err = e.pool.Exec(ctx, `TRUNCATE moenda_failures`)
 	return err
