@@ -40,14 +40,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 		nq.Set("after", strconv.FormatInt(out.Next, 10))
 		next = "audit?" + nq.Encode()
 	}
-	var chips []chip
-	for _, k := range auditKeys {
-		if v := page.Get(k); v != "" {
-			without := cloneValues(page)
-			without.Del(k)
-			chips = append(chips, chip{Key: k, Label: k, Value: v, Without: "audit?" + without.Encode()})
-		}
-	}
+	chips := chipsOf("audit", page, auditKeys, func(k string) string { return k })
 	c.render(w, r, http.StatusOK, "audit", "Audit", map[string]any{"Entries": out.Entries, "Next": next, "Query": page, "Chips": chips,
 		"Outcomes": []string{audit.Done, audit.Refused, audit.Failed}})
 }

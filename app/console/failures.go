@@ -88,19 +88,26 @@ func idList(vs []string) string {
 // chips are the active filters of s, each with the page's address
 // without it.
 func (s selection) chips(page string) []chip {
+	return chipsOf(page, s.page, append(slices.Clone(filterKeys), "range", "ids"), func(k string) string {
+		if label, ok := filterLabels[k]; ok {
+			return label
+		}
+		return k
+	})
+}
+
+// chipsOf are the filters of query among keys, in keys' order, each
+// named by label and with page's address without it.
+func chipsOf(page string, query url.Values, keys []string, label func(key string) string) []chip {
 	var out []chip
-	for _, k := range append(slices.Clone(filterKeys), "range", "ids") {
-		v := s.page.Get(k)
+	for _, k := range keys {
+		v := query.Get(k)
 		if v == "" {
 			continue
 		}
-		without := cloneValues(s.page)
+		without := cloneValues(query)
 		without.Del(k)
-		label := filterLabels[k]
-		if k == "ids" {
-			label = "ids"
-		}
-		out = append(out, chip{Key: k, Label: label, Value: v, Without: page + "?" + without.Encode()})
+		out = append(out, chip{Key: k, Label: label(k), Value: v, Without: page + "?" + without.Encode()})
 	}
 	return out
 }
