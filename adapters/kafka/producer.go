@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -86,24 +87,23 @@ func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs 
 		index[rec] = i
 	}
 	failed := make(map[int]error, len(perrs))
-	var refusedAll []int
+	anyRefused := false
 	for _, pe := range perrs {
 		i, ok := index[pe.Msg]
 		if !ok {
 			return err // not a record of this batch: fail the batch as a whole
 		}
 		failed[i] = refused(pe.Err)
-		if errors.Is(failed[i], outbox.ErrRefused) {
-			refusedAll = append(refusedAll, i)
-		}
+		anyRefused = anyRefused || errors.Is(failed[i], outbox.ErrRefused)
 	}
 	// A broker refuses a record batch as a whole: one record over its
 	// limit, or several that only together are, fail every record sent
-	// with them to that partition. Sent alone, in their order, each fails
+	// with them to that partition, and the idempotent producer may fail
+	// the records sent after them to it with another error (their
+	// sequence then has a gap). Sent alone, in their order, each fails
 	// only for itself.
-	if len(refusedAll) > 1 {
-		slices.Sort(refusedAll)
-		for _, i := range refusedAll {
+	if anyRefused && len(failed) > 1 {
+		for _, i := range slices.Sorted(maps.Keys(failed)) {
 			rec, berr := build(i)
 			if berr == nil {
 				berr = p.send(ctx, []*sarama.ProducerMessage{rec})

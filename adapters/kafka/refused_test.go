@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -41,7 +42,13 @@ func TestProducerNamesOnlyTheRecordsRefusedForGood(t *testing.T) {
 	err := p.PublishBatch(context.Background(), keys, msgs)
 	var partly *outbox.BatchError
 	if !errors.As(err, &partly) || len(partly.Failed) != 2 || !errors.Is(partly.Failed[2], outbox.ErrRefused) || !errors.Is(partly.Failed[4], outbox.ErrRefused) {
-		t.Fatalf("PublishBatch = %v, want records 2 and 4 refused for good, and only them", err)
+		var each []string
+		if partly != nil {
+			for i, ferr := range partly.Failed {
+				each = append(each, fmt.Sprintf("record %d: %v", i, ferr))
+			}
+		}
+		t.Fatalf("PublishBatch = %v (%s), want records 2 and 4 refused for good, and only them", err, strings.Join(each, "; "))
 	}
 	if !strings.Contains(partly.Failed[2].Error(), "too large") || !strings.Contains(partly.Failed[4].Error(), "larger than configured Producer.MaxMessageBytes") {
 		t.Fatalf("why: %v; %v", partly.Failed[2], partly.Failed[4])
