@@ -566,3 +566,135 @@ func TestIsFingerprint(t *testing.T) {
 		}
 	}
 }
+
+// The PostgreSQL ledger answers groups from its counts, which triggers
+// keep as failures are recorded, re-driven, released, failed again,
+// edited, archived, deleted and pruned, some of it at once from several
+// connections. After each step the counts answer as the failures
+// themselves do (a filter on time reads the failures: Since the epoch
+// selects the same).
+func TestTheCountsFollowEveryChange(t *testing.T) {
+	ctx := context.Background()
+	l := failures.NewPostgres(testenv.Postgres(t).Pool)
+	check := func(step string) {
+		t.Helper()
+		for _, f := range []failures.Filter{{}, {Status: failures.Unresolved}, {Status: failures.Redriving}, {FailedQueue: "alpha"},
+			{AnyStatus: true}, {Status: failures.Archived, EventName: "demo.b.v1"}} {
+			for _, by := range failures.GroupBys {
+				got, err := l.Groups(ctx, f, by)
+				if err != nil {
+					t.Fatalf("%s: %v", step, err)
+				}
+				f.Since = time.Unix(1, 0)
+				want, err := l.Groups(ctx, f, by)
+				if err != nil {
+					t.Fatalf("%s: %v", step, err)
+				}
+				f.Since = time.Time{}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: groups of %+v by %s from the counts:\n%+v\nfrom the failures:\n%+v", step, f, by, got, want)
+				}
+			}
+		}
+		counts, err := l.Unresolved(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range counts {
+			n += c.N
+		}
+		if want := len(list(t, l, failures.Filter{Status: failures.Unresolved}, failures.Page{})); n != want {
+			t.Errorf("%s: Unresolved counts %d failures, the list %d", step, n, want)
+		}
+	}
+	var fs []failures.Failure
+	for i := range 60 {
+		f := failure([]string{"alpha", "beta"}[i%2], i, []string{"boom", "dial 10.0.0.1: refused", "bad json"}[i%3])
+		if i%4 == 0 {
+			f.EventName = "demo.b.v1"
+		}
+		fs = append(fs, f)
+	}
+	record(t, l, fs...)
+	check("recorded")
+	ids, err := l.Select(ctx, failures.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Redrive(ctx, ids[:20], 1); err != nil || n != 20 {
+		t.Fatalf("Redrive = %d, %v", n, err)
+	}
+	check("re-driving")
+	again := []failures.Failure{fs[0], fs[1], fs[2]}
+	for i := range again {
+		again[i].LastFailureAt = again[i].LastFailureAt.Add(time.Hour)
+		again[i].Error = "failed again"
+		again[i].Fingerprint = failures.Fingerprint(again[i].Handler, again[i].Reason, again[i].Error)
+	}
+	record(t, l, again...)
+	check("failed again")
+	if err := l.Release(ctx, ids[3:8], 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Mark(ctx, ids[8:20], failures.Redriving, failures.Resolved); err != nil {
+		t.Fatal(err)
+	}
+	check("released and resolved")
+	if _, err := l.Edit(ctx, ids[30], failures.Edition{Body: []byte(`{}`), EventName: "demo.c.v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Mark(ctx, ids[40:50], failures.Unresolved, failures.Archived); err != nil {
+		t.Fatal(err)
+	}
+	check("edited and archived")
+	if _, err := l.Delete(ctx, ids[50:53]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Prune(ctx, t0.Add(time.Hour), 7); err != nil {
+		t.Fatal(err)
+	}
+	check("deleted and pruned")
+
+	// Four writers re-drive and release failures of their own while the
+	// groups are read; no one deadlocks, and the counts end right.
+	live, err := l.Select(ctx, failures.Filter{Status: failures.Unresolved})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 5)
+	for w := range 4 {
+		go func() {
+			var err error
+			for round := range 15 {
+				mine := live[w*len(live)/4 : (w+1)*len(live)/4]
+				id := int64(100 + w*100 + round)
+				if _, err = l.Redrive(ctx, mine, id); err != nil {
+					break
+				}
+				if err = l.Release(ctx, mine[:len(mine)/2], id); err != nil {
+					break
+				}
+				if _, err = l.Mark(ctx, mine, failures.Redriving, failures.Unresolved); err != nil {
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	go func() {
+		var err error
+		for range 20 {
+			if _, err = l.Groups(ctx, failures.Filter{}, failures.ByCause); err != nil {
+				break
+			}
+		}
+		errs <- err
+	}()
+	for range 5 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after the writers")
+}

@@ -182,9 +182,10 @@ func (l *Postgres) Delete(ctx context.Context, ids []int64) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// Unresolved implements Ledger.
+// Unresolved implements Ledger, from the counts (migrations/00014),
+// whose n the triggers keep exact.
 func (l *Postgres) Unresolved(ctx context.Context) ([]Count, error) {
-	return query(ctx, l, "count", pgx.RowToStructByPos[Count], `SELECT failed_queue, reason, count(*) FROM moenda_failures
+	return query(ctx, l, "count", pgx.RowToStructByPos[Count], `SELECT failed_queue, reason, sum(n)::bigint FROM moenda_failure_counts
 		WHERE status = 'unresolved' GROUP BY failed_queue, reason ORDER BY failed_queue, reason`)
 }
 
@@ -256,12 +257,40 @@ func (l *Postgres) Get(ctx context.Context, id int64) (Failure, error) {
 // groupColumns are the columns groups other than a cause's are keyed by.
 var groupColumns = map[GroupBy]string{ByQueue: "failed_queue", ByEventType: "event_name", ByReason: "reason"}
 
-// Groups implements Ledger. The normalised error is not a column: a
-// cause group's is its latest failure's, normalised here. Keys are
+// groupSource is where groups are counted from: the failures
+// themselves, or their counts, which hold a row for each cause, queue,
+// event type and status rather than one for each failure.
+type groupSource struct {
+	table, count, latestError string
+}
+
+var (
+	fromFailures = groupSource{"moenda_failures", "count(*)", "(array_agg(error ORDER BY id DESC))[1]"}
+	fromCounts   = groupSource{"moenda_failure_counts", "sum(n)::bigint", "(array_agg(last_error ORDER BY last_id DESC))[1]"}
+)
+
+// Groups implements Ledger. A filter on the columns the counts keep (the
+// console's and the API's usual ones) is answered from the counts, after
+// their stale bounds are recomputed; one on ids, event, correlation,
+// time or text reads the failures. The normalised error is not a column:
+// a cause group's is its latest failure's, normalised here. Keys are
 // ordered byte by byte (COLLATE "C"), as the memory ledger orders them.
 func (l *Postgres) Groups(ctx context.Context, f Filter, by GroupBy) ([]Group, error) {
+	col, ok := groupColumns[by]
+	if !ok && by != "" && by != ByCause {
+		_, err := ParseGroupBy(string(by))
+		return nil, err
+	}
 	where, args := f.where()
-	if by == "" || by == ByCause {
+	cond := strings.Join(where, " AND ")
+	src := fromFailures
+	if f.counted() {
+		if err := l.refresh(ctx, cond, args); err != nil {
+			return nil, err
+		}
+		src = fromCounts
+	}
+	if !ok {
 		return query(ctx, l, "groups", func(row pgx.CollectableRow) (Group, error) {
 			var g Group
 			var text, who *string
@@ -275,17 +304,12 @@ func (l *Postgres) Groups(ctx context.Context, f Filter, by GroupBy) ([]Group, e
 			return tidy(g), err
 		}, `
 			SELECT g.*, c.comment, c.set_by, c.set_at FROM (
-				SELECT fingerprint, handler, reason, (array_agg(error ORDER BY id DESC))[1], count(*) AS n,
+				SELECT fingerprint, handler, reason, `+src.latestError+`, `+src.count+` AS n,
 					min(first_failure_at), max(last_failure_at) AS last, array_agg(DISTINCT failed_queue), array_agg(DISTINCT event_name)
-				FROM moenda_failures WHERE `+strings.Join(where, " AND ")+`
+				FROM `+src.table+` WHERE `+cond+`
 				GROUP BY fingerprint, handler, reason) g
 			LEFT JOIN moenda_failure_group_comments c USING (fingerprint)
 			ORDER BY g.n DESC, g.last DESC, g.fingerprint COLLATE "C"`, args...)
-	}
-	col, ok := groupColumns[by]
-	if !ok {
-		_, err := ParseGroupBy(string(by))
-		return nil, err
 	}
 	return query(ctx, l, "groups by "+string(by), func(row pgx.CollectableRow) (Group, error) {
 		var g Group
@@ -295,10 +319,57 @@ func (l *Postgres) Groups(ctx context.Context, f Filter, by GroupBy) ([]Group, e
 		}
 		return tidy(g), err
 	}, `
-		SELECT `+col+`, count(*), min(first_failure_at), max(last_failure_at), array_agg(DISTINCT failed_queue), array_agg(DISTINCT event_name)
-		FROM moenda_failures WHERE `+strings.Join(where, " AND ")+`
+		SELECT `+col+`, `+src.count+` AS n, min(first_failure_at), max(last_failure_at) AS last, array_agg(DISTINCT failed_queue),
+			array_agg(DISTINCT event_name)
+		FROM `+src.table+` WHERE `+cond+`
 		GROUP BY `+col+`
-		ORDER BY count(*) DESC, max(last_failure_at) DESC, `+col+` COLLATE "C"`, args...)
+		ORDER BY n DESC, last DESC, `+col+` COLLATE "C"`, args...)
+}
+
+// countKey is the key of the counts, in their primary key's order.
+const countKey = "fingerprint, handler, reason, failed_queue, event_name, status"
+
+// refresh recomputes, from the failures, the bounds of the stale counts
+// that cond selects: a key that lost a failure may have lost its first,
+// its last or its latest one. The keys are locked first, and read in a
+// second statement, whose snapshot holds every change counted in them.
+// A key a writer holds at the moment is skipped: it keeps bounds that may
+// be wider than its failures' until the next read, and the read does
+// not wait.
+func (l *Postgres) refresh(ctx context.Context, cond string, args []any) error {
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var fp, handler, reason, queue, name, status []string
+		rows, err := tx.Query(ctx, `SELECT `+countKey+` FROM moenda_failure_counts WHERE stale AND `+cond+`
+			ORDER BY `+countKey+` FOR UPDATE SKIP LOCKED`, args...)
+		if err != nil {
+			return err
+		}
+		var k [6]string
+		_, err = pgx.ForEachRow(rows, []any{&k[0], &k[1], &k[2], &k[3], &k[4], &k[5]}, func() error {
+			fp, handler, reason = append(fp, k[0]), append(handler, k[1]), append(reason, k[2])
+			queue, name, status = append(queue, k[3]), append(name, k[4]), append(status, k[5])
+			return nil
+		})
+		if err != nil || len(fp) == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE moenda_failure_counts s SET first_failure_at = r.first, last_failure_at = r.last, last_id = r.id,
+				last_error = r.error, stale = false
+			FROM (SELECT `+countKey+`, min(first_failure_at) AS first, max(last_failure_at) AS last, max(id) AS id,
+					(array_agg(error ORDER BY id DESC))[1] AS error
+				FROM moenda_failures
+				WHERE (`+countKey+`) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]))
+				GROUP BY `+countKey+`) r
+			WHERE (s.fingerprint, s.handler, s.reason, s.failed_queue, s.event_name, s.status) =
+				(r.fingerprint, r.handler, r.reason, r.failed_queue, r.event_name, r.status)`,
+			fp, handler, reason, queue, name, status)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("failures: refresh the counts: %w", err)
+	}
+	return nil
 }
 
 // tidy is g as both ledgers give it: times in UTC, lists sorted, the
@@ -335,6 +406,11 @@ func (l *Postgres) SetComment(ctx context.Context, fingerprint, text, who string
 	}
 	c.At = c.At.UTC()
 	return &c, nil
+}
+
+// counted says whether f selects on the columns the counts keep alone.
+func (f Filter) counted() bool {
+	return len(f.IDs) == 0 && f.EventID == "" && f.CorrelationID == "" && f.Since.IsZero() && f.Until.IsZero() && f.Text == ""
 }
 
 // where is f as SQL conditions over its arguments; Filter.match is the
