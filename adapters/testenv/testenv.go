@@ -32,6 +32,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/await"
+	"github.com/moenda/moenda/adapters/testenv/cluster"
 	"github.com/moenda/moenda/migrations"
 )
 
@@ -386,6 +387,35 @@ func ReadyMessages(t testing.TB, url, queue string) int {
 		t.Fatalf("testenv: %v", err)
 	}
 	return state.Messages
+}
+
+// RabbitCluster starts a RabbitMQ cluster of n nodes for the test, on
+// loopback ports of its own, and kills it when the test ends.
+func RabbitCluster(t testing.TB, n int) *cluster.RabbitMQ {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := cluster.StartRabbitMQ(ctx, Logger(), t.TempDir(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// PostgresPair starts a PostgreSQL primary and a standby streaming from
+// it (synchronously or not) for the test, on loopback ports of their own,
+// and stops both when the test ends.
+func PostgresPair(t testing.TB, synchronous bool) *cluster.PostgresPair {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, err := cluster.StartPostgresPair(ctx, Logger(), t.TempDir(), synchronous)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 // Rabbitmqctl runs rabbitmqctl with args and returns its output.

@@ -1,0 +1,282 @@
+// Package cluster starts clusters of the services moenda runs on, on this
+// machine, for the tests and the fault suite: RabbitMQ nodes joined in one
+// cluster, each a rabbitmq-server of its own on loopback ports of its own.
+// They live in a directory the caller gives, and leave the machine's own
+// services (5672, 5432) alone.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// RabbitMQ is a cluster of RabbitMQ nodes started by StartRabbitMQ.
+type RabbitMQ struct {
+	logger *slog.Logger
+	// server and ctl are the paths of rabbitmq-server and rabbitmqctl.
+	server, ctl string
+	// Nodes are the cluster's nodes; the first is the one the others
+	// joined.
+	Nodes []*RabbitNode
+}
+
+// RabbitNode is one node of a RabbitMQ cluster.
+type RabbitNode struct {
+	// Name is the node's Erlang name, rabbitN@localhost.
+	Name string
+	// Port is its AMQP port on 127.0.0.1, and DistPort its Erlang
+	// distribution port (the one the other nodes reach it on).
+	Port, DistPort int
+	dir            string
+	env            []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	// exited is closed when cmd's process has been waited for.
+	exited chan struct{}
+}
+
+// URL is the node's AMQP URL.
+func (n *RabbitNode) URL() string {
+	return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.Port)
+}
+
+// URLs are the nodes' AMQP URLs, in order: amqp.urls for a process that
+// spreads its connections over the cluster.
+func (c *RabbitMQ) URLs() []string {
+	urls := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		urls[i] = n.URL()
+	}
+	return urls
+}
+
+// cookie is the Erlang cookie the nodes and rabbitmqctl share, in the
+// cluster's own home directory: not the machine's node's.
+const cookie = "moenda-test-cluster"
+
+// StartRabbitMQ starts n RabbitMQ nodes under dir and joins them in one
+// cluster, with pause_minority partition handling, the guest user allowed
+// from loopback, and no plugins. It returns once every node has started
+// and sees the others; on an error it stops what it started.
+func StartRabbitMQ(ctx context.Context, logger *slog.Logger, dir string, n int) (_ *RabbitMQ, err error) {
+	server, ctl, err := rabbitBinaries()
+	if err != nil {
+		return nil, err
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".erlang.cookie"), []byte(cookie), 0o400); err != nil && !errors.Is(err, os.ErrPermission) {
+		return nil, fmt.Errorf("cluster: the Erlang cookie: %w", err)
+	}
+	c := &RabbitMQ{logger: logger, server: server, ctl: ctl}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	for i := range n {
+		node, err := newRabbitNode(dir, home, i+1)
+		if err != nil {
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, node)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, node := range c.Nodes {
+		g.Go(func() error { return c.start(gctx, node) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	for _, node := range c.Nodes[1:] {
+		for _, args := range [][]string{{"stop_app"}, {"join_cluster", c.Nodes[0].Name}, {"start_app"}} {
+			if _, err := c.Ctl(ctx, node, args...); err != nil {
+				return nil, err
+			}
+		}
+	}
+	logger.Info("cluster: RabbitMQ started", "nodes", n, "urls", strings.Join(c.URLs(), " "))
+	return c, nil
+}
+
+// rabbitBinaries finds rabbitmq-server and rabbitmqctl. Debian's
+// /usr/sbin ones switch to the rabbitmq user when run as root, whose
+// cookie and files the cluster's nodes do not share: the scripts they
+// wrap are taken first.
+func rabbitBinaries() (server, ctl string, err error) {
+	for _, dir := range []string{"/usr/lib/rabbitmq/bin", ""} {
+		if server, err = exec.LookPath(filepath.Join(dir, "rabbitmq-server")); err != nil {
+			continue
+		}
+		if ctl, err = exec.LookPath(filepath.Join(dir, "rabbitmqctl")); err == nil {
+			return server, ctl, nil
+		}
+	}
+	return "", "", fmt.Errorf("cluster: rabbitmq-server is not installed (Debian's rabbitmq-server package; .ci/services installs it): %w", err)
+}
+
+// newRabbitNode lays out node i's directories and configuration, on free
+// loopback ports.
+func newRabbitNode(dir, home string, i int) (*RabbitNode, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	node := &RabbitNode{Name: fmt.Sprintf("rabbit%d@localhost", i), Port: ports[0], DistPort: ports[1],
+		dir: filepath.Join(dir, fmt.Sprintf("rabbit%d", i))}
+	for _, sub := range []string{"mnesia", "log"} {
+		if err := os.MkdirAll(filepath.Join(node.dir, sub), 0o755); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	conf := fmt.Sprintf(`listeners.tcp.1 = 127.0.0.1:%d
+loopback_users = none
+cluster_partition_handling = pause_minority
+log.file.level = info
+log.console = false
+`, node.Port)
+	files := map[string]string{"rabbitmq.conf": conf, "enabled_plugins": "[].\n", "rabbitmq-env.conf": ""}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(node.dir, name), []byte(text), 0o644); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	node.env = append(os.Environ(),
+		"HOME="+home,
+		"RABBITMQ_NODENAME="+node.Name,
+		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", node.Port),
+		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", node.DistPort),
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(node.dir, "rabbitmq.conf"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(node.dir, "enabled_plugins"),
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(node.dir, "rabbitmq-env.conf"),
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(node.dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(node.dir, "log"),
+		"RABBITMQ_PID_FILE="+filepath.Join(node.dir, "pid"),
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+	)
+	return node, nil
+}
+
+// freePorts returns n loopback ports nothing listened on a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("cluster: a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// start starts node's server and waits until it has booted.
+func (c *RabbitMQ) start(ctx context.Context, node *RabbitNode) error {
+	out, err := os.OpenFile(filepath.Join(node.dir, "server.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	cmd := exec.Command(c.server)
+	cmd.Env, cmd.Stdout, cmd.Stderr = node.env, out, out
+	// A process group of its own: Kill ends the node and nothing else.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return fmt.Errorf("cluster: start %s: %w", node.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // a node killed on purpose exits with an error
+		out.Close()
+		close(exited)
+	}()
+	node.mu.Lock()
+	node.cmd, node.exited = cmd, exited
+	node.mu.Unlock()
+	// await_startup fails at once while the node has not reached epmd
+	// yet: it is asked again until the node answers, or exits.
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		_, err := c.Ctl(waitCtx, node, "await_startup")
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("cluster: %s exited while starting (its logs are in %s): %w", node.Name, filepath.Join(node.dir, "log"), err)
+		case <-waitCtx.Done():
+			return fmt.Errorf("cluster: %s did not start in time: %w", node.Name, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Ctl runs rabbitmqctl on node with args, as the cluster's user, and
+// returns its output.
+func (c *RabbitMQ) Ctl(ctx context.Context, node *RabbitNode, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.ctl, append([]string{"-q", "-n", node.Name}, args...)...)
+	cmd.Env = node.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("cluster: rabbitmqctl -n %s %s: %w: %s", node.Name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Kill ends node's server with SIGKILL, as a machine's death would, and
+// waits until it is gone.
+func (c *RabbitMQ) Kill(node *RabbitNode) error {
+	node.mu.Lock()
+	cmd, exited := node.cmd, node.exited
+	node.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-exited:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("cluster: kill %s: %w", node.Name, err)
+	}
+	<-exited
+	c.logger.Info("cluster: RabbitMQ node killed", "node", node.Name)
+	return nil
+}
+
+// Restart starts node's server again after Kill; it rejoins the cluster
+// it was in.
+func (c *RabbitMQ) Restart(ctx context.Context, node *RabbitNode) error {
+	return c.start(ctx, node)
+}
+
+// Close kills every node. The directory is the caller's to remove.
+func (c *RabbitMQ) Close() {
+	for _, node := range c.Nodes {
+		if err := c.Kill(node); err != nil {
+			c.logger.Warn("cluster: stop", "node", node.Name, "err", err)
+		}
+	}
+}
