@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -16,12 +17,12 @@ import (
 	"github.com/moenda/moenda/adapters/transport"
 )
 
-// loadTopology is one exchange carrying load.# to one queue, which dead
-// letters to {queue}.dlq; it returns the queue.
-func loadTopology(t *testing.T) (*topology.Topology, string) {
+// loadTopology is one exchange carrying load.# to the queue q of type
+// queueType, which dead letters to {queue}.dlq; it returns q.
+func loadTopology(t *testing.T, q, queueType string) (*topology.Topology, string) {
 	t.Helper()
-	q := "load"
 	top, err := topology.Build(topology.Config{
+		QueueType: queueType,
 		Exchanges: []topology.ExchangeConfig{{Name: "failover", Events: []string{"load.#"}}},
 		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
 			DeadLetter: topology.DeadLetterConfig{Exchange: "failover.dlx", Queue: "{queue}.dlq"}},
@@ -60,11 +61,15 @@ func (s *Subscriber) connectedNode() string {
 // destination, the failure sink, the readiness probe and the depths) works
 // on the second.
 func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
-	ctx := context.Background()
 	vhost := testenv.RabbitMQ(t)
-	urls := []string{deadURL(t, vhost.URL), vhost.URL}
-	top, q := loadTopology(t)
+	top, q := loadTopology(t, "load", topology.Classic)
+	everyClientWorksOnTheSecondNode(t, []string{deadURL(t, vhost.URL), vhost.URL}, top, q)
+}
 
+// everyClientWorksOnTheSecondNode checks every part of a Transport given
+// urls, whose first node is away, on the second.
+func everyClientWorksOnTheSecondNode(t *testing.T, urls []string, top *topology.Topology, q string) {
+	ctx := context.Background()
 	tr, err := NewTransport(Config{URLs: urls, Prefetch: 10}, transport.Settings{Topology: top, CloseTimeout: 5 * time.Second, ConfirmWindow: 8, Logger: testenv.Logger()})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +109,7 @@ func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 			t.Fatalf("message %s published and never consumed", m.UUID)
 		}
 	}
-	if got := c.Subscriber.(*Subscriber).connectedNode(); got != vhost.URL {
+	if got := c.Subscriber.(*Subscriber).connectedNode(); got != urls[1] {
 		t.Fatalf("subscriber on %q, want the second node", got)
 	}
 
@@ -123,20 +128,63 @@ func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 	})
 }
 
-// TestFailoverUnderLoad publishes a steady stream through a BatchPublisher
-// while a Subscriber consumes, both given node 1 (a proxy in front of the
-// broker) then node 2 (the broker itself). Node 1 goes away mid-stream:
-// both move to node 2, as the readiness probe does, and every confirmed
-// message is consumed. Messages in
-// flight at the cut may arrive twice (a batch republished after its
-// confirms were lost, a delivery whose ack was lost); none may be lost.
+// TestFailoverUnderLoad runs failoverUnderLoad with node 1 a proxy in
+// front of the broker, node 2 the broker itself, and the proxy stopped.
 func TestFailoverUnderLoad(t *testing.T) {
-	ctx := context.Background()
 	vhost := testenv.RabbitMQ(t)
 	proxy, node1 := proxyTo(t, "node1", vhost.URL)
-	node2 := vhost.URL
-	urls := []string{node1, node2}
-	top, q := loadTopology(t)
+	top, q := loadTopology(t, "load", topology.Classic)
+	failoverUnderLoad(t, []string{node1, vhost.URL}, top, q, proxy.Stop)
+}
+
+// TestFailoverUnderLoadOnACluster runs failoverUnderLoad on a cluster of
+// three RabbitMQ nodes with a quorum queue, every client given the three
+// nodes; node 1, where the queue was declared and its leader lives, is
+// killed with SIGKILL. While it is down, every client of a Transport
+// works on node 2 (everyClientWorksOnTheSecondNode). Then node 1 starts
+// again and rejoins the cluster.
+func TestFailoverUnderLoadOnACluster(t *testing.T) {
+	c := testenv.RabbitCluster(t, 3)
+	top, q := loadTopology(t, "load", topology.Quorum)
+	failoverUnderLoad(t, c.URLs(), top, q, func() {
+		if err := c.Kill(c.Nodes[0]); err != nil {
+			t.Error(err)
+		}
+	})
+	// A queue of its own: the failover's subscriber still reads q.
+	top, q = loadTopology(t, "load.after", topology.Quorum)
+	everyClientWorksOnTheSecondNode(t, c.URLs(), top, q)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Restart(ctx, c.Nodes[0]); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "node 1 back in the cluster", func() bool {
+		out, err := c.Ctl(ctx, c.Nodes[1], "cluster_status", "--formatter", "json")
+		return err == nil && runningNodes(out) == 3
+	})
+}
+
+// runningNodes is how many nodes a cluster_status in JSON names running.
+func runningNodes(status string) int {
+	var s struct {
+		Running []string `json:"running_nodes"`
+	}
+	if json.Unmarshal([]byte(status), &s) != nil {
+		return 0
+	}
+	return len(s.Running)
+}
+
+// failoverUnderLoad publishes a steady stream through a BatchPublisher
+// while a Subscriber consumes, both given urls, node 1 first. takeDown
+// makes node 1 go away mid-stream: both move to node 2, as the readiness probe
+// does, and every confirmed message is consumed. Messages in flight at
+// the cut may arrive twice (a batch republished after its confirms were
+// lost, a delivery whose ack was lost); none may be lost.
+func failoverUnderLoad(t *testing.T, urls []string, top *topology.Topology, q string, takeDown func()) {
+	ctx := context.Background()
+	node1, node2 := urls[0], urls[1]
 	if err := Declare(ctx, urls, top); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +293,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	cutAt = time.Now()
 	close(cut)
 	mu.Unlock()
-	proxy.Stop() // node 1 goes away: its connections die, new ones are refused
+	takeDown() // node 1 goes away: its connections die, new ones are refused
 
 	var subMoved time.Duration
 	testenv.Eventually(t, 20*time.Second, "the subscriber on node 2", func() bool {
