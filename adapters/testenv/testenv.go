@@ -121,42 +121,89 @@ func SharePostgres(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	base, _ := lockCluster(ctx, t, false)
-	return base
+	return lockCluster(ctx, t, false)
 }
 
-// lockCluster takes the cluster lock on a session of its own, held until
-// the test ends, and returns the admin URL and that session.
-func lockCluster(ctx context.Context, t testing.TB, exclusive bool) (string, *pgx.Conn) {
+// lockCluster takes the cluster lock, held until the test ends, and
+// returns the admin URL: alone on a session of the test's own, or shared
+// through the process's hold.
+func lockCluster(ctx context.Context, t testing.TB, exclusive bool) string {
 	t.Helper()
 	base := os.Getenv("TEST_POSTGRES_URL")
 	if base == "" {
 		base = defaultPostgresURL
 	}
+	if !exclusive {
+		holdShared(ctx, t, base)
+		return base
+	}
+	admin := adminSession(ctx, t, base)
+	// The lock lives as long as this session: until the test ends, after
+	// its databases are dropped.
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	if _, err := admin.Exec(ctx, "SELECT pg_advisory_lock($1)", clusterLock); err != nil {
+		t.Fatalf("testenv: lock: %v", err)
+	}
+	return base
+}
+
+// adminSession connects to the server's admin database.
+func adminSession(ctx context.Context, t testing.TB, base string) *pgx.Conn {
+	t.Helper()
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		t.Fatalf("testenv: PostgreSQL at %s is not reachable (run .ci/test, which starts it): %v", base, err)
 	}
-	// The lock lives as long as this session: until the test ends, after
-	// its databases are dropped.
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	lock := "SELECT pg_advisory_lock_shared($1)"
-	if exclusive {
-		lock = "SELECT pg_advisory_lock($1)"
+	return admin
+}
+
+// processHold is this process's shared hold of the cluster lock: one
+// session, counted over the tests of the process that use PostgreSQL.
+// Were each test's database a shared lock of its own, a test asking for
+// a second one while ExclusivePostgres waits would queue behind it, and
+// it behind the test's first: a deadlock PostgreSQL cannot see, the two
+// sessions being one test's.
+var processHold struct {
+	sync.Mutex
+	n       int
+	session *pgx.Conn
+}
+
+// holdShared adds t to the process's hold, taking the lock shared when
+// it is the first, and lets go of it when the last test ends.
+func holdShared(ctx context.Context, t testing.TB, base string) {
+	t.Helper()
+	processHold.Lock()
+	defer processHold.Unlock()
+	if processHold.n == 0 {
+		session := adminSession(ctx, t, base)
+		if _, err := session.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", clusterLock); err != nil {
+			_ = session.Close(context.Background())
+			t.Fatalf("testenv: lock: %v", err)
+		}
+		processHold.session = session
 	}
-	if _, err := admin.Exec(ctx, lock, clusterLock); err != nil {
-		t.Fatalf("testenv: lock: %v", err)
-	}
-	return base, admin
+	processHold.n++
+	t.Cleanup(func() {
+		processHold.Lock()
+		defer processHold.Unlock()
+		if processHold.n--; processHold.n == 0 {
+			_ = processHold.session.Close(context.Background())
+			processHold.session = nil
+		}
+	})
 }
 
 func newDatabase(t testing.TB, exclusive bool) Database {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	base, admin := lockCluster(ctx, t, exclusive)
+	base := lockCluster(ctx, t, exclusive)
 	name := "moenda_t_" + suffix()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	admin := adminSession(ctx, t, base)
+	_, err := admin.Exec(ctx, "CREATE DATABASE "+name)
+	_ = admin.Close(ctx)
+	if err != nil {
 		t.Fatalf("testenv: create database: %v", err)
 	}
 	u, err := url.Parse(base)
