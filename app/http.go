@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/moenda/moenda/adapters/outbox"
+	"github.com/moenda/moenda/adapters/transport"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/handlers/httpjson"
@@ -216,10 +217,29 @@ func (p *Platform) probeReadiness(ctx context.Context) readyAnswer {
 		}
 		relays = append(relays, s)
 	}
+	// A queue the broker cannot serve (its node is down) stops its
+	// handlers, not the process: the others go on.
+	var unavailable map[string]string
+	if p.role.worker() && p.broker != nil && checks["broker"] == "ok" {
+		states, err := p.broker.Queues(ctx, p.consumedQueues())
+		if err != nil && !errors.Is(err, transport.ErrNoDepths) {
+			checks["broker_queues"] = err.Error()
+			status = "degraded"
+		}
+		for name, st := range states {
+			if st.Unavailable != "" {
+				if unavailable == nil {
+					unavailable = map[string]string{}
+				}
+				unavailable[name] = st.Unavailable
+				status = "degraded"
+			}
+		}
+	}
 	if !ok {
 		status, code = "unavailable", http.StatusServiceUnavailable
 	}
-	body := Readiness{Status: status, Checks: checks, Relays: relays}
+	body := Readiness{Status: status, Checks: checks, Relays: relays, UnavailableQueues: unavailable}
 	if p.ingests() {
 		body.FailureIngest = map[bool]string{true: "leading", false: "standby"}[p.ingest.leads.Load()]
 	}

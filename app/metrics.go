@@ -45,10 +45,12 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	depth    *prometheus.GaugeVec // dead-letter queues
-	unrouted *prometheus.GaugeVec // alternate-exchange queues
-	lagRows  *prometheus.GaugeVec
-	lagAge   *prometheus.GaugeVec
-	parked   *prometheus.GaugeVec // outbox rows the relays moved past
+	// unavailable is 1 for a consumed queue the broker cannot serve.
+	unavailable *prometheus.GaugeVec
+	unrouted    *prometheus.GaugeVec // alternate-exchange queues
+	lagRows     *prometheus.GaugeVec
+	lagAge      *prometheus.GaugeVec
+	parked      *prometheus.GaugeVec // outbox rows the relays moved past
 	// The failure ledger, on the processes that ingest.
 	unresolved *prometheus.GaugeVec
 	ingestLag  prometheus.Gauge
@@ -59,13 +61,14 @@ type metrics struct {
 
 func newMetrics(cs ...prometheus.Collector) *metrics {
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moenda_http_requests_total", Help: "HTTP requests by route pattern, method and status."}, []string{"route", "method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "moenda_http_request_duration_seconds", Help: "HTTP request duration by route pattern and method.", Buckets: prometheus.DefBuckets}, []string{"route", "method"}),
-		depth:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_dead_letter_messages", Help: "Messages waiting in a dead-letter queue, read every metrics.poll_interval."}, []string{"queue"}),
-		unrouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_unrouted_messages", Help: "Messages no binding matched, kept in the exchange's alternate queue, read every metrics.poll_interval."}, []string{"exchange"}),
-		lagRows:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_rows", Help: "Outbox rows committed after the relay's position."}, []string{"consumer_group"}),
-		lagAge:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_seconds", Help: "Age of the oldest outbox row the relay has not published; 0 when caught up."}, []string{"consumer_group"}),
+		registry:    prometheus.NewRegistry(),
+		requests:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "moenda_http_requests_total", Help: "HTTP requests by route pattern, method and status."}, []string{"route", "method", "code"}),
+		duration:    prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "moenda_http_request_duration_seconds", Help: "HTTP request duration by route pattern and method.", Buckets: prometheus.DefBuckets}, []string{"route", "method"}),
+		depth:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_dead_letter_messages", Help: "Messages waiting in a dead-letter queue, read every metrics.poll_interval."}, []string{"queue"}),
+		unavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_queue_unavailable", Help: "1 while the broker cannot serve a consumed queue (a classic queue whose node is down), read every metrics.poll_interval."}, []string{"queue"}),
+		unrouted:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_unrouted_messages", Help: "Messages no binding matched, kept in the exchange's alternate queue, read every metrics.poll_interval."}, []string{"exchange"}),
+		lagRows:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_rows", Help: "Outbox rows committed after the relay's position."}, []string{"consumer_group"}),
+		lagAge:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_relay_lag_seconds", Help: "Age of the oldest outbox row the relay has not published; 0 when caught up."}, []string{"consumer_group"}),
 		parked: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_outbox_parked_rows",
 			Help: "Outbox rows the group's relays parked (no event named, no exchange for the routing key, or refused by the broker) and `moenda outbox republish` has not sent yet."}, []string{"consumer_group"}),
 		unresolved: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "moenda_failures_unresolved",
@@ -78,7 +81,7 @@ func newMetrics(cs ...prometheus.Collector) *metrics {
 			Help: "WAL written since a logical relay last confirmed its slot."}, []string{"consumer_group", "slot"}),
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.requests, m.duration, m.depth, m.unrouted, m.lagRows, m.lagAge, m.parked, m.unresolved, m.ingestLag, m.slotRetained, m.slotLag)
+		m.requests, m.duration, m.depth, m.unavailable, m.unrouted, m.lagRows, m.lagAge, m.parked, m.unresolved, m.ingestLag, m.slotRetained, m.slotLag)
 	m.registry.MustRegister(cs...)
 	return m
 }
@@ -126,21 +129,31 @@ func (p *Platform) pollMetrics(ctx context.Context) {
 	// to no broker, and some brokers count no depths.
 	depths := p.role.worker() && p.broker != nil
 	dlqs, alternates := p.watchedQueues()
-	watched := append(slices.Clone(dlqs), slices.Collect(maps.Values(alternates))...)
+	consumed := p.consumedQueues()
+	watched := slices.Concat(dlqs, slices.Collect(maps.Values(alternates)), consumed)
 	tick := time.NewTicker(p.cfg.Metrics.PollInterval)
 	defer tick.Stop()
 	for {
 		var errs []error
 		if depths {
-			got, err := p.broker.Depths(ctx, watched)
+			got, err := p.broker.Queues(ctx, watched)
 			depths = !errors.Is(err, transport.ErrNoDepths)
 			if depths {
 				errs = append(errs, err)
 				for _, q := range dlqs {
-					p.metrics.depth.WithLabelValues(q).Set(float64(got[q]))
+					p.metrics.depth.WithLabelValues(q).Set(float64(got[q].Messages))
 				}
 				for x, q := range alternates {
-					p.metrics.unrouted.WithLabelValues(x).Set(float64(got[q]))
+					p.metrics.unrouted.WithLabelValues(x).Set(float64(got[q].Messages))
+				}
+				if err == nil {
+					for _, q := range consumed {
+						down := 0.0
+						if got[q].Unavailable != "" {
+							down = 1
+						}
+						p.metrics.unavailable.WithLabelValues(q).Set(down)
+					}
 				}
 			}
 		}

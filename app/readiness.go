@@ -33,6 +33,10 @@ type Readiness struct {
 	// Slots are the replication slots ([]outbox.Slot), or the error of
 	// reading them, where relays may stream.
 	Slots any `json:"outbox_slots,omitempty"`
+	// UnavailableQueues are the consumed queues the broker cannot serve
+	// now, each with its reason (a classic queue whose node is down): the
+	// process is degraded, and their messages wait on that node.
+	UnavailableQueues map[string]string `json:"unavailable_queues,omitempty"`
 }
 
 // shared shares one probe among the requests that ask at once, and

@@ -263,19 +263,28 @@ func (p *Platform) relayStatus(ctx context.Context) ([]RelayStatus, error) {
 	return out, errors.Join(errs...)
 }
 
+// consumedQueues are the queues handlers read: not the retry,
+// dead-letter or alternate queues.
+func (p *Platform) consumedQueues() []string {
+	var out []string
+	for _, q := range p.top.Queues {
+		if _, ok := p.top.Policy(q.Name); ok {
+			out = append(out, q.Name)
+		}
+	}
+	return out
+}
+
 // queueStatus reads the consumed queues and their dead-letter queues from
 // the broker (in one round: the same reader as the metrics' depths), the
 // unresolved failures of each, and this process's handling of each.
 func (p *Platform) queueStatus(ctx context.Context, now time.Time, unresolved map[string]int) ([]QueueStatus, error) {
 	out := []QueueStatus{}
 	var names []string
-	for _, q := range p.top.Queues {
-		pol, ok := p.top.Policy(q.Name)
-		if !ok {
-			continue // a retry, dead-letter or alternate queue
-		}
-		out = append(out, QueueStatus{Name: q.Name, DeadLetterQueue: pol.DeadLetterQueue, UnresolvedFailures: unresolved[q.Name]})
-		names = append(names, q.Name)
+	for _, name := range p.consumedQueues() {
+		pol, _ := p.top.Policy(name)
+		out = append(out, QueueStatus{Name: name, DeadLetterQueue: pol.DeadLetterQueue, UnresolvedFailures: unresolved[name]})
+		names = append(names, name)
 		if pol.DeadLetterQueue != "" {
 			names = append(names, pol.DeadLetterQueue)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +46,9 @@ func (d *DepthReader) Depths(names []string) (map[string]int, error) {
 
 // Queues returns the ready messages and the consumers of each queue in
 // names that exists, as a passive declare answers them; a queue that does
-// not exist is left out.
+// not exist is left out. A queue whose node is down (a classic queue of
+// a cluster: its messages live on that node alone) is in the answer,
+// with the broker's reason in Unavailable.
 func (d *DepthReader) Queues(names []string) (map[string]transport.QueueState, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -72,6 +75,12 @@ func (d *DepthReader) Queues(names []string) (map[string]transport.QueueState, e
 		case err == nil:
 			out[name] = transport.QueueState{Messages: q.Messages, Consumers: q.Consumers}
 		case errors.As(err, &aerr) && aerr.Code == amqp091.NotFound:
+			// RabbitMQ answers 404 for a durable queue whose node is
+			// down too, saying so: "home node 'rabbit1@host' of durable
+			// queue 'q' in vhost '/' is down or inaccessible".
+			if strings.Contains(aerr.Reason, "down or inaccessible") {
+				out[name] = transport.QueueState{Unavailable: aerr.Reason}
+			}
 			// a missing queue closes the channel it was asked on
 			if ch, err = d.conn.Channel(); err != nil {
 				return out, fmt.Errorf("amqp: open channel: %w", err)

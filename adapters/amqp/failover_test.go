@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
@@ -143,14 +145,29 @@ func TestFailoverUnderLoad(t *testing.T) {
 // killed with SIGKILL. While it is down, every client of a Transport
 // works on node 2 (everyClientWorksOnTheSecondNode). Then node 1 starts
 // again and rejoins the cluster.
+//
+// A classic queue declared on node 1 lives there alone: while node 1 is
+// down, the depth reader names it unavailable with RabbitMQ's reason, and
+// the quorum queue not; once node 1 is back, neither.
 func TestFailoverUnderLoadOnACluster(t *testing.T) {
 	c := testenv.RabbitCluster(t, 3)
+	const classic = "classic.on.node1"
+	declareClassic(t, c.URLs()[0], classic)
 	top, q := loadTopology(t, "load", topology.Quorum)
 	failoverUnderLoad(t, c.URLs(), top, q, func() {
 		if err := c.Kill(c.Nodes[0]); err != nil {
 			t.Error(err)
 		}
 	})
+	depths, err := NewDepthReader(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = depths.Close() })
+	states, err := depths.Queues([]string{classic, q})
+	if err != nil || !strings.Contains(states[classic].Unavailable, "down or inaccessible") || states[q].Unavailable != "" {
+		t.Fatalf("with node 1 down: %+v, %v; want %s unavailable, %s not", states, err, classic, q)
+	}
 	// A queue of its own: the failover's subscriber still reads q.
 	top, q = loadTopology(t, "load.after", topology.Quorum)
 	everyClientWorksOnTheSecondNode(t, c.URLs(), top, q)
@@ -163,6 +180,29 @@ func TestFailoverUnderLoadOnACluster(t *testing.T) {
 		out, err := c.Ctl(ctx, c.Nodes[1], "cluster_status", "--formatter", "json")
 		return err == nil && runningNodes(out) == 3
 	})
+	testenv.Eventually(t, time.Minute, classic+" available again", func() bool {
+		states, err := depths.Queues([]string{classic})
+		_, listed := states[classic]
+		return err == nil && listed && states[classic].Unavailable == ""
+	})
+}
+
+// declareClassic declares a durable classic queue through url's node,
+// where it then lives.
+func declareClassic(t *testing.T, url, name string) {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare(name, true, false, false, false, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // runningNodes is how many nodes a cluster_status in JSON names running.

@@ -89,6 +89,9 @@ type QueueState struct {
 	Messages int `json:"messages"`
 	// Consumers are the subscriptions reading the queue, from any process.
 	Consumers int `json:"consumers"`
+	// Unavailable says why the broker cannot serve the queue now, as it
+	// said it: a classic queue whose node is down; empty when it can.
+	Unavailable string `json:"unavailable,omitempty"`
 }
 
 // ErrNoDepths is Depths' answer on a broker that does not count what
