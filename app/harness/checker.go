@@ -153,6 +153,48 @@ type Report struct {
 	// aggregate that its writer sent earlier.
 	OrderViolations []string `json:"order_violations"`
 	Drained         bool     `json:"drained"`
+	// DatabaseLost are acknowledged events whose business row the
+	// database no longer has, each without an effect either: commits
+	// PostgreSQL lost (an asynchronous standby promoted), apart from
+	// Lost. DatabaseGhosts are such events that were applied anyway:
+	// delivered though their rows are gone. Both are set by
+	// SeparateDatabaseLoss alone.
+	DatabaseLost   []string `json:"database_lost,omitempty"`
+	DatabaseGhosts []string `json:"database_ghosts,omitempty"`
+}
+
+// SeparateDatabaseLoss is for a run whose database may lose acknowledged
+// commits: an event lost together with its business row is the
+// database's loss, taken out of Lost into DatabaseLost; an event applied
+// whose business row is gone is a ghost, DatabaseGhosts, and the report
+// is not valid. Whatever else is lost stays moenda's.
+func (r *Report) SeparateDatabaseLoss(history []Op, seen Observed) {
+	acked := map[string]bool{}
+	for _, op := range history {
+		if op.Outcome == OK {
+			acked[op.EventID] = true
+		}
+	}
+	applied := map[string]bool{}
+	for _, e := range seen.Effects {
+		applied[e.EventID] = true
+	}
+	var lost []string
+	for _, id := range r.Lost {
+		if acked[id] && !seen.Business[id] && !applied[id] {
+			r.DatabaseLost = append(r.DatabaseLost, id)
+			continue
+		}
+		lost = append(lost, id)
+	}
+	r.Lost = lost
+	for id := range applied {
+		if acked[id] && !seen.Business[id] {
+			r.DatabaseGhosts = append(r.DatabaseGhosts, id)
+		}
+	}
+	slices.Sort(r.DatabaseGhosts)
+	r.Valid = r.valid()
 }
 
 // Check compares the history with what was observed.
@@ -248,9 +290,15 @@ func Check(history []Op, seen Observed) Report {
 	for _, l := range [][]string{r.Lost, r.Unexpected, r.DuplicateEffects, r.DLQMissing, r.DLQExtra, r.DLQIncomplete, r.OrderViolations} {
 		slices.Sort(l)
 	}
-	r.Valid = r.Drained && len(r.Lost) == 0 && len(r.Unexpected) == 0 && len(r.DuplicateEffects) == 0 && !r.CounterMismatch &&
-		len(r.DLQMissing) == 0 && len(r.DLQExtra) == 0 && len(r.DLQIncomplete) == 0 && len(r.OrderViolations) == 0
+	r.Valid = r.valid()
 	return r
+}
+
+// valid reports whether nothing the checker found breaks the promise.
+func (r *Report) valid() bool {
+	return r.Drained && len(r.Lost) == 0 && len(r.Unexpected) == 0 && len(r.DuplicateEffects) == 0 && !r.CounterMismatch &&
+		len(r.DLQMissing) == 0 && len(r.DLQExtra) == 0 && len(r.DLQIncomplete) == 0 && len(r.OrderViolations) == 0 &&
+		len(r.DatabaseGhosts) == 0
 }
 
 // orderViolations lists the events applied, by their first effect, after

@@ -206,11 +206,18 @@ func BodyKey(body []byte) string {
 var businessConsumers = []string{"POST /v1/events", DirectWriter}
 
 // drain waits until the relay has published every row and every queue
-// but the dead-letter and unrouted ones is empty, through two readings in
-// a row, within bound. When it does not, the error says what was still
+// but the dead-letter and unrouted ones is empty, through readings a
+// second apart, within bound. When it does not, the error says what was still
 // busy.
 func (s *System) drain(ctx context.Context, bound time.Duration) error {
 	deadline := time.Now().Add(bound)
+	// A quorum queue's counts come from its leader, which publishes them
+	// every 5 s (quorum_tick_interval), and a new leader only at its first
+	// tick: on a cluster, quiet must last longer than that.
+	need := 2
+	if s.Rabbit != nil {
+		need = 8
+	}
 	quiet := 0
 	busy := ""
 	for time.Now().Before(deadline) {
@@ -220,7 +227,7 @@ func (s *System) drain(ctx context.Context, bound time.Duration) error {
 		} else {
 			quiet = 0
 		}
-		if quiet >= 2 {
+		if quiet >= need {
 			return nil
 		}
 		if !await.Sleep(ctx, time.Second) {
@@ -231,8 +238,8 @@ func (s *System) drain(ctx context.Context, bound time.Duration) error {
 }
 
 // Busy says what still works: the relay behind the outbox, or a queue but
-// the dead-letter and unrouted ones holding messages, ready or
-// unacknowledged; "" when nothing. With the failure ledger, the
+// the dead-letter and unrouted ones holding messages, ready,
+// unacknowledged or being dead-lettered; "" when nothing. With the failure ledger, the
 // dead-letter queue is busy too until its ingest has emptied it.
 func (s *System) Busy(ctx context.Context) string {
 	caught, err := outbox.CaughtUp(ctx, s.Pool, "moenda-relay")
@@ -250,15 +257,19 @@ func (s *System) Busy(ctx context.Context) string {
 			FROM watermill_offsets_outbox p LEFT JOIN moenda_outbox_slots s USING (consumer_group) WHERE p.consumer_group = 'moenda-relay'`).Scan(&detail)
 		return "the relay has rows to publish: " + detail
 	}
-	out, err := Rabbitmqctl(ctx, "list_queues", "-p", s.VHost, "--no-table-headers", "name", "messages_ready", "messages_unacknowledged", "consumers")
+	// A quorum queue counts among its messages those it has dead-lettered
+	// and keeps until the target queue confirms them (at-least-once),
+	// which are neither ready nor unacknowledged.
+	out, err := s.Rabbitmqctl(ctx, "list_queues", "-p", s.VHost, "--no-table-headers", "name", "messages", "messages_ready", "messages_unacknowledged", "consumers")
 	if err != nil {
 		return err.Error()
 	}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
 		kept := f[0] == ProbeQueues.Unrouted || f[0] == ProbeQueues.DLQ && !s.Ledger
-		if len(f) == 4 && !kept && (f[1] != "0" || f[2] != "0") {
-			return fmt.Sprintf("queue %s holds %s ready and %s unacknowledged messages, with %s consumers", f[0], f[1], f[2], f[3])
+		if len(f) == 5 && !kept && f[1] != "0" {
+			return fmt.Sprintf("queue %s holds %s messages: %s ready, %s unacknowledged (with %s consumers), the rest dead-lettered and not yet confirmed by their target",
+				f[0], f[1], f[2], f[3], f[4])
 		}
 	}
 	return ""
@@ -267,7 +278,7 @@ func (s *System) Busy(ctx context.Context) string {
 // drainDeadLetters reads the probe's dead-letter and unrouted queues to
 // their end, as the checker's own consumer.
 func (s *System) drainDeadLetters() (dead []DeadLetter, unrouted []string, err error) {
-	conn, err := amqp091.Dial(s.AMQPURL)
+	conn, err := s.DialAMQP()
 	if err != nil {
 		return nil, nil, err
 	}

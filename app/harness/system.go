@@ -7,32 +7,51 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/await"
+	"github.com/moenda/moenda/adapters/testenv/cluster"
 	"github.com/moenda/moenda/configs"
 	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
 // Config names what a system runs on: the moenda binary its nodes run,
 // and the local servers, on which it makes a database and a vhost of its
-// own.
+// own; or clusters the system starts for itself.
 type Config struct {
 	ServeBin    string
 	PostgresURL string
 	AMQPURL     string
+	// RabbitNodes, when above zero, runs the system on a RabbitMQ cluster
+	// of that many nodes started for it, not on AMQPURL: the nodes get
+	// every node's URL (amqp.urls).
+	RabbitNodes int
+	// Standby, when not empty, runs the system on a PostgreSQL primary and
+	// a streaming standby started for it, not on PostgresURL: StandbySync
+	// or StandbyAsync. The nodes reach whichever takes writes through a
+	// multi-host URL.
+	Standby string
 }
+
+// The replication of a Config's standby.
+const (
+	StandbySync  = "sync"
+	StandbyAsync = "async"
+)
 
 // ErrNotLocal refuses servers that are not on this machine: the harness
 // creates and drops databases and vhosts on them, and its users restart
@@ -41,7 +60,10 @@ var ErrNotLocal = errors.New("refuses to run against anything but this machine")
 
 // CheckLocal reports ErrNotLocal unless both servers are on this machine.
 func (c Config) CheckLocal() error {
-	if !loopback(c.PostgresURL) || !loopback(c.AMQPURL) {
+	if c.Standby != "" && c.Standby != StandbySync && c.Standby != StandbyAsync {
+		return fmt.Errorf("harness: standby %q is neither %s nor %s", c.Standby, StandbySync, StandbyAsync)
+	}
+	if (c.Standby == "" && !loopback(c.PostgresURL)) || (c.RabbitNodes == 0 && !loopback(c.AMQPURL)) {
 		return fmt.Errorf("%w: postgres.url and amqp.url must name 127.0.0.1, ::1 or localhost", ErrNotLocal)
 	}
 	return nil
@@ -64,8 +86,15 @@ type System struct {
 	historyPath string
 	Nodes       []*Node
 	// NodeDB and NodeAMQP are the URLs the nodes connect to: the run's
-	// database and vhost, or a proxy in front of them.
+	// database and vhost, or a proxy in front of them. NodeAMQPURLs, on a
+	// cluster, are every node's (amqp.urls).
 	NodeDB, NodeAMQP string
+	NodeAMQPURLs     []string
+	// Rabbit and Postgres are the clusters the system started for
+	// itself (Config.RabbitNodes, Config.Standby); nil on the local
+	// servers.
+	Rabbit   *cluster.RabbitMQ
+	Postgres *cluster.PostgresPair
 	// Ledger says the nodes run the failure ledger (failures.enabled):
 	// it, not the probe's dead-letter queue, keeps the dead letters, and
 	// Observe reads them there.
@@ -94,6 +123,20 @@ type Node struct {
 	done chan struct{}
 	// restarted is set once the node has been started a second time.
 	restarted bool
+	// index is the node's place in System.Nodes.
+	index int
+}
+
+// rotate is a cluster's URLs starting from the node's own place among
+// them: each process lists the nodes in another order, as a deployment
+// spreading its connections over a cluster would, since moenda dials
+// them in the order given.
+func (nd *Node) rotate(urls []string) []string {
+	if len(urls) == 0 {
+		return nil
+	}
+	i := nd.index % len(urls)
+	return append(slices.Clone(urls[i:]), urls[:i]...)
 }
 
 // NewSystem makes the database and the vhost, and writes the nodes'
@@ -115,7 +158,10 @@ func NewSystem(ctx context.Context, cfg Config, dir, overlay, extra string) (_ *
 			s.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	if s.admin, err = pgxpool.New(ctx, onDatabase(cfg.PostgresURL, "postgres")); err != nil {
+	if err := s.startClusters(ctx); err != nil {
+		return nil, err
+	}
+	if s.admin, err = pgxpool.New(ctx, onDatabase(s.cfg.PostgresURL, "postgres")); err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL's maintenance database: %w", err)
 	}
 	s.DBName = "moenda_faults_" + id
@@ -123,7 +169,7 @@ func NewSystem(ctx context.Context, cfg Config, dir, overlay, extra string) (_ *
 		s.DBName = ""
 		return nil, fmt.Errorf("create the run's database (the user needs CREATEDB): %w", err)
 	}
-	s.DBURL = onDatabase(cfg.PostgresURL, s.DBName)
+	s.DBURL = onDatabase(s.cfg.PostgresURL, s.DBName)
 	pc, err := pgxpool.ParseConfig(s.DBURL)
 	if err != nil {
 		return nil, err
@@ -135,20 +181,24 @@ func NewSystem(ctx context.Context, cfg Config, dir, overlay, extra string) (_ *
 		return nil, err
 	}
 	name := "moenda-faults-" + id
-	if _, err := Rabbitmqctl(ctx, "add_vhost", name); err != nil {
+	if _, err := s.Rabbitmqctl(ctx, "add_vhost", name); err != nil {
 		return nil, err
 	}
 	s.VHost = name
-	u, err := url.Parse(cfg.AMQPURL)
+	u, err := url.Parse(s.cfg.AMQPURL)
 	if err != nil {
 		return nil, fmt.Errorf("amqp.url: %w", err)
 	}
-	if _, err := Rabbitmqctl(ctx, "set_permissions", "-p", name, u.User.Username(), ".*", ".*", ".*"); err != nil {
+	if _, err := s.Rabbitmqctl(ctx, "set_permissions", "-p", name, u.User.Username(), ".*", ".*", ".*"); err != nil {
 		return nil, err
 	}
-	u.Path = "/" + name
-	s.AMQPURL = u.String()
+	s.AMQPURL = onVHost(s.cfg.AMQPURL, name)
 	s.NodeDB, s.NodeAMQP = s.DBURL, s.AMQPURL
+	if s.Rabbit != nil {
+		for _, raw := range s.Rabbit.URLs() {
+			s.NodeAMQPURLs = append(s.NodeAMQPURLs, onVHost(raw, name))
+		}
+	}
 	if err := s.writeConfig(); err != nil {
 		return nil, err
 	}
@@ -157,6 +207,58 @@ func NewSystem(ctx context.Context, cfg Config, dir, overlay, extra string) (_ *
 		return nil, err
 	}
 	return s, nil
+}
+
+// startClusters starts the clusters cfg asks for, under the system's
+// directory, and points cfg at them.
+func (s *System) startClusters(ctx context.Context) error {
+	logger := slog.New(slog.DiscardHandler)
+	if s.cfg.RabbitNodes > 0 {
+		c, err := cluster.StartRabbitMQ(ctx, logger, filepath.Join(s.Dir, "rabbitmq"), s.cfg.RabbitNodes)
+		if err != nil {
+			return err
+		}
+		s.Rabbit = c
+		s.cfg.AMQPURL = c.URLs()[0]
+	}
+	if s.cfg.Standby != "" {
+		p, err := cluster.StartPostgresPair(ctx, logger, filepath.Join(s.Dir, "postgres"), s.cfg.Standby == StandbySync)
+		if err != nil {
+			return err
+		}
+		s.Postgres = p
+		s.cfg.PostgresURL = p.URL("postgres")
+	}
+	return nil
+}
+
+// Rabbitmqctl runs rabbitmqctl quietly on the system's broker: the
+// machine's, or a node of its cluster that is up.
+func (s *System) Rabbitmqctl(ctx context.Context, args ...string) (string, error) {
+	if s.Rabbit != nil {
+		return s.Rabbit.CtlAny(ctx, args...)
+	}
+	return Rabbitmqctl(ctx, args...)
+}
+
+// DialAMQP connects to the system's vhost as the checker, through the
+// first node that answers within a second: on a cluster, one node's
+// absence does not blind the checker.
+func (s *System) DialAMQP() (*amqp091.Connection, error) {
+	urls := s.NodeAMQPURLs
+	if len(urls) == 0 {
+		urls = []string{s.AMQPURL}
+	}
+	var errs []error
+	for _, u := range urls {
+		conn, err := amqp091.DialConfig(u, amqp091.Config{Dial: amqp091.DefaultDial(time.Second),
+			Properties: amqp091.Table{"connection_name": CheckerApp}})
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
 }
 
 // writeConfig writes the environment the nodes run: base.yaml, and the
@@ -176,6 +278,16 @@ func (s *System) writeConfig() error {
 		return nil
 	}
 	return os.WriteFile(filepath.Join(s.Dir, "case.yaml"), []byte(s.extra), 0o600)
+}
+
+// onVHost is the AMQP URL with another vhost.
+func onVHost(raw, vhost string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Path = "/" + vhost
+	return u.String()
 }
 
 // onDatabase is the PostgreSQL URL with another database.
@@ -210,7 +322,7 @@ func (s *System) StartRole(ctx context.Context, role string, n int) ([]*Node, er
 		if role != "" {
 			name += "-" + role
 		}
-		nd := &Node{Name: name, Role: role, Addr: addr, Log: filepath.Join(s.Dir, name+".log")}
+		nd := &Node{Name: name, Role: role, Addr: addr, Log: filepath.Join(s.Dir, name+".log"), index: len(s.Nodes)}
 		s.Nodes = append(s.Nodes, nd)
 		started = append(started, nd)
 		if err := s.Restart(ctx, nd); err != nil {
@@ -235,7 +347,7 @@ func (s *System) Restart(ctx context.Context, nd *Node) error {
 		args = append(args, "--role", nd.Role)
 	}
 	cmd := exec.Command(s.cfg.ServeBin, args...)
-	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+s.NodeDB, "MOENDA_AMQP__URL="+s.NodeAMQP, "MOENDA_AMQP__URLS=", "MOENDA_HTTP__ADDR="+nd.Addr)
+	cmd.Env = append(os.Environ(), "MOENDA_POSTGRES__URL="+s.NodeDB, "MOENDA_AMQP__URL="+s.NodeAMQP, "MOENDA_AMQP__URLS="+strings.Join(nd.rotate(s.NodeAMQPURLs), ","), "MOENDA_HTTP__ADDR="+nd.Addr)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
@@ -405,7 +517,7 @@ func (s *System) Close(ctx context.Context) {
 	if s.Pool != nil {
 		s.Pool.Close()
 	}
-	if s.VHost != "" {
+	if s.VHost != "" && s.Rabbit == nil {
 		_, _ = Rabbitmqctl(ctx, "delete_vhost", s.VHost)
 	}
 	if s.admin != nil {
@@ -414,6 +526,12 @@ func (s *System) Close(ctx context.Context) {
 			_, _ = s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+s.DBName+" WITH (FORCE)")
 		}
 		s.admin.Close()
+	}
+	if s.Rabbit != nil {
+		s.Rabbit.Close()
+	}
+	if s.Postgres != nil {
+		s.Postgres.Close()
 	}
 }
 
@@ -446,7 +564,10 @@ func loopback(raw string) bool {
 	if err != nil {
 		return false
 	}
-	h := u.Hostname()
+	return u.Host != "" && !strings.Contains(u.Host, ",") && loopbackHost(u.Hostname())
+}
+
+func loopbackHost(h string) bool {
 	if h == "localhost" {
 		return true
 	}

@@ -46,12 +46,17 @@ type RabbitNode struct {
 	cmd *exec.Cmd
 	// exited is closed when cmd's process has been waited for.
 	exited chan struct{}
+	// suspended is set between Suspend and Resume.
+	suspended bool
 }
 
 // URL is the node's AMQP URL.
 func (n *RabbitNode) URL() string {
 	return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.Port)
 }
+
+// Dir is the node's directory: its configuration, data and logs (log/).
+func (n *RabbitNode) Dir() string { return n.dir }
 
 // URLs are the nodes' AMQP URLs, in order: amqp.urls for a process that
 // spreads its connections over the cluster.
@@ -130,6 +135,14 @@ func rabbitBinaries() (server, ctl string, err error) {
 	return "", "", fmt.Errorf("cluster: rabbitmq-server is not installed (Debian's rabbitmq-server package; .ci/services installs it): %w", err)
 }
 
+// advanced is the nodes' advanced.config: what README's broker failover
+// section recommends for quorum queues. A quorum queue's at-least-once
+// dead-letter worker (moenda's retry queues) sends the messages it
+// dead-letters again only once their confirm has waited
+// dead_letter_worker_publisher_confirm_timeout; after a leader's death,
+// RabbitMQ's default of 3 minutes holds retries back that long.
+const advanced = "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 20000}]}].\n"
+
 // newRabbitNode lays out node i's directories and configuration, on free
 // loopback ports.
 func newRabbitNode(dir, home string, i int) (*RabbitNode, error) {
@@ -150,7 +163,7 @@ cluster_partition_handling = pause_minority
 log.file.level = info
 log.console = false
 `, node.Port)
-	files := map[string]string{"rabbitmq.conf": conf, "enabled_plugins": "[].\n", "rabbitmq-env.conf": ""}
+	files := map[string]string{"rabbitmq.conf": conf, "enabled_plugins": "[].\n", "rabbitmq-env.conf": "", "advanced.config": advanced}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(node.dir, name), []byte(text), 0o644); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
@@ -163,6 +176,7 @@ log.console = false
 		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", node.DistPort),
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
 		"RABBITMQ_CONFIG_FILE="+filepath.Join(node.dir, "rabbitmq.conf"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(node.dir, "advanced.config"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(node.dir, "enabled_plugins"),
 		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(node.dir, "rabbitmq-env.conf"),
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(node.dir, "mnesia"),
@@ -209,7 +223,7 @@ func (c *RabbitMQ) start(ctx context.Context, node *RabbitNode) error {
 		close(exited)
 	}()
 	node.mu.Lock()
-	node.cmd, node.exited = cmd, exited
+	node.cmd, node.exited, node.suspended = cmd, exited, false
 	node.mu.Unlock()
 	// await_startup fails at once while the node has not reached epmd
 	// yet: it is asked again until the node answers, or exits.
@@ -242,6 +256,66 @@ func (c *RabbitMQ) Ctl(ctx context.Context, node *RabbitNode, args ...string) (s
 		return "", fmt.Errorf("cluster: rabbitmqctl -n %s %s: %w: %s", node.Name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// CtlAny runs rabbitmqctl with args on the first node that answers, in
+// order, skipping those killed or suspended: a question about the whole
+// cluster (its vhosts, its queues) while one node is away.
+func (c *RabbitMQ) CtlAny(ctx context.Context, args ...string) (string, error) {
+	var errs []error
+	for _, node := range c.Nodes {
+		if !node.Up() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := c.Ctl(ctx, node, args...)
+		cancel()
+		if err == nil {
+			return out, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return "", fmt.Errorf("cluster: rabbitmqctl %s: no node of the cluster is up", strings.Join(args, " "))
+	}
+	return "", errors.Join(errs...)
+}
+
+// Up reports whether node's server runs and is not suspended.
+func (n *RabbitNode) Up() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.suspended {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Suspend stops node's processes with SIGSTOP: to the others it is a
+// machine that no longer answers, without closing a connection, until
+// Resume. Past net_ticktime (60 s by default) the others count it gone.
+func (c *RabbitMQ) Suspend(node *RabbitNode) error { return c.signal(node, syscall.SIGSTOP, true) }
+
+// Resume lets a suspended node run again.
+func (c *RabbitMQ) Resume(node *RabbitNode) error { return c.signal(node, syscall.SIGCONT, false) }
+
+func (c *RabbitMQ) signal(node *RabbitNode, sig syscall.Signal, suspended bool) error {
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	if node.cmd == nil {
+		return fmt.Errorf("cluster: %s was never started", node.Name)
+	}
+	if err := syscall.Kill(-node.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("cluster: %s to %s: %w", sig, node.Name, err)
+	}
+	node.suspended = suspended
+	c.logger.Info("cluster: RabbitMQ node signalled", "node", node.Name, "signal", sig.String())
+	return nil
 }
 
 // Kill ends node's server with SIGKILL, as a machine's death would, and
