@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,10 +63,12 @@ func NewBatchPublisher(urls []string, name string, window int, top *topology.Top
 // PublishBatch publishes each message to the exchange the topology assigns
 // its routing key (topics[i]), in order, in the envelope format of that
 // exchange. It fails as a whole: on error the caller republishes the
-// batch, and consumers deduplicate. The one exception is a message AMQP
-// cannot carry (see fits): it is not sent, the others are, and the error
-// is an outbox.BatchError naming it outbox.ErrRefused, so the relay parks
-// its row rather than retry the batch forever.
+// batch, and consumers deduplicate. The exceptions are named in an
+// outbox.BatchError, the others being delivered: a message AMQP cannot
+// carry (see fits) is not sent, and named outbox.ErrRefused, so the relay
+// parks its row rather than retry the batch forever; a message the
+// broker returned though the topology routes it to a queue (see publish)
+// is named with an error of its own, so the relay sends it again later.
 func (p *BatchPublisher) PublishBatch(ctx context.Context, topics []string, msgs []*message.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -123,9 +126,39 @@ func (p *BatchPublisher) PublishTo(ctx context.Context, exchange, key string, ms
 // gives, with up to window confirms outstanding, and waits for them all.
 // Those that do not fit AMQP's frames are skipped and named in an
 // outbox.BatchError once the others are confirmed.
+//
+// Every message is mandatory. RabbitMQ confirms a message routed only to
+// queues it cannot reach now, and drops it: a classic queue whose node is
+// down, once the cluster has counted that node gone (measured on 3.10: a
+// nack for the first second, then acks). Mandatory, such a message comes
+// back (basic.return, before its confirm) and is named in the
+// BatchError, to be published again. A message the topology routes to no
+// queue is returned only where its exchange has no alternate exchange,
+// and nothing would take it: it counts as delivered, as without the flag.
 func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) (exchange, key string, msg *message.Message, err error)) error {
 	pending := make([]*amqp091.DeferredConfirmation, 0, p.window)
-	var refused map[int]error
+	var failed map[int]error
+	fail := func(i int, err error) {
+		if failed == nil {
+			failed = map[int]error{}
+		}
+		failed[i] = err
+	}
+	ids := make([]string, n)
+	// returned holds the returns read so far, by message id; a return
+	// precedes its message's confirm, so every return of a confirmed
+	// message is in the channel by then.
+	returned := map[string]amqp091.Return{}
+	drain := func() {
+		for {
+			select {
+			case r := <-p.returns:
+				returned[r.MessageId] = r
+			default:
+				return
+			}
+		}
+	}
 	wait := func(dc *amqp091.DeferredConfirmation) error {
 		ok, err := dc.WaitContext(ctx)
 		if err != nil {
@@ -134,6 +167,7 @@ func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) 
 		if !ok {
 			return errors.New("amqp: the broker refused a message (nack) or the channel closed")
 		}
+		drain()
 		return nil
 	}
 	for i := range n {
@@ -146,12 +180,10 @@ func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) 
 			return err
 		}
 		if err := fits(pub, p.conn.Config.FrameSize); err != nil {
-			if refused == nil {
-				refused = map[int]error{}
-			}
-			refused[i] = fmt.Errorf("amqp: message %s: %w: %w", msg.UUID, outbox.ErrRefused, err)
+			fail(i, fmt.Errorf("amqp: message %s: %w: %w", msg.UUID, outbox.ErrRefused, err))
 			continue
 		}
+		ids[i] = msg.UUID
 		if len(pending) == p.window {
 			if err := wait(pending[0]); err != nil {
 				p.reset()
@@ -159,7 +191,7 @@ func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) 
 			}
 			pending = pending[1:]
 		}
-		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, pub)
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, pub)
 		if err != nil {
 			p.reset()
 			return fmt.Errorf("amqp: publish: %w", err)
@@ -172,8 +204,16 @@ func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) 
 			return err
 		}
 	}
-	if refused != nil {
-		return fmt.Errorf("amqp: publish %d messages: %w", n, &outbox.BatchError{Failed: refused})
+	if len(returned) > 0 {
+		for i, id := range ids {
+			if r, ok := returned[id]; ok && id != "" && len(p.top.QueuesFor(r.Exchange, r.RoutingKey)) > 0 {
+				fail(i, fmt.Errorf("amqp: message %s: RabbitMQ returned it (%s): exchange %q routes key %q to %s, which it cannot reach now (a classic queue whose node is down?)",
+					id, r.ReplyText, r.Exchange, r.RoutingKey, strings.Join(p.top.QueuesFor(r.Exchange, r.RoutingKey), ", ")))
+			}
+		}
+	}
+	if failed != nil {
+		return fmt.Errorf("amqp: publish %d messages: %w", n, &outbox.BatchError{Failed: failed})
 	}
 	return nil
 }
@@ -199,7 +239,9 @@ func (p *BatchPublisher) connect() error {
 		return fmt.Errorf("amqp: open a confirm channel: %w", err)
 	}
 	p.conn, p.ch = conn, ch
-	p.returns = ch.NotifyReturn(make(chan amqp091.Return, 1))
+	// Room for a window's returns: they are read once a confirm has come,
+	// and a full channel would stop the connection's reader.
+	p.returns = ch.NotifyReturn(make(chan amqp091.Return, p.window+1))
 	blocks := conn.NotifyBlocked(make(chan amqp091.Blocking, 1))
 	go func() {
 		for b := range blocks {

@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,8 +13,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 	"github.com/moenda/moenda/adapters/transport"
@@ -148,11 +149,15 @@ func TestFailoverUnderLoad(t *testing.T) {
 //
 // A classic queue declared on node 1 lives there alone: while node 1 is
 // down, the depth reader names it unavailable with RabbitMQ's reason, and
-// the quorum queue not; once node 1 is back, neither.
+// the quorum queue not, and a batch routed to it comes back to be
+// published again (RabbitMQ would confirm and drop it); once node 1 is
+// back, the queue is served and takes the batch.
 func TestFailoverUnderLoadOnACluster(t *testing.T) {
 	c := testenv.RabbitCluster(t, 3)
-	const classic = "classic.on.node1"
-	declareClassic(t, c.URLs()[0], classic)
+	classicTop, classic := classicTopology(t)
+	if err := Declare(context.Background(), c.URLs()[:1], classicTop); err != nil {
+		t.Fatal(err)
+	}
 	top, q := loadTopology(t, "load", topology.Quorum)
 	failoverUnderLoad(t, c.URLs(), top, q, func() {
 		if err := c.Kill(c.Nodes[0]); err != nil {
@@ -167,6 +172,17 @@ func TestFailoverUnderLoadOnACluster(t *testing.T) {
 	states, err := depths.Queues([]string{classic, q})
 	if err != nil || !strings.Contains(states[classic].Unavailable, "down or inaccessible") || states[q].Unavailable != "" {
 		t.Fatalf("with node 1 down: %+v, %v; want %s unavailable, %s not", states, err, classic, q)
+	}
+	pub, err := NewBatchPublisher(c.URLs(), "moenda test relay", 8, classicTop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	ids, msgs := classicMessages(3)
+	var partly *outbox.BatchError
+	if err := pub.PublishBatch(context.Background(), []string{"classic.tick", "classic.tick", "classic.tick"}, msgs); !errors.As(err, &partly) ||
+		len(partly.Failed) != 3 || errors.Is(err, outbox.ErrRefused) {
+		t.Fatalf("a batch routed to %s with its node down: %v; want each message named, to be sent again", classic, err)
 	}
 	// A queue of its own: the failover's subscriber still reads q.
 	top, q = loadTopology(t, "load.after", topology.Quorum)
@@ -185,24 +201,43 @@ func TestFailoverUnderLoadOnACluster(t *testing.T) {
 		_, listed := states[classic]
 		return err == nil && listed && states[classic].Unavailable == ""
 	})
+	if err := pub.PublishBatch(context.Background(), []string{"classic.tick", "classic.tick", "classic.tick"}, msgs); err != nil {
+		t.Fatalf("the batch again, node 1 back: %v", err)
+	}
+	states, err = depths.Queues([]string{classic})
+	if err != nil || states[classic].Messages != len(ids) {
+		t.Fatalf("%s holds %+v (%v); want the %d messages of the batch", classic, states[classic], err, len(ids))
+	}
 }
 
-// declareClassic declares a durable classic queue through url's node,
-// where it then lives.
-func declareClassic(t *testing.T, url, name string) {
+// classicTopology is one exchange carrying classic.# to a classic queue,
+// with an alternate exchange for what no binding takes, as moenda
+// declares by default; it returns the queue.
+func classicTopology(t *testing.T) (*topology.Topology, string) {
 	t.Helper()
-	conn, err := amqp091.Dial(url)
+	const q = "classic.on.node1"
+	top, err := topology.Build(topology.Config{
+		QueueType: topology.Classic,
+		Unrouted:  "{exchange}.unrouted",
+		Exchanges: []topology.ExchangeConfig{{Name: "classic", Events: []string{"classic.#"}}},
+		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
+			DeadLetter: topology.DeadLetterConfig{Exchange: "classic.dlx", Queue: "{queue}.dlq"}},
+	}, []topology.Subscription{{Queue: q, Patterns: []string{"classic.#"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err == nil {
-		_, err = ch.QueueDeclare(name, true, false, false, false, nil)
+	return top, q
+}
+
+// classicMessages returns n messages with fresh ids.
+func classicMessages(n int) ([]string, []*message.Message) {
+	ids := make([]string, n)
+	msgs := make([]*message.Message, n)
+	for i := range n {
+		ids[i] = watermill.NewUUID()
+		msgs[i] = message.NewMessage(ids[i], fmt.Appendf(nil, `{"n":%d}`, i))
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	return ids, msgs
 }
 
 // runningNodes is how many nodes a cluster_status in JSON names running.
