@@ -45,6 +45,9 @@ func (c *cli) faultsCommand() *cobra.Command {
 		}
 		if t.markdown != "" && err == nil {
 			cmd := "go run . faults --seed " + fmt.Sprint(s) + " --markdown " + filepath.Base(t.markdown)
+			if only != "" {
+				cmd += " --only " + only
+			}
 			if werr := writeFile(t.markdown, func(w io.Writer) error { return faults.WriteMarkdown(w, results, s, cmd) }); werr != nil {
 				return werr
 			}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moenda/moenda/app/harness"
 	"github.com/moenda/moenda/handlers/faultprobe"
 )
 
@@ -33,6 +34,12 @@ type Case struct {
 	// Delays is the probe's retry schedule; 1 s, 5 s and 25 s when
 	// empty.
 	Delays []time.Duration
+	// Rabbits runs the case on a RabbitMQ cluster of that many nodes, and
+	// Standby on a PostgreSQL primary with a standby (harness.StandbySync
+	// or StandbyAsync), started for it; on the machine's servers when
+	// zero and empty.
+	Rabbits int
+	Standby string
 	// Overlay is a configuration file layered over the case's (--config),
 	// and Plugins enables plugins beside the probe.
 	Overlay string
@@ -234,6 +241,41 @@ func Cases() []Case {
 			must("correlation", "an invalid correlation id replaced by a new UUID, never echoed into the answer's headers"),
 			notHere("an invalid correlation id never written raw into the logs", "the nodes log at warn and a replaced id is logged at info; TestCorrelationIDIsKeptOnlyWhenPlain checks that line quotes and cuts it"),
 			notHere("no allowlist or rate-limit bypass through X-Forwarded-For", "moenda has neither an allowlist nor a rate limit, and reads no X-Forwarded-For"),
+		}},
+		{ID: "T31", Title: "quorum-queue leader node killed (three-node cluster)", Rabbits: clusterNodes, Overlay: quorumOverlay, Drain: clusterDrain, Run: quorumLeaderKilled, Holds: []Clause{
+			must("moved", "consumers move to another node: the probe's queue has its consumers back while the node is down"),
+			must("leader", "a new leader is elected"),
+			recoveredWithin("recovery ≤ 15 s after the node is started again"),
+			must("caughtup", "the restarted node catches up: an online member of the probe's queues again"),
+		}},
+		{ID: "T32", Title: "rolling restart of the cluster", Rabbits: clusterNodes, Overlay: quorumOverlay, Drain: clusterDrain, Run: rollingRestart, Holds: []Clause{
+			must("consumers", "no moment with zero consumers on the probe's queue longer than the bound"),
+			recoveredWithin("recovery ≤ 15 s after each node"),
+		}},
+		{ID: "T33", Title: "one node cut off (partition)", Rabbits: clusterNodes, Overlay: quorumOverlay, Drain: clusterDrain, Run: nodeCutOff, Holds: []Clause{
+			must("noticed", "moenda never publishes to or consumes from the cut-off node without noticing: events acknowledged late in the suspension are applied before it ends"),
+			must("moved", "the probe's queue has its consumers on the nodes still up"),
+			must("partition", "what the broker did (partitions, paused minority) is reported"),
+			must("caughtup", "the node an online member of the probe's queues again after the heal"),
+			recoveredWithin("recovery ≤ 15 s after the heal"),
+		}},
+		{ID: "T34", Title: "a classic queue's node dies", Rabbits: clusterNodes, Bound: 30 * time.Second, Run: classicNodeKilled, Holds: []Clause{
+			must("readyz", "/readyz says the queue is unavailable (degraded, unavailable_queues)"),
+			must("metrics", "the metrics say so: moenda_queue_unavailable 1"),
+			must(clauseNoLoss, "nothing lost once the node returns"),
+			recoveredWithin("recovery ≤ 30 s after the node is up; T31 is the same death on a quorum queue"),
+		}},
+		{ID: "T35", Title: "PostgreSQL failover, synchronous standby", Standby: harness.StandbySync, Reader: "logical", Run: postgresFailover, Holds: []Clause{
+			must("slot", "the logical relay creates its slot on the new primary and reads the gap from the table"),
+			notHere("the polling relay takes its lock there", "T36's relay polls: its lock clause shows it, on the same failover with an asynchronous standby"),
+			must(clauseNoLoss, "the inbox and the outbox tables are there: nothing lost"),
+			must(clauseNoDuplicate, "no duplicate effects"),
+			recoveredWithin("recovery ≤ 15 s after the promotion"),
+		}},
+		{ID: "T36", Title: "PostgreSQL failover, asynchronous standby", Standby: harness.StandbyAsync, Reader: "poll", Run: postgresFailover, Holds: []Clause{
+			must("consistent", "loss, if any, is PostgreSQL's and consistent: an event missing only with its business row, none delivered whose rows are gone; the commits PostgreSQL lost counted apart"),
+			must("lock", "the polling relay takes its lock on the new primary"),
+			recoveredWithin("recovery ≤ 15 s after the promotion"),
 		}},
 		// The failure workbench's cases, beyond RELIABILITY-CASES.
 		{ID: "W01", Title: "failure ingest under broker restart", Failures: true, Delays: workbenchDelays, Run: ingestUnderRestart, Holds: []Clause{

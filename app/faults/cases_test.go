@@ -10,12 +10,12 @@ func TestKnownCases(t *testing.T) {
 	if ids, err := Selected(false, []string{"t03", "T11", "w02"}); err != nil || len(ids) != 3 || ids[0] != "T03" || ids[2] != "W02" {
 		t.Fatalf("%v %v", ids, err)
 	}
-	if _, err := Selected(false, []string{"T99"}); err == nil || !strings.Contains(err.Error(), "the cases are T01 to T30, W01 to W02") {
+	if _, err := Selected(false, []string{"T99"}); err == nil || !strings.Contains(err.Error(), "the cases are T01 to T36, W01 to W02") {
 		t.Fatalf("an unknown case: %v", err)
 	}
 	all, _ := Selected(false, nil)
 	quick, _ := Selected(true, nil)
-	if len(all) != 32 || len(quick) == 0 || len(quick) >= len(all) {
+	if len(all) != 38 || len(quick) == 0 || len(quick) >= len(all) {
 		t.Fatalf("%d cases, %d quick", len(all), len(quick))
 	}
 }

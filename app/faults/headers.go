@@ -71,7 +71,7 @@ func nonStringHeaders(ctx context.Context, r *run) error {
 // quorumQueues checks that the probe's queue and its retry and
 // dead-letter queues were declared quorum.
 func (r *run) quorumQueues(ctx context.Context) error {
-	out, err := harness.Rabbitmqctl(ctx, "list_queues", "-p", r.VHost, "--no-table-headers", "name", "type")
+	out, err := r.Rabbitmqctl(ctx, "list_queues", "-p", r.VHost, "--no-table-headers", "name", "type")
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,7 @@ func (r *run) state(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	queues, err := harness.Rabbitmqctl(ctx, "list_queues", "-p", r.VHost, "--no-table-headers", "name", "messages")
+	queues, err := r.Rabbitmqctl(ctx, "list_queues", "-p", r.VHost, "--no-table-headers", "name", "messages")
 	return rows + "; " + strings.Join(strings.Fields(queues), " "), err
 }
 

@@ -19,7 +19,7 @@ import (
 
 // closeConnections closes every AMQP connection of the case's vhost.
 func (r *run) closeConnections(ctx context.Context) error {
-	_, err := harness.Rabbitmqctl(ctx, "close_all_connections", "--vhost", r.VHost, "moenda faults: connection storm")
+	_, err := r.Rabbitmqctl(ctx, "close_all_connections", "--vhost", r.VHost, "moenda faults: connection storm")
 	return err
 }
 

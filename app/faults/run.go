@@ -130,7 +130,9 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	defer func() { res.Took = time.Since(start).Round(time.Second) }()
 	// A re-run of the seed replaces what an earlier one kept.
 	dir := filepath.Join(opts.Dir, fmt.Sprintf("%s-seed%d", c.ID, opts.Seed))
-	s, err := harness.NewSystem(ctx, opts.system(), dir, c.overlay(), c.Overlay)
+	cfg := opts.system()
+	cfg.RabbitNodes, cfg.Standby = c.Rabbits, c.Standby
+	s, err := harness.NewSystem(ctx, cfg, dir, c.overlay(), c.Overlay)
 	if err != nil {
 		res.Problems = append(res.Problems, "set up: "+err.Error())
 		return res
@@ -171,6 +173,9 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 		r.problem("history: %v", err)
 	}
 	res.Report = harness.Check(ops, seen)
+	if c.Standby == harness.StandbyAsync {
+		res.Report.SeparateDatabaseLoss(ops, seen)
+	}
 	res.Latency = harness.Latencies(ops, seen.Effects)
 	res.Recoveries = harness.Recoveries(ops, seen.Effects, faultLines, lagBound, r.consumersBack)
 	for _, rc := range res.Recoveries {
@@ -389,8 +394,7 @@ func (r *run) watchConsumers(ctx context.Context) (stop func()) {
 		for await.Sleep(ctx, 250*time.Millisecond) {
 			n := 0
 			if conn == nil || conn.IsClosed() {
-				conn, _ = amqp091.DialConfig(r.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(time.Second),
-					Properties: amqp091.Table{"connection_name": harness.CheckerApp}})
+				conn, _ = r.DialAMQP()
 			}
 			if conn != nil && !conn.IsClosed() {
 				var ok bool
@@ -481,7 +485,7 @@ func (r *run) observe(ctx context.Context) (harness.Observed, error) {
 // channel opens a channel in publisher-confirm mode to the case's vhost,
 // on a connection of the checker's own; closeCh closes both.
 func (r *run) channel() (ch *amqp091.Channel, closeCh func(), err error) {
-	conn, err := amqp091.DialConfig(r.AMQPURL, amqp091.Config{Properties: amqp091.Table{"connection_name": harness.CheckerApp}})
+	conn, err := r.DialAMQP()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -84,8 +84,7 @@ func (r *run) judgeIngestResumes(ctx context.Context, healed time.Time) {
 		leader := r.ingestLeader()
 		consumers := 0
 		if conn == nil || conn.IsClosed() {
-			conn, _ = amqp091.DialConfig(r.AMQPURL, amqp091.Config{Dial: amqp091.DefaultDial(time.Second),
-				Properties: amqp091.Table{"connection_name": harness.CheckerApp}})
+			conn, _ = r.DialAMQP()
 		}
 		if conn != nil && !conn.IsClosed() {
 			var ok bool
@@ -292,7 +291,7 @@ func (r *run) ledgerSettles(ctx context.Context, bound time.Duration) (int, erro
 			return 0, err
 		}
 		depth := -1
-		if out, err := harness.Rabbitmqctl(ctx, "list_queues", "-p", r.VHost, "--no-table-headers", "name", "messages"); err == nil {
+		if out, err := r.Rabbitmqctl(ctx, "list_queues", "-p", r.VHost, "--no-table-headers", "name", "messages"); err == nil {
 			depth = queueDepth(out, harness.ProbeQueues.DLQ)
 		}
 		if n == last && depth == 0 {

@@ -190,3 +190,41 @@ func TestTheLedgerHoldsTheDeadLetters(t *testing.T) {
 		t.Fatalf("a good event unresolved in the ledger: %+v", r)
 	}
 }
+
+// With a database that may lose acknowledged commits, an event lost with
+// its business row is the database's loss; one lost whose row is there
+// stays moenda's, and one applied whose row is gone is a ghost.
+func TestSeparateDatabaseLoss(t *testing.T) {
+	seen := clean()
+	// g4's commit was lost with its business row and never delivered.
+	delete(seen.Business, "g4")
+	seen.Effects, seen.Counter = seen.Effects[:3], 3
+	r := Check(history(nil), seen)
+	if r.Valid || !slices.Equal(r.Lost, []string{"g4"}) {
+		t.Fatalf("before the separation: %+v", r)
+	}
+	r.SeparateDatabaseLoss(history(nil), seen)
+	if !r.Valid || len(r.Lost) != 0 || !slices.Equal(r.DatabaseLost, []string{"g4"}) || len(r.DatabaseGhosts) != 0 {
+		t.Fatalf("g4 lost with its row is the database's: %+v", r)
+	}
+
+	// g3 was applied though its business row is gone: delivered from a
+	// commit the database then lost.
+	ghost := clean()
+	delete(ghost.Business, "g3")
+	r = Check(history(nil), ghost)
+	r.SeparateDatabaseLoss(history(nil), ghost)
+	if r.Valid || !slices.Equal(r.DatabaseGhosts, []string{"g3"}) {
+		t.Fatalf("g3 applied without its row: %+v", r)
+	}
+
+	// g2 lost though its business row is there: moenda's loss.
+	mine := clean()
+	mine.Effects = slices.Delete(slices.Clone(mine.Effects), 1, 2)
+	mine.Counter = 3
+	r = Check(history(nil), mine)
+	r.SeparateDatabaseLoss(history(nil), mine)
+	if r.Valid || !slices.Equal(r.Lost, []string{"g2"}) || len(r.DatabaseLost) != 0 {
+		t.Fatalf("g2 lost with its row: %+v", r)
+	}
+}

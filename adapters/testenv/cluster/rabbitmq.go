@@ -7,6 +7,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +36,9 @@ type RabbitMQ struct {
 
 // RabbitNode is one node of a RabbitMQ cluster.
 type RabbitNode struct {
-	// Name is the node's Erlang name, rabbitN@localhost.
+	// Name is the node's Erlang name, rabbitN-ID@localhost: ID is the
+	// cluster's, so that two clusters on one machine (two test processes)
+	// neither share a name with epmd nor reach each other's nodes.
 	Name string
 	// Port is its AMQP port on 127.0.0.1, and DistPort its Erlang
 	// distribution port (the one the other nodes reach it on).
@@ -89,13 +93,16 @@ func StartRabbitMQ(ctx context.Context, logger *slog.Logger, dir string, n int) 
 		return nil, fmt.Errorf("cluster: the Erlang cookie: %w", err)
 	}
 	c := &RabbitMQ{logger: logger, server: server, ctl: ctl}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
 	for i := range n {
-		node, err := newRabbitNode(dir, home, i+1)
+		node, err := newRabbitNode(dir, home, id, i+1)
 		if err != nil {
 			return nil, err
 		}
@@ -145,12 +152,12 @@ const advanced = "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 2000
 
 // newRabbitNode lays out node i's directories and configuration, on free
 // loopback ports.
-func newRabbitNode(dir, home string, i int) (*RabbitNode, error) {
+func newRabbitNode(dir, home, id string, i int) (*RabbitNode, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	node := &RabbitNode{Name: fmt.Sprintf("rabbit%d@localhost", i), Port: ports[0], DistPort: ports[1],
+	node := &RabbitNode{Name: fmt.Sprintf("rabbit%d-%s@localhost", i, id), Port: ports[0], DistPort: ports[1],
 		dir: filepath.Join(dir, fmt.Sprintf("rabbit%d", i))}
 	for _, sub := range []string{"mnesia", "log"} {
 		if err := os.MkdirAll(filepath.Join(node.dir, sub), 0o755); err != nil {
@@ -279,6 +286,35 @@ func (c *RabbitMQ) CtlAny(ctx context.Context, args ...string) (string, error) {
 		return "", fmt.Errorf("cluster: rabbitmqctl %s: no node of the cluster is up", strings.Join(args, " "))
 	}
 	return "", errors.Join(errs...)
+}
+
+// QueueLeader is the node that leads queue in vhost, as a node that is up
+// reports it: a quorum queue's leader, or the node a classic queue lives
+// on.
+func (c *RabbitMQ) QueueLeader(ctx context.Context, vhost, queue string) (*RabbitNode, error) {
+	out, err := c.CtlAny(ctx, "list_queues", "-p", vhost, "--no-table-headers", "name", "pid", "leader")
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != queue {
+			continue
+		}
+		// A classic queue has no leader: its process's id names its
+		// node, <rabbit1-c0ffee@localhost.1796292795.1147.0>.
+		leader, _, _ := strings.Cut(strings.TrimPrefix(f[1], "<"), ".")
+		if len(f) == 3 {
+			leader = f[2]
+		}
+		for _, n := range c.Nodes {
+			if n.Name == leader {
+				return n, nil
+			}
+		}
+		return nil, fmt.Errorf("cluster: queue %s is led by %s, no node of the cluster", queue, leader)
+	}
+	return nil, fmt.Errorf("cluster: queue %s has no leader: %q", queue, strings.TrimSpace(out))
 }
 
 // Up reports whether node's server runs and is not suspended.
