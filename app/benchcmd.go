@@ -75,8 +75,9 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 // keptHeadings open the sections of BENCHMARKS.md that `bench --markdown`
-// keeps: `bench scale`'s, and the design measurements written by hand.
-var keptHeadings = []string{scaleHeading, "## Design measurements"}
+// keeps: `bench scale`'s and `bench cluster`'s, and the design
+// measurements written by hand.
+var keptHeadings = []string{scaleHeading, clusterHeading, "## Design measurements"}
 
 // benchCommand is `bench [--quick] [--json] [--markdown FILE]`, with
 // `bench scale` under it.
@@ -138,6 +139,6 @@ func (c *cli) benchCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&quick, "quick", false, "a shorter run, with fewer rows")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON instead of a table")
 	cmd.Flags().StringArrayVar(&only, "step", nil, "run only the step named `NAME` (as in app/bench's steps, such as \"failure workbench\"); repeatable")
-	cmd.AddCommand(c.scaleCommand())
+	cmd.AddCommand(c.scaleCommand(), c.clusterCommand())
 	return cmd
 }
