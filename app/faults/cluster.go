@@ -215,9 +215,15 @@ func (r *run) longestWithoutConsumers(from, to time.Time) time.Duration {
 	return longest
 }
 
-// partitionHold is how long T33 keeps a node suspended: past
-// net_ticktime (60 s), after which the others count it gone.
-const partitionHold = 75 * time.Second
+// partitionHold is how long T33 keeps a node suspended: well past
+// net_ticktime (60 s; the others count the node gone 45 to 75 s after it
+// went silent). Until then RabbitMQ itself stalls: the cluster's metadata
+// (Mnesia) waits for the silent node, so a queue's new leader is not
+// recorded and channels opened on the other nodes wait too (measured on
+// 3.10: a new leader elected 10 s after the SIGSTOP, moenda's
+// connections moved at 15 s, nothing flowed until the node was counted
+// down at 69 s).
+const partitionHold = 120 * time.Second
 
 func nodeCutOff(ctx context.Context, r *run) error {
 	r.injected("three RabbitMQ nodes (cluster_partition_handling = pause_minority), quorum queues, two moenda processes with amqp.urls listing the three nodes; "+
@@ -233,6 +239,9 @@ func nodeCutOff(ctx context.Context, r *run) error {
 	suspend := func(context.Context) error { suspended = time.Now(); return r.Rabbit.Suspend(node) }
 	resume := func(ctx context.Context) error {
 		r.judgeMoved("moved", node, suspended)
+		if at, ok := r.loggedAt("consumer lost"); ok {
+			r.note("the nodes noticed %s was silent %s after the SIGSTOP (their first \"consumer lost\")", node.Name, fmtTook(at.Sub(suspended)))
+		}
 		resumed = time.Now()
 		return r.Rabbit.Resume(node)
 	}
