@@ -216,7 +216,7 @@ func (c *RabbitMQ) start(ctx context.Context, node *RabbitNode) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	cmd := exec.Command(c.server)
-	cmd.Env, cmd.Stdout, cmd.Stderr = node.env, out, out
+	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = node.env, node.dir, out, out
 	// A process group of its own: Kill ends the node and nothing else.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -257,7 +257,9 @@ func (c *RabbitMQ) Ctl(ctx context.Context, node *RabbitNode, args ...string) (s
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.ctl, append([]string{"-q", "-n", node.Name}, args...)...)
-	cmd.Env = node.env
+	// An Erlang program that fails leaves erl_crash.dump where it runs:
+	// in the node's directory, not the caller's.
+	cmd.Env, cmd.Dir = node.env, node.dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("cluster: rabbitmqctl -n %s %s: %w: %s", node.Name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
