@@ -161,7 +161,7 @@ func NewSystem(ctx context.Context, cfg Config, dir, overlay, extra string) (_ *
 	if err := s.startClusters(ctx); err != nil {
 		return nil, err
 	}
-	if s.admin, err = pgxpool.New(ctx, onDatabase(s.cfg.PostgresURL, "postgres")); err != nil {
+	if s.admin, err = pgxpool.New(ctx, onPath(s.cfg.PostgresURL, "postgres")); err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL's maintenance database: %w", err)
 	}
 	s.DBName = "moenda_faults_" + id
@@ -169,7 +169,7 @@ func NewSystem(ctx context.Context, cfg Config, dir, overlay, extra string) (_ *
 		s.DBName = ""
 		return nil, fmt.Errorf("create the run's database (the user needs CREATEDB): %w", err)
 	}
-	s.DBURL = onDatabase(s.cfg.PostgresURL, s.DBName)
+	s.DBURL = onPath(s.cfg.PostgresURL, s.DBName)
 	pc, err := pgxpool.ParseConfig(s.DBURL)
 	if err != nil {
 		return nil, err
@@ -192,11 +192,11 @@ func NewSystem(ctx context.Context, cfg Config, dir, overlay, extra string) (_ *
 	if _, err := s.Rabbitmqctl(ctx, "set_permissions", "-p", name, u.User.Username(), ".*", ".*", ".*"); err != nil {
 		return nil, err
 	}
-	s.AMQPURL = onVHost(s.cfg.AMQPURL, name)
+	s.AMQPURL = onPath(s.cfg.AMQPURL, name)
 	s.NodeDB, s.NodeAMQP = s.DBURL, s.AMQPURL
 	if s.Rabbit != nil {
 		for _, raw := range s.Rabbit.URLs() {
-			s.NodeAMQPURLs = append(s.NodeAMQPURLs, onVHost(raw, name))
+			s.NodeAMQPURLs = append(s.NodeAMQPURLs, onPath(raw, name))
 		}
 	}
 	if err := s.writeConfig(); err != nil {
@@ -280,18 +280,9 @@ func (s *System) writeConfig() error {
 	return os.WriteFile(filepath.Join(s.Dir, "case.yaml"), []byte(s.extra), 0o600)
 }
 
-// onVHost is the AMQP URL with another vhost.
-func onVHost(raw, vhost string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
-	}
-	u.Path = "/" + vhost
-	return u.String()
-}
-
-// onDatabase is the PostgreSQL URL with another database.
-func onDatabase(raw, name string) string {
+// onPath is the URL with another path: a PostgreSQL URL's database, an
+// AMQP URL's vhost.
+func onPath(raw, name string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
