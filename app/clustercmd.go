@@ -49,7 +49,7 @@ func (c *cli) clusterCommand() *cobra.Command {
 		}
 		return os.WriteFile(markdown, []byte(replaceSection(string(old), clusterHeading, section.String())), 0o644)
 	})
-	cmd.Flags().IntVar(&messages, "messages", 20000, "how many messages each publish and consume measure moves")
+	cmd.Flags().IntVar(&messages, "messages", 10000, "how many messages each publish and consume measure of a round moves")
 	cmd.Flags().StringVar(&markdown, "markdown", "", "rewrite the "+clusterHeading[3:]+" section of `FILE` (BENCHMARKS.md)")
 	return cmd
 }

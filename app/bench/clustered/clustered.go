@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -36,21 +37,17 @@ type Options struct {
 }
 
 // Row is one figure: moenda's, and the raw client's (Ceiling) on the same
-// nodes, in the same run.
+// nodes, in the same run, each the median of paired rounds.
 type Row struct {
 	Name    string  `json:"name"`
 	Nodes   int     `json:"nodes"`
 	Value   float64 `json:"value"`
 	Ceiling float64 `json:"ceiling,omitempty"`
 	Unit    string  `json:"unit"`
-}
-
-// Ratio is Value over Ceiling, or 0 without a ceiling.
-func (r Row) Ratio() float64 {
-	if r.Ceiling == 0 {
-		return 0
-	}
-	return r.Value / r.Ceiling
+	// Ratio is the median of the rounds' ratios of moenda's rate to the
+	// raw client's, and Min and Max their spread; 0 without a ceiling.
+	Ratio    float64 `json:"ratio,omitempty"`
+	Min, Max float64 `json:"-"`
 }
 
 // What the run measures with, as moenda's defaults have them.
@@ -96,50 +93,109 @@ func measure(ctx context.Context, c *cluster.RabbitMQ, opts Options) ([]Row, err
 	if err := amqp.Declare(ctx, urls, top); err != nil {
 		return nil, err
 	}
-	// Each client publishes into the empty queue, then takes what it
-	// published: both find the queue in the same state.
-	raw, err := rawPublish(ctx, urls[0], opts.Messages)
-	if err != nil {
-		return nil, fmt.Errorf("raw publish: %w", err)
-	}
-	rawIn, err := rawConsume(ctx, urls[0], opts.Messages)
-	if err != nil {
-		return nil, fmt.Errorf("raw consume: %w", err)
-	}
 	pub, err := amqp.NewBatchPublisher(urls, "moenda bench", window, top)
 	if err != nil {
 		return nil, err
 	}
 	defer pub.Close()
-	mine, err := moendaPublish(ctx, pub, opts.Messages)
-	if err != nil {
-		return nil, fmt.Errorf("moenda publish: %w", err)
+	// In each round each client publishes into the empty queue, then
+	// takes what it published, so both find the queue alike; which goes
+	// first alternates.
+	var publish, consume paired
+	for round := range rounds {
+		var rawPub, rawIn, minePub, mineIn float64
+		raw := func() (err error) { rawPub, rawIn, err = rawRound(ctx, urls[0], opts.Messages); return err }
+		mine := func() (err error) { minePub, mineIn, err = moendaRound(ctx, pub, urls, opts); return err }
+		first, second := raw, mine
+		if round%2 == 1 {
+			first, second = mine, raw
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
+			return nil, err
+		}
+		publish.add(minePub, rawPub)
+		consume.add(mineIn, rawIn)
+	}
+	rows := []Row{
+		publish.row("publish, confirmed, to a quorum queue", n),
+		consume.row("consume and acknowledge a quorum queue", n),
+	}
+	if n < 3 {
+		return rows, nil
 	}
 	sub, err := amqp.NewSubscriber(urls, prefetch, 5*time.Second, opts.Logger)
 	if err != nil {
-		return nil, err
+		return rows, err
 	}
 	defer sub.Close()
 	in, err := sub.Subscribe(ctx, queue)
 	if err != nil {
-		return nil, err
-	}
-	mineIn, err := moendaConsume(ctx, in, opts.Messages)
-	if err != nil {
-		return nil, fmt.Errorf("moenda consume: %w", err)
-	}
-	rows := []Row{
-		{Name: "publish, confirmed, to a quorum queue", Nodes: n, Value: mine, Ceiling: raw, Unit: "msg/s"},
-		{Name: "consume and acknowledge a quorum queue", Nodes: n, Value: mineIn, Ceiling: rawIn, Unit: "msg/s"},
-	}
-	if n < 3 {
-		return rows, nil
+		return rows, err
 	}
 	took, err := failover(ctx, c, pub, in)
 	if err != nil {
 		return rows, fmt.Errorf("failover: %w", err)
 	}
 	return append(rows, Row{Name: "the queue's leader killed: to the first event published after it and handled", Nodes: n, Value: took.Seconds(), Unit: "s"}), nil
+}
+
+// rounds is how many paired rounds each figure is the median of.
+const rounds = 5
+
+// rawRound publishes n messages with the raw client, then consumes them,
+// and returns both rates.
+func rawRound(ctx context.Context, url string, n int) (publish, consume float64, err error) {
+	if publish, err = rawPublish(ctx, url, n); err != nil {
+		return 0, 0, fmt.Errorf("raw publish: %w", err)
+	}
+	if consume, err = rawConsume(ctx, url, n); err != nil {
+		return 0, 0, fmt.Errorf("raw consume: %w", err)
+	}
+	return publish, consume, nil
+}
+
+// moendaRound publishes opts.Messages through pub, then consumes them with
+// a subscriber of its own, and returns both rates.
+func moendaRound(ctx context.Context, pub *amqp.BatchPublisher, urls []string, opts Options) (publish, consume float64, err error) {
+	if publish, err = moendaPublish(ctx, pub, opts.Messages); err != nil {
+		return 0, 0, fmt.Errorf("moenda publish: %w", err)
+	}
+	sub, err := amqp.NewSubscriber(urls, prefetch, 5*time.Second, opts.Logger)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer sub.Close()
+	in, err := sub.Subscribe(ctx, queue)
+	if err != nil {
+		return 0, 0, err
+	}
+	if consume, err = moendaConsume(ctx, in, opts.Messages); err != nil {
+		return 0, 0, fmt.Errorf("moenda consume: %w", err)
+	}
+	return publish, consume, nil
+}
+
+// paired keeps the rounds of one figure: moenda's rate and the raw
+// client's, each round's side by side.
+type paired struct{ mine, raw, ratios []float64 }
+
+func (p *paired) add(mine, raw float64) {
+	p.mine, p.raw, p.ratios = append(p.mine, mine), append(p.raw, raw), append(p.ratios, mine/raw)
+}
+
+// row is the figure's row: the medians of the rounds, and the spread of
+// their ratios.
+func (p *paired) row(name string, nodes int) Row {
+	return Row{Name: name, Nodes: nodes, Value: median(p.mine), Ceiling: median(p.raw), Unit: "msg/s",
+		Ratio: median(p.ratios), Min: slices.Min(p.ratios), Max: slices.Max(p.ratios)}
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
 }
 
 // quorumTopology is one exchange carrying bench.# to one quorum queue.
@@ -332,15 +388,15 @@ func failover(ctx context.Context, c *cluster.RabbitMQ, pub *amqp.BatchPublisher
 
 // Markdown writes the run as BENCHMARKS.md's section, under heading.
 func Markdown(w io.Writer, heading string, rows []Row, command string) error {
-	_, err := fmt.Fprintf(w, "%s\n\nGenerated by `%s`. moenda's RabbitMQ clients on a quorum queue (`x-queue-type: quorum`), replicated on three nodes of one cluster and on one node, each beside the raw client (amqp091-go) doing the same work on the same nodes in the same run: persistent messages published in confirm mode with %d confirms outstanding (moenda's: the relay's publisher, in batches of %d), and consumed with a prefetch of %d, each acknowledged (moenda's: its subscriber). The nodes run on this machine, started for the run on loopback ports of their own, so a replicated publish costs CPU on the same two cores rather than a network round trip.\n\n| measure | nodes | moenda | raw client | ratio | unit |\n|---|--:|--:|--:|--:|---|\n",
-		heading, command, window, batch, prefetch)
+	_, err := fmt.Fprintf(w, "%s\n\nGenerated by `%s`. moenda's RabbitMQ clients on a quorum queue (`x-queue-type: quorum`), replicated on three nodes of one cluster and on one node, each beside the raw client (amqp091-go) doing the same work on the same nodes in the same run, in %d paired rounds whose order alternates (each figure is the median of the rounds, the ratio the median of the rounds' ratios, with their spread): in each, persistent messages published in confirm mode with %d confirms outstanding (moenda's: the relay's publisher, in batches of %d), and consumed with a prefetch of %d, each acknowledged (moenda's: its subscriber). The nodes run on this machine, started for the run on loopback ports of their own, so a replicated publish costs CPU on the same two cores rather than a network round trip.\n\n| measure | nodes | moenda | raw client | ratio | unit |\n|---|--:|--:|--:|--:|---|\n",
+		heading, command, rounds, window, batch, prefetch)
 	if err != nil {
 		return err
 	}
 	for _, r := range rows {
 		ceiling, ratio := "", ""
 		if r.Ceiling > 0 {
-			ceiling, ratio = fmt.Sprintf("%.0f", r.Ceiling), fmt.Sprintf("%.2f", r.Ratio())
+			ceiling, ratio = fmt.Sprintf("%.0f", r.Ceiling), fmt.Sprintf("%.2f (%.2f–%.2f)", r.Ratio, r.Min, r.Max)
 		}
 		value := fmt.Sprintf("%.0f", r.Value)
 		if r.Unit == "s" {
