@@ -331,8 +331,9 @@ func firstLines(lines []string, n int) string {
 // immediate) and promotes the standby; the nodes and the checker reach
 // whichever takes writes through the pair's multi-host URL.
 func postgresFailover(ctx context.Context, r *run) error {
-	r.injected("a PostgreSQL primary and a %s standby; two moenda processes (outbox.reader %s) on the pair's multi-host postgres.url (target_session_attrs=read-write); "+
-		"writers at ~300 events/s; pg_ctl stop -m immediate of the primary, then pg_ctl promote of the standby", r.c.Standby, r.c.Reader)
+	standby := map[string]string{harness.StandbySync: "a synchronous", harness.StandbyAsync: "an asynchronous"}[r.c.Standby]
+	r.injected("a PostgreSQL primary and %s standby; two moenda processes (outbox.reader %s) on the pair's multi-host postgres.url (target_session_attrs=read-write); "+
+		"writers at ~300 events/s; pg_ctl stop -m immediate of the primary, then pg_ctl promote of the standby", standby, r.c.Reader)
 	if err := r.steady(ctx, 2); err != nil {
 		return err
 	}
