@@ -31,10 +31,12 @@ type answers struct {
 	open  []uint64
 	given map[uint64]bool
 	timer *time.Timer
+	// linger is answerLinger, but where a test sends with flush alone.
+	linger time.Duration
 }
 
 func newAnswers(ch amqp091.Acknowledger) *answers {
-	return &answers{ch: ch, given: map[uint64]bool{}}
+	return &answers{ch: ch, given: map[uint64]bool{}, linger: answerLinger}
 }
 
 // received registers a delivery's tag: until it is answered, no ack of
@@ -52,7 +54,7 @@ func (a *answers) answer(tag uint64, ack bool) {
 	defer a.mu.Unlock()
 	a.given[tag] = ack
 	if a.timer == nil {
-		a.timer = time.AfterFunc(answerLinger, func() { _ = a.flush() })
+		a.timer = time.AfterFunc(a.linger, func() { _ = a.flush() })
 	}
 }
 

@@ -604,7 +604,7 @@ func errOr(err error, what string) error {
 	return errors.New(what)
 }
 
-// caseRanges names the cases by their series: "T01 to T30, W01 to W02".
+// caseRanges names the cases by their series: "T01 to T36, W01 to W02".
 func caseRanges(cases []Case) string {
 	var out []string
 	for i := 0; i < len(cases); {
