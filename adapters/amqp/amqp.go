@@ -13,11 +13,9 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/redact"
 	"github.com/moenda/moenda/adapters/topology"
@@ -120,37 +118,4 @@ func (s FailureSink) Redeliver(ctx context.Context, queue string, msg *message.M
 // Republish implements transport.Sink.
 func (s FailureSink) Republish(ctx context.Context, exchange, key string, msg *message.Message) error {
 	return s.pub.PublishTo(ctx, exchange, key, msg)
-}
-
-// probe keeps one idle connection and redials it when it is gone.
-type probe struct {
-	nodes *nodes
-	mu    sync.Mutex
-	conn  *amqp091.Connection
-}
-
-func (p *probe) check(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn != nil && !p.conn.IsClosed() {
-		return nil
-	}
-	conn, _, err := p.nodes.dial(ctx, amqp091.Config{
-		Dial:       amqp091.DefaultDial(2 * time.Second),
-		Properties: amqp091.Table{"connection_name": "moenda readiness"},
-	})
-	if err != nil {
-		return fmt.Errorf("amqp: RabbitMQ does not answer: %w", err)
-	}
-	p.conn = conn
-	return nil
-}
-
-func (p *probe) close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn == nil || p.conn.IsClosed() {
-		return nil
-	}
-	return p.conn.Close()
 }

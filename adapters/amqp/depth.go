@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -15,13 +14,8 @@ import (
 
 // DepthReader reads how many ready messages queues hold, and how many
 // consumers read them, for the metrics of dead-letter and unrouted queues
-// and the status page. It keeps a connection of its own,
-// opened on first use and again after a failure.
-type DepthReader struct {
-	nodes *nodes
-	mu    sync.Mutex
-	conn  *amqp091.Connection
-}
+// and the status page, on a connection of its own.
+type DepthReader struct{ conn *kept }
 
 // NewDepthReader returns a reader for the broker at urls, the nodes of one
 // cluster (see nodes).
@@ -30,7 +24,7 @@ func NewDepthReader(urls []string) (*DepthReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: depth reader: %w", err)
 	}
-	return &DepthReader{nodes: n}, nil
+	return &DepthReader{conn: &kept{nodes: n, name: "moenda metrics", dial: 5 * time.Second}}, nil
 }
 
 // Depths returns the ready messages of each queue in names that exists;
@@ -50,58 +44,41 @@ func (d *DepthReader) Depths(names []string) (map[string]int, error) {
 // a cluster: its messages live on that node alone) is in the answer,
 // with the broker's reason in Unavailable.
 func (d *DepthReader) Queues(names []string) (map[string]transport.QueueState, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.conn == nil || d.conn.IsClosed() {
-		conn, _, err := d.nodes.dial(context.Background(), amqp091.Config{
-			Dial:       amqp091.DefaultDial(5 * time.Second),
-			Properties: amqp091.Table{"connection_name": "moenda metrics"},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("amqp: %w", err)
-		}
-		d.conn = conn
-	}
 	out := make(map[string]transport.QueueState, len(names))
-	ch, err := d.conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("amqp: open channel: %w", err)
-	}
-	defer func() { _ = ch.Close() }()
-	for _, name := range names {
-		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-		var aerr *amqp091.Error
-		switch {
-		case err == nil:
-			out[name] = transport.QueueState{Messages: q.Messages, Consumers: q.Consumers}
-		case errors.As(err, &aerr) && aerr.Code == amqp091.NotFound:
-			// RabbitMQ answers 404 for a durable queue whose node is
-			// down too, saying so: "home node 'rabbit1@host' of durable
-			// queue 'q' in vhost '/' is down or inaccessible".
-			if strings.Contains(aerr.Reason, "down or inaccessible") {
-				out[name] = transport.QueueState{Unavailable: aerr.Reason}
-			}
-			// a missing queue closes the channel it was asked on
-			if ch, err = d.conn.Channel(); err != nil {
-				return out, fmt.Errorf("amqp: open channel: %w", err)
-			}
-		default:
-			return out, fmt.Errorf("amqp: depth of %q: %w", name, err)
+	err := d.conn.use(context.Background(), func(conn *amqp091.Connection) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
 		}
+		defer func() { _ = ch.Close() }()
+		for _, name := range names {
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			var aerr *amqp091.Error
+			switch {
+			case err == nil:
+				out[name] = transport.QueueState{Messages: q.Messages, Consumers: q.Consumers}
+			case errors.As(err, &aerr) && aerr.Code == amqp091.NotFound:
+				// RabbitMQ answers 404 for a durable queue whose node is
+				// down too, saying so: "home node 'rabbit1@host' of durable
+				// queue 'q' in vhost '/' is down or inaccessible".
+				if strings.Contains(aerr.Reason, "down or inaccessible") {
+					out[name] = transport.QueueState{Unavailable: aerr.Reason}
+				}
+				// a missing queue closes the channel it was asked on
+				if ch, err = conn.Channel(); err != nil {
+					return fmt.Errorf("open channel: %w", err)
+				}
+			default:
+				return fmt.Errorf("depth of %q: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("amqp: %w", err)
 	}
 	return out, nil
 }
 
-// Close closes the reader's connection; one the broker closed already is
-// no error.
-func (d *DepthReader) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.conn == nil || d.conn.IsClosed() {
-		return nil
-	}
-	if err := d.conn.Close(); !errors.Is(err, amqp091.ErrClosed) {
-		return err
-	}
-	return nil
-}
+// Close closes the reader's connection.
+func (d *DepthReader) Close() error { return d.conn.close() }

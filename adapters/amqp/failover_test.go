@@ -20,16 +20,18 @@ import (
 	"github.com/moenda/moenda/adapters/transport"
 )
 
-// loadTopology is one exchange carrying load.# to the queue q of type
-// queueType, which dead letters to {queue}.dlq; it returns q.
-func loadTopology(t *testing.T, q, queueType string) (*topology.Topology, string) {
+// loadTopology is one exchange carrying prefix.# to the queue q of type
+// queueType, which dead-letters to {queue}.dlq, with the alternate
+// exchange moenda declares by default; it returns q.
+func loadTopology(t *testing.T, prefix, q, queueType string) (*topology.Topology, string) {
 	t.Helper()
 	top, err := topology.Build(topology.Config{
 		QueueType: queueType,
-		Exchanges: []topology.ExchangeConfig{{Name: "failover", Events: []string{"load.#"}}},
+		Unrouted:  "{exchange}.unrouted",
+		Exchanges: []topology.ExchangeConfig{{Name: prefix, Events: []string{prefix + ".#"}}},
 		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
-			DeadLetter: topology.DeadLetterConfig{Exchange: "failover.dlx", Queue: "{queue}.dlq"}},
-	}, []topology.Subscription{{Queue: q, Patterns: []string{"load.#"}}})
+			DeadLetter: topology.DeadLetterConfig{Exchange: prefix + ".dlx", Queue: "{queue}.dlq"}},
+	}, []topology.Subscription{{Queue: q, Patterns: []string{prefix + ".#"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,12 +39,12 @@ func loadTopology(t *testing.T, q, queueType string) (*topology.Topology, string
 }
 
 // newMessages returns n messages with fresh ids, all with routing key
-// load.tick.
-func newMessages(n int) ([]string, []*message.Message) {
+// prefix.tick.
+func newMessages(prefix string, n int) ([]string, []*message.Message) {
 	topics := make([]string, n)
 	msgs := make([]*message.Message, n)
 	for i := range n {
-		topics[i] = "load.tick"
+		topics[i] = prefix + ".tick"
 		msgs[i] = message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, `{"n":%d}`, i))
 	}
 	return topics, msgs
@@ -65,7 +67,7 @@ func (s *Subscriber) connectedNode() string {
 // on the second.
 func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
-	top, q := loadTopology(t, "load", topology.Classic)
+	top, q := loadTopology(t, "load", "load", topology.Classic)
 	everyClientWorksOnTheSecondNode(t, []string{deadURL(t, vhost.URL), vhost.URL}, top, q)
 }
 
@@ -96,7 +98,7 @@ func everyClientWorksOnTheSecondNode(t *testing.T, urls []string, top *topology.
 	if err != nil {
 		t.Fatal(err)
 	}
-	topics, msgs := newMessages(10)
+	topics, msgs := newMessages("load", 10)
 	if err := pub.PublishBatch(ctx, topics, msgs); err != nil {
 		t.Fatalf("PublishBatch: %v", err)
 	}
@@ -136,7 +138,7 @@ func everyClientWorksOnTheSecondNode(t *testing.T, urls []string, top *topology.
 func TestFailoverUnderLoad(t *testing.T) {
 	vhost := testenv.RabbitMQ(t)
 	proxy, node1 := proxyTo(t, "node1", vhost.URL)
-	top, q := loadTopology(t, "load", topology.Classic)
+	top, q := loadTopology(t, "load", "load", topology.Classic)
 	failoverUnderLoad(t, []string{node1, vhost.URL}, top, q, proxy.Stop)
 }
 
@@ -154,11 +156,11 @@ func TestFailoverUnderLoad(t *testing.T) {
 // back, the queue is served and takes the batch.
 func TestFailoverUnderLoadOnACluster(t *testing.T) {
 	c := testenv.RabbitCluster(t, 3)
-	classicTop, classic := classicTopology(t)
+	classicTop, classic := loadTopology(t, "classic", "classic.on.node1", topology.Classic)
 	if err := Declare(context.Background(), c.URLs()[:1], classicTop); err != nil {
 		t.Fatal(err)
 	}
-	top, q := loadTopology(t, "load", topology.Quorum)
+	top, q := loadTopology(t, "load", "load", topology.Quorum)
 	failoverUnderLoad(t, c.URLs(), top, q, func() {
 		if err := c.Kill(c.Nodes[0]); err != nil {
 			t.Error(err)
@@ -178,14 +180,14 @@ func TestFailoverUnderLoadOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	ids, msgs := classicMessages(3)
+	topics, msgs := newMessages("classic", 3)
 	var partly *outbox.BatchError
-	if err := pub.PublishBatch(context.Background(), []string{"classic.tick", "classic.tick", "classic.tick"}, msgs); !errors.As(err, &partly) ||
+	if err := pub.PublishBatch(context.Background(), topics, msgs); !errors.As(err, &partly) ||
 		len(partly.Failed) != 3 || errors.Is(err, outbox.ErrRefused) {
 		t.Fatalf("a batch routed to %s with its node down: %v; want each message named, to be sent again", classic, err)
 	}
 	// A queue of its own: the failover's subscriber still reads q.
-	top, q = loadTopology(t, "load.after", topology.Quorum)
+	top, q = loadTopology(t, "load", "load.after", topology.Quorum)
 	everyClientWorksOnTheSecondNode(t, c.URLs(), top, q)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -201,43 +203,13 @@ func TestFailoverUnderLoadOnACluster(t *testing.T) {
 		_, listed := states[classic]
 		return err == nil && listed && states[classic].Unavailable == ""
 	})
-	if err := pub.PublishBatch(context.Background(), []string{"classic.tick", "classic.tick", "classic.tick"}, msgs); err != nil {
+	if err := pub.PublishBatch(context.Background(), topics, msgs); err != nil {
 		t.Fatalf("the batch again, node 1 back: %v", err)
 	}
 	states, err = depths.Queues([]string{classic})
-	if err != nil || states[classic].Messages != len(ids) {
-		t.Fatalf("%s holds %+v (%v); want the %d messages of the batch", classic, states[classic], err, len(ids))
+	if err != nil || states[classic].Messages != len(msgs) {
+		t.Fatalf("%s holds %+v (%v); want the %d messages of the batch", classic, states[classic], err, len(msgs))
 	}
-}
-
-// classicTopology is one exchange carrying classic.# to a classic queue,
-// with an alternate exchange for what no binding takes, as moenda
-// declares by default; it returns the queue.
-func classicTopology(t *testing.T) (*topology.Topology, string) {
-	t.Helper()
-	const q = "classic.on.node1"
-	top, err := topology.Build(topology.Config{
-		QueueType: topology.Classic,
-		Unrouted:  "{exchange}.unrouted",
-		Exchanges: []topology.ExchangeConfig{{Name: "classic", Events: []string{"classic.#"}}},
-		Failure: topology.FailureConfig{ImmediateRetries: new(int), Delays: []time.Duration{},
-			DeadLetter: topology.DeadLetterConfig{Exchange: "classic.dlx", Queue: "{queue}.dlq"}},
-	}, []topology.Subscription{{Queue: q, Patterns: []string{"classic.#"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return top, q
-}
-
-// classicMessages returns n messages with fresh ids.
-func classicMessages(n int) ([]string, []*message.Message) {
-	ids := make([]string, n)
-	msgs := make([]*message.Message, n)
-	for i := range n {
-		ids[i] = watermill.NewUUID()
-		msgs[i] = message.NewMessage(ids[i], fmt.Appendf(nil, `{"n":%d}`, i))
-	}
-	return ids, msgs
 }
 
 // runningNodes is how many nodes a cluster_status in JSON names running.
@@ -278,7 +250,7 @@ func failoverUnderLoad(t *testing.T, urls []string, top *topology.Topology, q st
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := &probe{nodes: probeNodes}
+	ready := &kept{nodes: probeNodes, name: "moenda readiness", dial: 2 * time.Second}
 	t.Cleanup(func() { _ = ready.close() })
 	if err := ready.check(context.Background()); err != nil {
 		t.Fatal(err)
@@ -317,7 +289,7 @@ func failoverUnderLoad(t *testing.T, urls []string, top *topology.Topology, q st
 				return
 			case <-tick.C:
 			}
-			topics, msgs := newMessages(20)
+			topics, msgs := newMessages("load", 20)
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				bctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -97,4 +98,55 @@ func (n *nodes) current() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.urls[n.first]
+}
+
+// kept is the connection of one part of a transport that asks rather than
+// streams (the readiness probe, the depth reader, the overdue retries):
+// made on first use, kept from call to call, and made again once the
+// broker or the network closed it.
+type kept struct {
+	nodes *nodes
+	// name is the connection's name on the broker; dial bounds each
+	// node's dial.
+	name string
+	dial time.Duration
+
+	mu   sync.Mutex
+	conn *amqp091.Connection
+}
+
+// use runs fn on the connection, dialling it first when there is none;
+// one caller at a time.
+func (k *kept) use(ctx context.Context, fn func(*amqp091.Connection) error) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.conn == nil || k.conn.IsClosed() {
+		conn, _, err := k.nodes.dial(ctx, amqp091.Config{
+			Dial:       amqp091.DefaultDial(k.dial),
+			Properties: amqp091.Table{"connection_name": k.name},
+		})
+		if err != nil {
+			return fmt.Errorf("RabbitMQ does not answer: %w", err)
+		}
+		k.conn = conn
+	}
+	return fn(k.conn)
+}
+
+// check dials the connection when there is none: whether RabbitMQ answers.
+func (k *kept) check(ctx context.Context) error {
+	return k.use(ctx, func(*amqp091.Connection) error { return nil })
+}
+
+// close closes the connection; one the broker closed already is no error.
+func (k *kept) close() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.conn == nil || k.conn.IsClosed() {
+		return nil
+	}
+	if err := k.conn.Close(); !errors.Is(err, amqp091.ErrClosed) {
+		return err
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -20,7 +21,7 @@ var _ transport.Transport = (*Transport)(nil)
 type Transport struct {
 	cfg      Config
 	set      transport.Settings
-	probe    *probe
+	probe    *kept
 	consumer func() (transport.Consumer, error)
 	dead     func() (message.Subscriber, error)
 	depths   func() (*DepthReader, error)
@@ -41,7 +42,7 @@ func NewTransport(cfg Config, set transport.Settings) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("amqp: %w", err)
 	}
-	t := &Transport{cfg: cfg, set: set, probe: &probe{nodes: n}}
+	t := &Transport{cfg: cfg, set: set, probe: &kept{nodes: n, name: "moenda readiness", dial: 2 * time.Second}}
 	t.consumer = sync.OnceValues(t.connectConsumer)
 	t.dead = sync.OnceValues(func() (message.Subscriber, error) {
 		sub, err := NewSubscriber(cfg.Nodes(), DeadLetterPrefetch(cfg, set), set.CloseTimeout, set.Logger, BatchAnswers())
@@ -114,7 +115,12 @@ func (t *Transport) Destination(name string) (transport.Destination, error) {
 // only once the broker closed it: watermill-amqp's IsConnected races with
 // its reconnect loop (upstream ThreeDotsLabs/watermill#693), and the
 // other connections reconnect by themselves once the broker is back.
-func (t *Transport) Ready(ctx context.Context) error { return t.probe.check(ctx) }
+func (t *Transport) Ready(ctx context.Context) error {
+	if err := t.probe.check(ctx); err != nil {
+		return fmt.Errorf("amqp: %w", err)
+	}
+	return nil
+}
 
 // Depths returns the ready messages of each named queue that exists.
 func (t *Transport) Depths(_ context.Context, queues []string) (map[string]int, error) {
