@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -468,13 +467,11 @@ func PostgresPair(t testing.TB, synchronous bool) *cluster.PostgresPair {
 // Rabbitmqctl runs rabbitmqctl with args and returns its output.
 func Rabbitmqctl(t testing.TB, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
+	out, err := cluster.Rabbitmqctl(context.Background(), args...)
 	if err != nil {
-		t.Fatalf("testenv: rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("testenv: %v", err)
 	}
-	return string(out)
+	return out
 }
 
 // Eventually polls cond until it holds, failing the test when timeout passes.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/moenda/moenda/adapters/await"
 
-	"github.com/moenda/moenda/app/harness"
+	"github.com/moenda/moenda/adapters/testenv/cluster"
 )
 
 // The nemesis's tools: each acts on the local servers and returns once
@@ -26,15 +26,15 @@ func (r *run) closeConnections(ctx context.Context) error {
 // stopBroker stops the RabbitMQ application gracefully; startBroker starts
 // it and waits until it runs.
 func stopBroker(ctx context.Context) error {
-	_, err := harness.Rabbitmqctl(ctx, "stop_app")
+	_, err := cluster.Rabbitmqctl(ctx, "stop_app")
 	return err
 }
 
 func startBroker(ctx context.Context) error {
-	if _, err := harness.Rabbitmqctl(ctx, "start_app"); err != nil {
+	if _, err := cluster.Rabbitmqctl(ctx, "start_app"); err != nil {
 		return err
 	}
-	_, err := harness.Rabbitmqctl(ctx, "await_startup")
+	_, err := cluster.Rabbitmqctl(ctx, "await_startup")
 	return err
 }
 
@@ -62,7 +62,7 @@ func bootBroker(ctx context.Context) error {
 	}
 	var err error
 	for range 60 {
-		if _, err = harness.Rabbitmqctl(ctx, "await_startup"); err == nil {
+		if _, err = cluster.Rabbitmqctl(ctx, "await_startup"); err == nil {
 			return nil
 		}
 		if !await.Sleep(ctx, time.Second) {
@@ -75,21 +75,21 @@ func bootBroker(ctx context.Context) error {
 // suspendListeners stops the broker accepting connections and closes
 // those of the case's vhost: the broker is unreachable.
 func (r *run) suspendListeners(ctx context.Context) error {
-	if _, err := harness.Rabbitmqctl(ctx, "suspend_listeners"); err != nil {
+	if _, err := cluster.Rabbitmqctl(ctx, "suspend_listeners"); err != nil {
 		return err
 	}
 	return r.closeConnections(ctx)
 }
 
 func resumeListeners(ctx context.Context) error {
-	_, err := harness.Rabbitmqctl(ctx, "resume_listeners")
+	_, err := cluster.Rabbitmqctl(ctx, "resume_listeners")
 	return err
 }
 
 // memoryAlarm sets the memory high watermark so low that the broker blocks
 // every publisher, and returns what restores the watermark it had.
 func memoryAlarm(ctx context.Context) (restore func(context.Context) error, err error) {
-	was, err := harness.Rabbitmqctl(ctx, "eval", "vm_memory_monitor:get_vm_memory_high_watermark().")
+	was, err := cluster.Rabbitmqctl(ctx, "eval", "vm_memory_monitor:get_vm_memory_high_watermark().")
 	if err != nil {
 		return nil, err
 	}
@@ -98,10 +98,10 @@ func memoryAlarm(ctx context.Context) (restore func(context.Context) error, err 
 	if strings.HasPrefix(was, "{absolute,") {
 		args = []string{"set_vm_memory_high_watermark", "absolute", strings.TrimSuffix(strings.TrimPrefix(was, "{absolute,"), "}")}
 	}
-	if _, err := harness.Rabbitmqctl(ctx, "set_vm_memory_high_watermark", "0.0001"); err != nil {
+	if _, err := cluster.Rabbitmqctl(ctx, "set_vm_memory_high_watermark", "0.0001"); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) error { _, err := harness.Rabbitmqctl(ctx, args...); return err }, nil
+	return func(ctx context.Context) error { _, err := cluster.Rabbitmqctl(ctx, args...); return err }, nil
 }
 
 // restartPostgres restarts the local cluster with pg_ctlcluster in mode

@@ -238,7 +238,7 @@ func (s *System) Rabbitmqctl(ctx context.Context, args ...string) (string, error
 	if s.Rabbit != nil {
 		return s.Rabbit.CtlAny(ctx, args...)
 	}
-	return Rabbitmqctl(ctx, args...)
+	return cluster.Rabbitmqctl(ctx, args...)
 }
 
 // DialAMQP connects to the system's vhost as the checker, through the
@@ -509,7 +509,7 @@ func (s *System) Close(ctx context.Context) {
 		s.Pool.Close()
 	}
 	if s.VHost != "" && s.Rabbit == nil {
-		_, _ = Rabbitmqctl(ctx, "delete_vhost", s.VHost)
+		_, _ = cluster.Rabbitmqctl(ctx, "delete_vhost", s.VHost)
 	}
 	if s.admin != nil {
 		if s.DBName != "" {
@@ -532,17 +532,6 @@ func (s *System) Terminate(ctx context.Context) (int, error) {
 	err := s.admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = $1 AND application_name <> $2`, s.DBName, CheckerApp).Scan(&n)
 	return n, err
-}
-
-// Rabbitmqctl runs rabbitmqctl quietly and returns its output.
-func Rabbitmqctl(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
 }
 
 // CheckerApp is the application and connection name of the checker's

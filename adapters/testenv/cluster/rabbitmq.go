@@ -254,15 +254,27 @@ func (c *RabbitMQ) start(ctx context.Context, node *RabbitNode) error {
 // Ctl runs rabbitmqctl on node with args, as the cluster's user, and
 // returns its output.
 func (c *RabbitMQ) Ctl(ctx context.Context, node *RabbitNode, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, c.ctl, append([]string{"-q", "-n", node.Name}, args...)...)
 	// An Erlang program that fails leaves erl_crash.dump where it runs:
 	// in the node's directory, not the caller's.
-	cmd.Env, cmd.Dir = node.env, node.dir
+	return runCtl(ctx, c.ctl, append([]string{"-n", node.Name}, args...), node.env, node.dir)
+}
+
+// Rabbitmqctl runs rabbitmqctl with args on the machine's own node, the
+// one the command finds by itself.
+func Rabbitmqctl(ctx context.Context, args ...string) (string, error) {
+	return runCtl(ctx, "rabbitmqctl", args, nil, "")
+}
+
+// runCtl runs bin, a rabbitmqctl, quietly with args, in dir with env
+// (the caller's when nil), within two minutes.
+func runCtl(ctx context.Context, bin string, args, env []string, dir string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-q"}, args...)...)
+	cmd.Env, cmd.Dir = env, dir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("cluster: rabbitmqctl -n %s %s: %w: %s", node.Name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
 }
