@@ -101,9 +101,9 @@ func (n *nodes) current() string {
 }
 
 // kept is the connection of one part of a transport that asks rather than
-// streams (the readiness probe, the depth reader, the overdue retries):
-// made on first use, kept from call to call, and made again once the
-// broker or the network closed it.
+// streams (the readiness probe, the depth reader): made on first use,
+// kept from call to call, and made again once the broker or the network
+// closed it.
 type kept struct {
 	nodes *nodes
 	// name is the connection's name on the broker; dial bounds each
