@@ -139,6 +139,19 @@ func (c *cli) benchCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&quick, "quick", false, "a shorter run, with fewer rows")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON instead of a table")
 	cmd.Flags().StringArrayVar(&only, "step", nil, "run only the step named `NAME` (as in app/bench's steps, such as \"failure workbench\"); repeatable")
-	cmd.AddCommand(c.scaleCommand(), c.clusterCommand())
+	cmd.AddCommand(c.scaleCommand(), c.clusterCommand(), rawPublishCommand())
 	return cmd
+}
+
+// rawPublishCommand is the raw client of the bench's publish ceiling, run
+// by the bench as a process of its own so that its CPU is measured apart
+// (bench.RawPublish). It reads its job, JSON, from standard input.
+func rawPublishCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "raw-publish",
+		Short:  "publish as the bench's raw client, the job read as JSON from standard input",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE:   func(cmd *cobra.Command, _ []string) error { return bench.RawPublish(cmd.Context(), cmd.InOrStdin()) },
+	}
 }

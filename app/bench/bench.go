@@ -81,6 +81,18 @@ type Row struct {
 	// whether this run reached it.
 	Target string `json:"target,omitempty"`
 	Met    *bool  `json:"met,omitempty"`
+	// Spread is the lowest and the highest ratio of the row's paired
+	// rounds, when Ratio is their median.
+	Spread []float64 `json:"spread,omitempty"`
+	// CPU is the CPU seconds, user plus system, that each process used
+	// per 10,000 of the row's messages, by role (cpu.go).
+	CPU map[string]float64 `json:"cpu_per_10k,omitempty"`
+	// CPURatio is the CPU per message of moenda's own process over the
+	// raw client's doing the same work, the median of the rounds, and
+	// CPUSpread their lowest and highest. Unlike a rate, it does not move
+	// when another process takes a core.
+	CPURatio  float64   `json:"cpu_ratio,omitempty"`
+	CPUSpread []float64 `json:"cpu_spread,omitempty"`
 }
 
 // Result is a whole run.
@@ -190,9 +202,10 @@ func (r *Result) value(name string) float64 {
 // WriteTable prints the rows as an aligned table.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "name\tvalue\tunit\tceiling\tratio\ttarget\tmet\t")
+	fmt.Fprintln(tw, "name\tvalue\tunit\tceiling\tratio\tspread\ttarget\tmet\tCPU ratio\tCPU s per 10k\t")
 	for _, row := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), row.Target, met(row.Met))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), spread(row.Spread),
+			row.Target, met(row.Met), strings.TrimSpace(ratio(row.CPURatio)+" "+spread(row.CPUSpread)), cpu(row.CPU))
 	}
 	return tw.Flush()
 }
@@ -215,9 +228,15 @@ func (r *Result) WriteMarkdown(w io.Writer, command string) error {
 	for _, k := range []string{"date", "cpu", "nproc", "memory", "go", "postgresql", "rabbitmq", "kafka", "mode"} {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, r.Machine[k])
 	}
-	b.WriteString("\n## Results\n\n| name | value | unit | ceiling | ratio | target | met |\n|---|--:|---|--:|--:|---|---|\n")
+	b.WriteString("\n## Results\n\n")
+	b.WriteString("Spread is the lowest and highest ratio of a row's paired rounds, whose median is the ratio. CPU is user plus system\n")
+	b.WriteString("seconds per 10,000 messages from /proc: moenda's serve process, the bench process (the raw client in a ceiling's\n")
+	b.WriteString("round, the consumer alone in moenda's), RabbitMQ's beam.smp and PostgreSQL's processes. The CPU ratio is moenda's\n")
+	b.WriteString("process over the raw client doing the same work, with its spread.\n\n")
+	b.WriteString("| name | value | unit | ceiling | ratio | spread | target | met | CPU ratio | CPU s per 10k |\n|---|--:|---|--:|--:|---|---|---|---|---|\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), row.Target, met(row.Met))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), spread(row.Spread),
+			row.Target, met(row.Met), strings.TrimSpace(ratio(row.CPURatio)+" "+spread(row.CPUSpread)), cpu(row.CPU))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -239,6 +258,26 @@ func ratio(v float64) string {
 		return ""
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// spread prints a row's lowest and highest ratio, as "0.81–0.90".
+func spread(s []float64) string {
+	if len(s) != 2 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f–%.2f", s[0], s[1])
+}
+
+// cpu prints the CPU seconds per 10,000 messages of each role, in the
+// order of cpuRoles.
+func cpu(per10k map[string]float64) string {
+	var parts []string
+	for _, role := range cpuRoles {
+		if v, ok := per10k[role]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f", role, v))
+		}
+	}
+	return strings.Join(parts, " · ")
 }
 
 func met(m *bool) string {

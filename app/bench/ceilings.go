@@ -24,7 +24,8 @@ const (
 // rawAMQP measures the broker alone. The publish ceiling publishes
 // messages the size and shape of a relayed bench event (the relay's body
 // and properties) to the durable topic exchange, on a connection of its
-// own, with confirms pipelined 256 deep, while a consumer takes them off
+// own in a process of its own (RawPublish), with confirms pipelined 256
+// deep, while a consumer takes them off
 // the sink queue as they arrive: it is timed as the relay drain is
 // (arrivals), from the first arrival to the last, so both face the
 // same broker work (RabbitMQ confirms a persistent message that a consumer
@@ -36,17 +37,21 @@ func rawAMQP(ctx context.Context, e *env, r *Result) error {
 	if err := e.purge(); err != nil {
 		return err
 	}
-	p, err := e.newRawPublisher(ctx)
+	job, err := e.publishJob(ctx, n)
+	if err != nil {
+		return err
+	}
+	f, err := e.publishCeiling(ctx, job)
+	if err != nil {
+		return err
+	}
+	r.add(Row{Name: rowPublish, Value: f.rate, Unit: "msg/s", CPU: f.perRole()}, 0, 0)
+
+	p, err := dialRawPublisher(job.URL, job.Exchange, job.Key, job.Message)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	rate, err := e.publishCeiling(ctx, p, n)
-	if err != nil {
-		return err
-	}
-	r.add(Row{Name: rowPublish, Value: rate, Unit: "msg/s"}, 0, 0)
-
 	if err := p.publish(ctx, n); err != nil {
 		return err
 	}
@@ -77,31 +82,41 @@ func rawAMQP(ctx context.Context, e *env, r *Result) error {
 	return nil
 }
 
-// publishCeiling publishes n messages with p while the consumer of
-// arrivals takes them off the sink queue, and returns their rate from the
-// first arrival to the last.
-func (e *env) publishCeiling(ctx context.Context, p *rawPublisher, n int) (float64, error) {
+// publishCeiling runs the raw publisher of job as a process while the
+// consumer of arrivals takes its messages off the sink queue, and returns
+// their flow, with the process's CPU as the raw client's.
+func (e *env) publishCeiling(ctx context.Context, job RawPublishJob) (flow, error) {
 	wait, stop, err := e.arrivals(ctx)
 	if err != nil {
-		return 0, err
+		return flow{}, err
 	}
 	defer stop()
+	pid, finish, exited, err := e.startRawPublisher(ctx, job)
+	if err != nil {
+		return flow{}, err
+	}
+	defer finish()
 	type arrived struct {
-		rate float64
-		err  error
+		flow
+		err error
 	}
 	done := make(chan arrived, 1)
 	go func() {
-		rate, err := wait(n)
-		done <- arrived{rate, err}
+		f, err := wait(job.Messages, process{procClient, pid})
+		done <- arrived{f, err}
 	}()
-	if err := p.publish(ctx, n); err != nil {
+	select {
+	case got := <-done:
+		finish()
+		if err := <-exited; err != nil && got.err == nil {
+			got.err = fmt.Errorf("raw publisher: %w", err)
+		}
+		return got.flow, got.err
+	case err := <-exited: // it lives until finish: it failed
 		stop() // ends wait
 		<-done
-		return 0, err
+		return flow{}, fmt.Errorf("raw publisher ended before its messages arrived: %v", err)
 	}
-	got := <-done
-	return got.rate, got.err
 }
 
 // rawPublisher publishes a relayed bench event's message over and over,
@@ -114,17 +129,19 @@ type rawPublisher struct {
 	msg      amqp091.Publishing
 }
 
-func (e *env) newRawPublisher(ctx context.Context) (*rawPublisher, error) {
+// publishJob is the publish ceiling's: n relayed bench events to the
+// bench's exchange.
+func (e *env) publishJob(ctx context.Context, n int) (RawPublishJob, error) {
 	msg, err := e.relayedMessage(ctx)
 	if err != nil {
-		return nil, err
+		return RawPublishJob{}, err
 	}
-	return e.dialRawPublisher(e.exchange, benchEvent().RoutingKey(), msg)
+	return RawPublishJob{URL: e.opts.AMQPURL, Exchange: e.exchange, Key: benchEvent().RoutingKey(), Messages: n, Message: msg}, nil
 }
 
 // dialRawPublisher returns a raw publisher of msg to exchange with key.
-func (e *env) dialRawPublisher(exchange, key string, msg amqp091.Publishing) (*rawPublisher, error) {
-	conn, err := amqp091.Dial(e.opts.AMQPURL)
+func dialRawPublisher(url, exchange, key string, msg amqp091.Publishing) (*rawPublisher, error) {
+	conn, err := amqp091.Dial(url)
 	if err != nil {
 		return nil, err
 	}

@@ -251,7 +251,7 @@ func (e *env) putDeadLetters(ctx context.Context, queue string, n int) error {
 			return err
 		}
 	}
-	p, err := e.dialRawPublisher("", queue, pubs[0])
+	p, err := dialRawPublisher(e.opts.AMQPURL, "", queue, pubs[0])
 	if err != nil {
 		return err
 	}
@@ -408,16 +408,11 @@ func redriveRate(ctx context.Context, e *env, r *Result) error {
 	if err := e.purge(); err != nil {
 		return err
 	}
-	p, err := e.dialRawPublisher("", e.sink, copyMsg)
+	ceiling, err := e.publishCeiling(ctx, RawPublishJob{URL: e.opts.AMQPURL, Key: e.sink, Messages: len(ids), Message: copyMsg})
 	if err != nil {
 		return err
 	}
-	defer p.close()
-	ceiling, err := e.publishCeiling(ctx, p, len(ids))
-	if err != nil {
-		return err
-	}
-	r.add(Row{Name: rowRedriveCeiling, Value: ceiling, Unit: "msg/s"}, 0, 0)
+	r.add(Row{Name: rowRedriveCeiling, Value: ceiling.rate, Unit: "msg/s", CPU: ceiling.perRole()}, 0, 0)
 
 	var seen sync.Map
 	wait, stop, err := e.arrivalsSeen(ctx, func(d amqp091.Delivery) { seen.Store(d.MessageId, true) })
@@ -436,15 +431,15 @@ func redriveRate(ctx context.Context, e *env, r *Result) error {
 	}
 	var rate float64
 	err = e.redrive(ctx, ids, redrive.Options{}, handled, nil, func() error {
-		var err error
-		rate, err = wait(len(ids))
+		f, err := wait(len(ids), process{})
+		rate = f.rate
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	r.add(Row{Name: fmt.Sprintf("moenda: re-drive of %d failures at full speed (rate 0), AMQP sink, each copy confirmed before the next, consumer attached", len(ids)),
-		Value: rate, Unit: "msg/s", Ceiling: ceiling}, 0, 0)
+		Value: rate, Unit: "msg/s", Ceiling: ceiling.rate}, 0, 0)
 	return e.purge()
 }
 

@@ -79,11 +79,11 @@ func stockForwarder(ctx context.Context, e *env, r *Result) error {
 	defer stopConsumer()
 	go func() { _ = rt.Run(context.WithoutCancel(ctx)) }()
 	defer rt.Close()
-	rate, err := wait(n)
+	f, err := wait(n, process{})
 	if err != nil {
 		return err
 	}
-	r.add(Row{Name: fmt.Sprintf("for comparison: Watermill forwarder drain of %d rows with confirms", n), Value: rate, Unit: "rows/s",
+	r.add(Row{Name: fmt.Sprintf("for comparison: Watermill forwarder drain of %d rows with confirms", n), Value: f.rate, Unit: "rows/s",
 		Ceiling: r.value(rowPublish)}, 0, 0)
 	return e.purge()
 }

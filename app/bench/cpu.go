@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the unit of /proc/*/stat's CPU times: USER_HZ, 100 on
+// every Linux architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// The processes whose CPU a row reports, by role.
+const (
+	procMoenda   = "moenda"     // the serve process measured
+	procClient   = "raw client" // the raw publisher's process (RawPublish)
+	procBench    = "bench"      // this process: the consumer of arrivals
+	procBroker   = "rabbitmq"   // every beam.smp
+	procPostgres = "postgresql" // every postgres process, with the backends that have exited
+)
+
+// cpuRoles are the roles in the order a row prints them.
+var cpuRoles = []string{procMoenda, procClient, procBench, procBroker, procPostgres}
+
+// process is a process the bench started, measured under role.
+type process struct {
+	role string
+	pid  int
+}
+
+// cpuSample is the CPU each role's processes had used when it was taken,
+// user plus system. The time of processes that exited and were waited
+// for counts in their parent's (cutime and cstime), so a PostgreSQL
+// backend that ends between two samples is not lost.
+type cpuSample map[string]time.Duration
+
+// sampleCPU reads /proc for this process, measured's (when it has a pid),
+// RabbitMQ's and PostgreSQL's.
+func sampleCPU(measured process) (cpuSample, error) {
+	s := cpuSample{}
+	self, err := processCPU(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	s[procBench] = self
+	if measured.pid != 0 {
+		if s[measured.role], err = processCPU(measured.pid); err != nil {
+			return nil, err
+		}
+	}
+	stats, err := filepath.Glob("/proc/[0-9]*/comm")
+	if err != nil {
+		return nil, err
+	}
+	for _, path := range stats {
+		comm, err := os.ReadFile(path)
+		if err != nil {
+			continue // the process ended
+		}
+		role := ""
+		switch string(bytes.TrimSpace(comm)) {
+		case "beam.smp":
+			role = procBroker
+		case "postgres":
+			role = procPostgres
+		default:
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		if used, err := processCPU(pid); err == nil {
+			s[role] += used
+		}
+	}
+	return s, nil
+}
+
+// since is what each role used from before to s.
+func (s cpuSample) since(before cpuSample) cpuSample {
+	d := cpuSample{}
+	for role, used := range s {
+		d[role] = used - before[role]
+	}
+	return d
+}
+
+// processCPU is the user and system time of pid and of its children that
+// it waited for: fields 14 to 17 of /proc/pid/stat.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("CPU of process %d: %w", pid, err)
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// the fields are counted from the last ')', field 3 first.
+	i := bytes.LastIndexByte(b, ')')
+	fields := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(fields) < 15 {
+		return 0, fmt.Errorf("CPU of process %d: /proc/%d/stat has no times", pid, pid)
+	}
+	var ticks int64
+	for _, f := range fields[11:15] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("CPU of process %d: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * clockTick, nil
+}
