@@ -229,10 +229,12 @@ func (r *Result) WriteMarkdown(w io.Writer, command string) error {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, r.Machine[k])
 	}
 	b.WriteString("\n## Results\n\n")
-	b.WriteString("Spread is the lowest and highest ratio of a row's paired rounds, whose median is the ratio. CPU is user plus system\n")
-	b.WriteString("seconds per 10,000 messages from /proc: moenda's serve process, the bench process (the raw client in a ceiling's\n")
-	b.WriteString("round, the consumer alone in moenda's), RabbitMQ's beam.smp and PostgreSQL's processes. The CPU ratio is moenda's\n")
-	b.WriteString("process over the raw client doing the same work, with its spread.\n\n")
+	b.WriteString("Spread is the lowest and highest ratio of a row's paired rounds, whose median is the ratio. CPU is user plus\n")
+	b.WriteString("system seconds per 10,000 messages, from /proc: moenda's serve process, the raw publisher's process, the bench\n")
+	b.WriteString("process (the consumer of what a relay or the raw publisher sent; or the router, or the raw consumer, where the\n")
+	b.WriteString("row runs them in it, one at a time), RabbitMQ's beam.smp and PostgreSQL's processes. The CPU ratio is the CPU\n")
+	b.WriteString("per message of moenda's process over the raw client's doing the same work, with its spread: unlike a rate, it\n")
+	b.WriteString("does not move when another process takes a core. " + r.Machine["instructions"] + "\n\n")
 	b.WriteString("| name | value | unit | ceiling | ratio | spread | target | met | CPU ratio | CPU s per 10k |\n|---|--:|---|--:|--:|---|---|---|---|---|\n")
 	for _, row := range r.Rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), spread(row.Spread),

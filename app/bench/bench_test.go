@@ -78,13 +78,34 @@ func TestQuickRun(t *testing.T) {
 				if row.Value <= 0 && !strings.Contains(row.Name, "idle") {
 					t.Errorf("%s = %v", row.Name, row.Value)
 				}
-				if row.Ceiling > 0 && row.Ratio != row.Value/row.Ceiling {
+				switch {
+				case len(row.Spread) == 2 && (row.Ratio < row.Spread[0] || row.Ratio > row.Spread[1]):
+					t.Errorf("%s: ratio %v outside its spread %v", row.Name, row.Ratio, row.Spread)
+				case len(row.Spread) == 0 && row.Ceiling > 0 && row.Ratio != row.Value/row.Ceiling:
 					t.Errorf("%s: ratio %v is not value/ceiling", row.Name, row.Ratio)
 				}
 			}
 		}
 		if !found {
 			t.Errorf("no row %q", prefix)
+		}
+	}
+	// The rows that read CPU name each process's: serve's or the raw
+	// client's own, and the servers'.
+	for prefix, roles := range map[string][]string{
+		"ceiling: amqp091 publish":                                       {procClient, procBench, procBroker, procPostgres},
+		"moenda: relay drain of 2000 rows with confirms, poll reader":    {procMoenda, procBench, procBroker, procPostgres},
+		"moenda: consume through the router, whole chain with the inbox": {procBench, procBroker, procPostgres},
+	} {
+		for _, row := range res.Rows {
+			if !strings.HasPrefix(row.Name, prefix) {
+				continue
+			}
+			for _, role := range roles {
+				if _, ok := row.CPU[role]; !ok {
+					t.Errorf("%s: no CPU of %s in %v", row.Name, role, row.CPU)
+				}
+			}
 		}
 	}
 	var table, doc strings.Builder

@@ -195,8 +195,8 @@ func (p *rawPublisher) close() { _ = p.conn.Close() }
 // of a real outbox row of the bench event, copied); moenda's inserts the
 // business row and writes one event through the outbox (the watermill-sql
 // publisher bound to the pgx transaction).
-// The two alternate, three rounds each, and each figure is the median of
-// its rounds, so a checkpoint or an autovacuum falls on both alike.
+// The two alternate (see alternate), so a checkpoint or an autovacuum
+// falls on both alike; both run in the bench process, one at a time.
 func transactions(ctx context.Context, e *env, r *Result) error {
 	if _, err := e.pool.Exec(ctx, `
 		CREATE TABLE bench_business (id BIGSERIAL PRIMARY KEY, data TEXT NOT NULL);
@@ -233,22 +233,14 @@ func transactions(ctx context.Context, e *env, r *Result) error {
 		})
 	}
 	for _, writers := range []int{1, 4, 16} {
-		var raws, moendas []float64
-		for range 3 {
-			raw, err := transactionRate(ctx, writers, e.sz.txDuration, rawTx)
-			if err != nil {
-				return err
-			}
-			m, err := transactionRate(ctx, writers, e.sz.txDuration, moendaTx)
-			if err != nil {
-				return err
-			}
-			raws, moendas = append(raws, raw), append(moendas, m)
+		rounds, err := alternate(e, fmt.Sprintf("transactions, %d writers", writers), e.sz.rounds,
+			func() (flow, error) { return transactionRate(ctx, writers, e.sz.txDuration, rawTx) },
+			func() (flow, error) { return transactionRate(ctx, writers, e.sz.txDuration, moendaTx) })
+		if err != nil {
+			return err
 		}
-		ceiling := median(raws)
-		r.add(Row{Name: fmt.Sprintf(rowTx, writers), Value: ceiling, Unit: "tx/s"}, 0, 0)
-		row := Row{Name: fmt.Sprintf("moenda: outbox write (use case + event, one transaction), %d writers", writers),
-			Value: median(moendas), Unit: "tx/s", Ceiling: ceiling}
+		row := rounds.row(Row{Name: fmt.Sprintf("moenda: outbox write (use case + event, one transaction), %d writers", writers), Unit: "tx/s"})
+		r.add(Row{Name: fmt.Sprintf(rowTx, writers), Value: row.Ceiling, Unit: "tx/s", CPU: rounds.rawCPU()}, 0, 0)
 		if writers == 16 {
 			row.Target = "ratio >= 0.85"
 			r.add(row, 0.85, 0)
@@ -266,34 +258,36 @@ func median(v []float64) float64 {
 }
 
 // transactionRate runs fn in a loop on each of writers goroutines for d
-// and returns the committed units per second.
-func transactionRate(ctx context.Context, writers int, d time.Duration, fn func(context.Context) error) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var done atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	began := time.Now()
-	for range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				if err := fn(ctx); err != nil {
-					if ctx.Err() == nil {
-						errs <- err
+// and returns the committed units' flow, with the bench process's CPU.
+func transactionRate(ctx context.Context, writers int, d time.Duration, fn func(context.Context) error) (flow, error) {
+	return inProcessFor(func() (int, time.Duration, error) {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		began := time.Now()
+		for range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					if err := fn(ctx); err != nil {
+						if ctx.Err() == nil {
+							errs <- err
+						}
+						return
 					}
-					return
+					done.Add(1)
 				}
-				done.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return 0, err
-	default:
-	}
-	return float64(done.Load()) / time.Since(began).Seconds(), nil
+			}()
+		}
+		wg.Wait()
+		select {
+		case err := <-errs:
+			return 0, 0, err
+		default:
+		}
+		return int(done.Load()), time.Since(began), nil
+	})
 }

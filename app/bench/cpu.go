@@ -2,8 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,26 +90,54 @@ func (s cpuSample) since(before cpuSample) cpuSample {
 }
 
 // processCPU is the user and system time of pid and of its children that
-// it waited for: fields 14 to 17 of /proc/pid/stat.
+// it waited for.
 func processCPU(pid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, fmt.Errorf("CPU of process %d: %w", pid, err)
 	}
-	// The command name, field 2, is in parentheses and may hold spaces:
-	// the fields are counted from the last ')', field 3 first.
+	used, err := statCPU(b)
+	if err != nil {
+		return 0, fmt.Errorf("CPU of process %d: /proc/%d/stat: %w", pid, pid, err)
+	}
+	return used, nil
+}
+
+// statCPU reads fields 14 to 17 of a /proc/pid/stat line: utime, stime,
+// cutime and cstime. The command name, field 2, is in parentheses and may
+// hold spaces and parentheses: fields are counted from the last ')'.
+func statCPU(b []byte) (time.Duration, error) {
 	i := bytes.LastIndexByte(b, ')')
-	fields := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(fields) < 15 {
-		return 0, fmt.Errorf("CPU of process %d: /proc/%d/stat has no times", pid, pid)
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in %q", b)
+	}
+	fields := strings.Fields(string(b[i+1:])) // field 3 first
+	if len(fields) < 15 {
+		return 0, fmt.Errorf("%d fields after the command name, want at least 15", len(fields))
 	}
 	var ticks int64
 	for _, f := range fields[11:15] {
 		n, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("CPU of process %d: %w", pid, err)
+			return 0, err
 		}
 		ticks += n
 	}
 	return time.Duration(ticks) * clockTick, nil
+}
+
+// instructionsCounted says whether this machine's perf counts
+// instructions, which noise moves even less than CPU time. Where it does
+// not (virtual machines often hide the counters), rows give CPU time
+// alone, and say so.
+func instructionsCounted(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "perf", "stat", "-x,", "-e", "instructions", "true").CombinedOutput()
+	switch {
+	case err != nil && len(out) == 0:
+		return "No row gives instructions per message: perf is not installed (Debian's linux-perf)."
+	case bytes.Contains(out, []byte("<not supported>")) || bytes.Contains(out, []byte("<not counted>")) || err != nil:
+		return "No row gives instructions per message: this machine's perf counts none (perf stat -e instructions: not supported)."
+	default:
+		return "perf counts instructions on this machine, but the rows give CPU time: the bench does not read perf."
+	}
 }

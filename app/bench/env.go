@@ -184,10 +184,11 @@ func benchEvent() event.Event {
 // machine describes where the run happened.
 func (e *env) machine(ctx context.Context) map[string]string {
 	m := map[string]string{
-		"date":  time.Now().UTC().Format(time.RFC3339),
-		"nproc": fmt.Sprint(runtime.NumCPU()),
-		"go":    runtime.Version(),
-		"mode":  map[bool]string{true: "quick (smoke, not a measurement)", false: "full"}[e.opts.Quick],
+		"date":         time.Now().UTC().Format(time.RFC3339),
+		"nproc":        fmt.Sprint(runtime.NumCPU()),
+		"go":           runtime.Version(),
+		"mode":         map[bool]string{true: "quick (smoke, not a measurement)", false: "full"}[e.opts.Quick],
+		"instructions": instructionsCounted(ctx),
 	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {

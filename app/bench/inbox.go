@@ -29,43 +29,45 @@ const insertEffect = `INSERT INTO bench_effect (event_id, data) VALUES ($1, $2)`
 // effect row, commits, then acks; moenda's handler inserts the effect row
 // in the unit of work the inbox opened for the delivery. Each is timed
 // from the consumer's start to the last commit. Raw and moenda alternate
-// (see alternate), and each figure is the median of its rounds.
+// (see alternate): each rate is the median of its rounds, and the ratio
+// the median of the rounds' ratios. Both run in the bench process, one at
+// a time, so its CPU is each one's.
 func inboxConsume(ctx context.Context, e *env, r *Result) error {
 	if err := e.effectTable(ctx); err != nil {
 		return err
 	}
 	n := e.sz.consumed
-	raw := func() (float64, error) {
+	raw := func() (flow, error) {
 		if _, err := e.publishEvents(ctx, n); err != nil {
-			return 0, err
+			return flow{}, err
 		}
-		rate, err := e.rawInbox(ctx, n)
+		f, err := inProcess(n, func() (float64, error) { return e.rawInbox(ctx, n) })
 		if err != nil {
-			return 0, fmt.Errorf("raw consumer: %w", err)
+			return flow{}, fmt.Errorf("raw consumer: %w", err)
 		}
-		return rate, nil
+		return f, nil
 	}
-	moenda := func() (float64, error) {
+	moenda := func() (flow, error) {
 		if _, err := e.publishEvents(ctx, n); err != nil {
-			return 0, err
+			return flow{}, err
 		}
-		rate, err := e.routeEffects(ctx, n, nil)
+		f, err := inProcess(n, func() (float64, error) { return e.routeEffects(ctx, n, nil) })
 		if err != nil {
-			return 0, fmt.Errorf("router: %w", err)
+			return flow{}, fmt.Errorf("router: %w", err)
 		}
-		return rate, nil
+		return f, nil
 	}
 	if err := e.purge(); err != nil {
 		return err
 	}
-	raws, moendas, err := alternate(e, "inbox", e.sz.rounds, raw, moenda)
+	rounds, err := alternate(e, "inbox", e.sz.rounds, raw, moenda)
 	if err != nil {
 		return err
 	}
-	ceiling := median(raws)
-	r.add(Row{Name: fmt.Sprintf(rowInbox, e.set.AMQP.Prefetch), Value: ceiling, Unit: "msg/s"}, 0, 0)
-	r.add(Row{Name: fmt.Sprintf("moenda: consume through the router, whole chain with the inbox, effect row in the unit of work, prefetch %d", e.set.AMQP.Prefetch),
-		Value: median(moendas), Unit: "msg/s", Ceiling: ceiling, Target: "ratio >= 0.80"}, 0.80, 0)
+	row := rounds.row(Row{Name: fmt.Sprintf("moenda: consume through the router, whole chain with the inbox, effect row in the unit of work, prefetch %d", e.set.AMQP.Prefetch),
+		Unit: "msg/s", Target: "ratio >= 0.80"})
+	r.add(Row{Name: fmt.Sprintf(rowInbox, e.set.AMQP.Prefetch), Value: row.Ceiling, Unit: "msg/s", CPU: rounds.rawCPU()}, 0, 0)
+	r.add(row, 0.80, 0)
 	return e.purge()
 }
 
@@ -219,28 +221,4 @@ func (e *env) purgeFailures() error {
 		return err
 	}
 	return e.purge()
-}
-
-// alternate runs a and b rounds times each, a first in even rounds and b
-// first in odd ones, so that neither gains from going first (a table the
-// runs fill grows from one run to the next), and returns their figures.
-func alternate(e *env, step string, rounds int, a, b func() (float64, error)) (as, bs []float64, err error) {
-	for i := range rounds {
-		var x, y float64
-		if i%2 == 0 {
-			if x, err = a(); err == nil {
-				y, err = b()
-			}
-		} else {
-			if y, err = b(); err == nil {
-				x, err = a()
-			}
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		e.logger.Debug("bench: round", "step", step, "round", i, "a", x, "b", y)
-		as, bs = append(as, x), append(bs, y)
-	}
-	return as, bs, nil
 }

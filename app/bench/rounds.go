@@ -1,12 +1,66 @@
 package bench
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // paired gathers the rounds of a figure measured in pairs, moenda's and
 // the raw client's one after the other, so that both meet the machine in
 // the same state; a round's ratio is taken within it.
 type paired struct {
 	mine, raw []flow
+}
+
+// alternate runs rounds paired rounds of raw and mine (see paired.round),
+// and returns them.
+func alternate(e *env, step string, rounds int, raw, mine func() (flow, error)) (*paired, error) {
+	p := &paired{}
+	for i := range rounds {
+		if err := p.round(raw, mine); err != nil {
+			return nil, err
+		}
+		e.logger.Debug("bench: round", "step", step, "round", i, "raw", p.raw[i].rate, "mine", p.mine[i].rate)
+	}
+	return p, nil
+}
+
+// rateOnly is fn's rate as a flow, for figures whose CPU is not read.
+func rateOnly(fn func() (float64, error)) func() (flow, error) {
+	return func() (flow, error) {
+		rate, err := fn()
+		return flow{rate: rate}, err
+	}
+}
+
+// inProcess runs fn, which handles n messages in this process and
+// returns their rate, and returns its flow, with the bench process's CPU
+// meanwhile as its own.
+func inProcess(n int, fn func() (float64, error)) (flow, error) {
+	before, err := sampleCPU(process{})
+	if err != nil {
+		return flow{}, err
+	}
+	rate, err := fn()
+	if err != nil {
+		return flow{}, err
+	}
+	after, err := sampleCPU(process{})
+	return flow{rate: rate, cpu: after.since(before), n: n, own: procBench}, err
+}
+
+// inProcessFor is inProcess for fn that counts its messages as it goes,
+// such as a loop run for a set time.
+func inProcessFor(fn func() (n int, took time.Duration, err error)) (flow, error) {
+	var n int
+	f, err := inProcess(0, func() (float64, error) {
+		var took time.Duration
+		var err error
+		n, took, err = fn()
+		return float64(n) / took.Seconds(), err
+	})
+	f.n = n
+	return f, err
 }
 
 // round runs one round: raw then mine, or mine then raw on odd rounds,
@@ -36,29 +90,45 @@ func (p *paired) round(raw, mine func() (flow, error)) error {
 // row fills row's Value and Ceiling with the medians of the rounds, its
 // Ratio with the median of their ratios and Spread with the lowest and
 // highest, and its CPU with the median of each role's over moenda's
-// rounds. Its CPU ratio is moenda's process over the raw client's.
+// rounds. Its CPU ratio is moenda's own process (serve, or the bench
+// process where moenda ran in it) over the raw client's.
 func (p *paired) row(row Row) Row {
 	rates, ceilings, ratios, cpuRatios := make([]float64, 0, len(p.mine)), []float64{}, []float64{}, []float64{}
-	perRole := map[string][]float64{}
 	for i, mine := range p.mine {
 		raw := p.raw[i]
 		rates, ceilings = append(rates, mine.rate), append(ceilings, raw.rate)
 		ratios = append(ratios, mine.rate/raw.rate)
-		for role := range mine.cpu {
-			perRole[role] = append(perRole[role], mine.per10k(role))
-		}
-		if client := raw.per10k(procClient); client > 0 {
-			cpuRatios = append(cpuRatios, mine.per10k(procMoenda)/client)
+		if client := raw.per10k(raw.own); client > 0 {
+			cpuRatios = append(cpuRatios, mine.per10k(mine.own)/client)
 		}
 	}
 	row.Value, row.Ceiling = median(rates), median(ceilings)
 	row.Ratio, row.Spread = median(ratios), []float64{slices.Min(ratios), slices.Max(ratios)}
-	row.CPU = map[string]float64{}
-	for role, v := range perRole {
-		row.CPU[role] = median(v)
-	}
+	row.CPU = medianCPU(p.mine)
 	if len(cpuRatios) > 0 {
 		row.CPURatio, row.CPUSpread = median(cpuRatios), []float64{slices.Min(cpuRatios), slices.Max(cpuRatios)}
 	}
 	return row
+}
+
+// rawCPU is the CPU of the raw client's rounds, as row gives moenda's.
+func (p *paired) rawCPU() map[string]float64 { return medianCPU(p.raw) }
+
+// medianCPU is each role's median CPU seconds per 10,000 messages over
+// flows; nil when they read none.
+func medianCPU(flows []flow) map[string]float64 {
+	perRole := map[string][]float64{}
+	for _, f := range flows {
+		for role := range f.cpu {
+			perRole[role] = append(perRole[role], f.per10k(role))
+		}
+	}
+	if len(perRole) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(perRole))
+	for role, v := range perRole {
+		out[role] = median(v)
+	}
+	return out
 }

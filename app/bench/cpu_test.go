@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"math"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis, as a process may
+	// give itself; utime 120, stime 30, cutime 7, cstime 3 ticks.
+	line := []byte("4242 (my (odd) proc) S 1 4242 4242 0 -1 4194560 1183 0 0 0 120 30 7 3 20 0 9 0 1966 1262329856 5467 18446744073709551615\n")
+	got, err := statCPU(line)
+	if err != nil || got != 160*clockTick {
+		t.Fatalf("statCPU = %v, %v; want %v", got, err, 160*clockTick)
+	}
+	if _, err := statCPU([]byte("4242 (short) S 1 2 3")); err == nil {
+		t.Fatal("a truncated line was read")
+	}
+}
+
+// TestSampleCPUCountsThisProcess spins until getrusage counts 200 ms of
+// this process's CPU, and checks /proc's count agrees within two ticks.
+func TestSampleCPUCountsThisProcess(t *testing.T) {
+	self := process{procClient, os.Getpid()}
+	before, err := sampleCPU(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := rusage(t)
+	for rusage(t)-start < 200*time.Millisecond {
+	}
+	spun := rusage(t) - start
+	after, err := sampleCPU(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := after.since(before)
+	for _, role := range []string{procBench, procClient} {
+		if d := used[role] - spun; d < -2*clockTick || d > 2*clockTick {
+			t.Errorf("%s: /proc counted %v where getrusage counted %v", role, used[role], spun)
+		}
+	}
+}
+
+// rusage is this process's user and system time, by getrusage.
+func rusage(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestPairedRow(t *testing.T) {
+	var p paired
+	// Three rounds: moenda's rate and CPU against the raw client's. The
+	// second round runs moenda first; round gives each back in its place.
+	rounds := []struct{ mine, raw flow }{
+		{flow{rate: 800, n: 10000, own: procMoenda, cpu: cpuSample{procMoenda: 2 * time.Second}}, flow{rate: 1000, n: 10000, own: procClient, cpu: cpuSample{procClient: time.Second}}},
+		{flow{rate: 900, n: 10000, own: procMoenda, cpu: cpuSample{procMoenda: 3 * time.Second}}, flow{rate: 1000, n: 10000, own: procClient, cpu: cpuSample{procClient: 2 * time.Second}}},
+		{flow{rate: 450, n: 10000, own: procMoenda, cpu: cpuSample{procMoenda: 4 * time.Second}}, flow{rate: 500, n: 10000, own: procClient, cpu: cpuSample{procClient: 2 * time.Second}}},
+	}
+	for _, r := range rounds {
+		if err := p.round(func() (flow, error) { return r.raw, nil }, func() (flow, error) { return r.mine, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	row := p.row(Row{Name: "x"})
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	if row.Value != 800 || row.Ceiling != 1000 || !near(row.Ratio, 0.9) || !near(row.Spread[0], 0.8) || !near(row.Spread[1], 0.9) {
+		t.Fatalf("rates: %+v", row)
+	}
+	if !near(row.CPURatio, 2) || !near(row.CPUSpread[0], 1.5) || !near(row.CPUSpread[1], 2) || !near(row.CPU[procMoenda], 3) {
+		t.Fatalf("CPU: %+v", row)
+	}
+}
