@@ -254,7 +254,7 @@ func TestReadmeListsTheCommands(t *testing.T) {
 	listed := map[string]bool{}
 	// A command's line starts with two spaces, then its words, then its
 	// arguments (upper case) or flags, then two spaces and what it does.
-	word := regexp.MustCompile(`^[a-z]+$`)
+	word := regexp.MustCompile(`^[a-z][a-z-]*$`)
 	for _, line := range strings.Split(block, "\n") {
 		usage, ok := strings.CutPrefix(line, "  ")
 		if !ok || strings.HasPrefix(usage, " ") {
