@@ -74,7 +74,8 @@ func TestEveryClientWorksOnTheSecondNode(t *testing.T) {
 // everyClientWorksOnTheSecondNode checks every part of a Transport given
 // urls, whose first node is away, on the second.
 func everyClientWorksOnTheSecondNode(t *testing.T, urls []string, top *topology.Topology, q string) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	tr, err := NewTransport(Config{URLs: urls, Prefetch: 10}, transport.Settings{Topology: top, CloseTimeout: 5 * time.Second, ConfirmWindow: 8, Logger: testenv.Logger()})
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +157,12 @@ func TestFailoverUnderLoad(t *testing.T) {
 // back, the queue is served and takes the batch.
 func TestFailoverUnderLoadOnACluster(t *testing.T) {
 	c := testenv.RabbitCluster(t, 3)
+	// Every wait is bounded, so that one the broker never ends fails here,
+	// named, rather than at the package's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	classicTop, classic := loadTopology(t, "classic", "classic.on.node1", topology.Classic)
-	if err := Declare(context.Background(), c.URLs()[:1], classicTop); err != nil {
+	if err := Declare(ctx, c.URLs()[:1], classicTop); err != nil {
 		t.Fatal(err)
 	}
 	top, q := loadTopology(t, "load", "load", topology.Quorum)
@@ -182,15 +187,13 @@ func TestFailoverUnderLoadOnACluster(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close() })
 	topics, msgs := newMessages("classic", 3)
 	var partly *outbox.BatchError
-	if err := pub.PublishBatch(context.Background(), topics, msgs); !errors.As(err, &partly) ||
+	if err := pub.PublishBatch(ctx, topics, msgs); !errors.As(err, &partly) ||
 		len(partly.Failed) != 3 || errors.Is(err, outbox.ErrRefused) {
 		t.Fatalf("a batch routed to %s with its node down: %v; want each message named, to be sent again", classic, err)
 	}
 	// A queue of its own: the failover's subscriber still reads q.
 	top, q = loadTopology(t, "load", "load.after", topology.Quorum)
 	everyClientWorksOnTheSecondNode(t, c.URLs(), top, q)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	if err := c.Restart(ctx, c.Nodes[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +206,7 @@ func TestFailoverUnderLoadOnACluster(t *testing.T) {
 		_, listed := states[classic]
 		return err == nil && listed && states[classic].Unavailable == ""
 	})
-	if err := pub.PublishBatch(context.Background(), topics, msgs); err != nil {
+	if err := pub.PublishBatch(ctx, topics, msgs); err != nil {
 		t.Fatalf("the batch again, node 1 back: %v", err)
 	}
 	states, err = depths.Queues([]string{classic})

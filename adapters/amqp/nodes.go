@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -110,13 +111,24 @@ type kept struct {
 	// node's dial.
 	name string
 	dial time.Duration
+	// answer bounds each use's wait for the broker; 0 is keptAnswer.
+	answer time.Duration
 
 	mu   sync.Mutex
 	conn *amqp091.Connection
 }
 
+// keptAnswer bounds what fn waits for on a kept connection: amqp091's
+// calls on a channel wait for the broker's answer without end, and a
+// node that takes the request and never answers (one recovering its
+// queues, or frozen) would hold the readiness probe and the metrics with
+// it.
+const keptAnswer = 10 * time.Second
+
 // use runs fn on the connection, dialling it first when there is none;
-// one caller at a time.
+// one caller at a time. When fn has no answer within k.answer, or ctx
+// ends first, the connection is closed, which ends fn's wait, and the
+// next use dials again.
 func (k *kept) use(ctx context.Context, fn func(*amqp091.Connection) error) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -130,7 +142,24 @@ func (k *kept) use(ctx context.Context, fn func(*amqp091.Connection) error) erro
 		}
 		k.conn = conn
 	}
-	return fn(k.conn)
+	conn := k.conn
+	done := make(chan error, 1)
+	go func() { done <- fn(conn) }()
+	answer := cmp.Or(k.answer, keptAnswer)
+	timer := time.NewTimer(answer)
+	defer timer.Stop()
+	var why error
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		why = fmt.Errorf("RabbitMQ took the request and did not answer within %v; the connection is closed, and dialled again next time", answer)
+	case <-ctx.Done():
+		why = ctx.Err()
+	}
+	_ = conn.CloseDeadline(time.Now().Add(time.Second))
+	<-done
+	return why
 }
 
 // check dials the connection when there is none: whether RabbitMQ answers.

@@ -245,3 +245,43 @@ func TestNodesDialOrder(t *testing.T) {
 		_ = conn.Close()
 	})
 }
+
+// TestKeptConnectionBoundsASilentBroker: a broker that takes a request
+// and never answers (here a path that drops its answers) does not hold
+// the depth reader: the read fails within its bound, naming it, and once
+// the broker answers again the next read dials afresh and answers.
+func TestKeptConnectionBoundsASilentBroker(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	if _, err := testenv.Channel(t, vhost.URL).QueueDeclare("kept.q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	proxy, through := proxyTo(t, "silent", vhost.URL)
+	n, err := newNodes([]string{through})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &DepthReader{conn: &kept{nodes: n, name: "moenda test depths", dial: 2 * time.Second, answer: 500 * time.Millisecond}}
+	t.Cleanup(func() { _ = d.Close() })
+	if _, err := d.Depths([]string{"kept.q"}); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"name":"silent","type":"timeout","stream":"downstream","toxicity":1,"attributes":{"timeout":0}}`
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, err = d.Depths([]string{"kept.q"})
+	if err == nil || !strings.Contains(err.Error(), "did not answer within 500ms") {
+		t.Fatalf("a silent broker: %v", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("the read took %v, bounded by 500ms and the close's second", took)
+	}
+	if err := proxy.Toxics.RemoveToxic(context.Background(), "silent"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Depths([]string{"kept.q"})
+	if err != nil || got["kept.q"] != 0 {
+		t.Fatalf("after the broker answers again: %v, %v", got, err)
+	}
+}

@@ -93,6 +93,13 @@ type Row struct {
 	// when another process takes a core.
 	CPURatio  float64   `json:"cpu_ratio,omitempty"`
 	CPUSpread []float64 `json:"cpu_spread,omitempty"`
+	// CoresBound is the ratio the row would have if the machine's cores
+	// bounded both sides: the ceiling's CPU per message, every process's,
+	// over moenda's. Where Ratio comes near it and Idle is near 0, the
+	// cores are the limit, and what moenda could gain is in CPU.
+	CoresBound float64 `json:"cores_bound_ratio,omitempty"`
+	// Idle is the share of the machine's cores idle in moenda's rounds.
+	Idle float64 `json:"idle,omitempty"`
 }
 
 // Result is a whole run.
@@ -202,10 +209,10 @@ func (r *Result) value(name string) float64 {
 // WriteTable prints the rows as an aligned table.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "name\tvalue\tunit\tceiling\tratio\tspread\ttarget\tmet\tCPU ratio\tCPU s per 10k\t")
+	fmt.Fprintln(tw, "name\tvalue\tunit\tceiling\tratio\tspread\ttarget\tmet\tCPU ratio\tcores-bound ratio\tidle\tCPU s per 10k\t")
 	for _, row := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), spread(row.Spread),
-			row.Target, met(row.Met), strings.TrimSpace(ratio(row.CPURatio)+" "+spread(row.CPUSpread)), cpu(row.CPU))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), spread(row.Spread),
+			row.Target, met(row.Met), strings.TrimSpace(ratio(row.CPURatio)+" "+spread(row.CPUSpread)), ratio(row.CoresBound), percent(row), cpu(row.CPU))
 	}
 	return tw.Flush()
 }
@@ -234,11 +241,14 @@ func (r *Result) WriteMarkdown(w io.Writer, command string) error {
 	b.WriteString("process (the consumer of what a relay or the raw publisher sent; or the router, or the raw consumer, where the\n")
 	b.WriteString("row runs them in it, one at a time), RabbitMQ's beam.smp and PostgreSQL's processes. The CPU ratio is the CPU\n")
 	b.WriteString("per message of moenda's process over the raw client's doing the same work, with its spread: unlike a rate, it\n")
-	b.WriteString("does not move when another process takes a core. " + r.Machine["instructions"] + "\n\n")
-	b.WriteString("| name | value | unit | ceiling | ratio | spread | target | met | CPU ratio | CPU s per 10k |\n|---|--:|---|--:|--:|---|---|---|---|---|\n")
+	b.WriteString("does not move when another process takes a core. The cores-bound ratio is the ratio the rates would have if\n")
+	b.WriteString("the machine's cores bounded both sides: the ceiling's CPU per message, every process's, over moenda's; idle is the\n")
+	b.WriteString("share of the cores idle in moenda's rounds. A ratio near its cores-bound ratio, with little idle, is the machine's\n")
+	b.WriteString("limit: what moenda can gain there is CPU per message. " + r.Machine["instructions"] + "\n\n")
+	b.WriteString("| name | value | unit | ceiling | ratio | spread | target | met | CPU ratio | cores-bound ratio | idle | CPU s per 10k |\n|---|--:|---|--:|--:|---|---|---|---|--:|--:|---|\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), spread(row.Spread),
-			row.Target, met(row.Met), strings.TrimSpace(ratio(row.CPURatio)+" "+spread(row.CPUSpread)), cpu(row.CPU))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Name, num(row.Value), row.Unit, num(row.Ceiling), ratio(row.Ratio), spread(row.Spread),
+			row.Target, met(row.Met), strings.TrimSpace(ratio(row.CPURatio)+" "+spread(row.CPUSpread)), ratio(row.CoresBound), percent(row), cpu(row.CPU))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -260,6 +270,14 @@ func ratio(v float64) string {
 		return ""
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// percent prints a row's idle share, when it has a cores-bound ratio.
+func percent(row Row) string {
+	if row.CoresBound == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.0f %%", 100*row.Idle)
 }
 
 // spread prints a row's lowest and highest ratio, as "0.81–0.90".

@@ -25,6 +25,13 @@ const (
 	procPostgres = "postgresql" // every postgres process, with the backends that have exited
 )
 
+// The machine's time, all cores together, beside the roles: all of it, and
+// what was idle (idle and iowait in /proc/stat).
+const (
+	machineAll  = "machine"
+	machineIdle = "idle"
+)
+
 // cpuRoles are the roles in the order a row prints them.
 var cpuRoles = []string{procMoenda, procClient, procBench, procBroker, procPostgres}
 
@@ -53,6 +60,9 @@ func sampleCPU(measured process) (cpuSample, error) {
 		if s[measured.role], err = processCPU(measured.pid); err != nil {
 			return nil, err
 		}
+	}
+	if s[machineAll], s[machineIdle], err = machineCPU(); err != nil {
+		return nil, err
 	}
 	stats, err := filepath.Glob("/proc/[0-9]*/comm")
 	if err != nil {
@@ -101,6 +111,33 @@ func processCPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("CPU of process %d: /proc/%d/stat: %w", pid, pid, err)
 	}
 	return used, nil
+}
+
+// machineCPU is the time of every core since boot, and the part idle.
+func machineCPU() (all, idle time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("machine CPU: %w", err)
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	fields := strings.Fields(string(line))
+	if len(fields) < 6 || fields[0] != "cpu" {
+		return 0, 0, fmt.Errorf("machine CPU: /proc/stat begins %q", line)
+	}
+	for i, f := range fields[1:] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("machine CPU: %w", err)
+		}
+		if i >= 7 { // guest time is counted in user time already
+			break
+		}
+		all += time.Duration(n) * clockTick
+		if i == 3 || i == 4 { // idle, iowait
+			idle += time.Duration(n) * clockTick
+		}
+	}
+	return all, idle, nil
 }
 
 // statCPU reads fields 14 to 17 of a /proc/pid/stat line: utime, stime,

@@ -76,4 +76,7 @@ func TestPairedRow(t *testing.T) {
 	if !near(row.CPURatio, 2) || !near(row.CPUSpread[0], 1.5) || !near(row.CPUSpread[1], 2) || !near(row.CPU[procMoenda], 3) {
 		t.Fatalf("CPU: %+v", row)
 	}
+	if !near(row.CoresBound, 0.5) {
+		t.Fatalf("cores-bound ratio %v, want the median of 1/2, 2/3 and 2/4", row.CoresBound)
+	}
 }

@@ -269,10 +269,30 @@ func (f flow) per10k(role string) float64 {
 // perRole is f's CPU seconds per 10,000 messages by role.
 func (f flow) perRole() map[string]float64 {
 	out := make(map[string]float64, len(f.cpu))
-	for role := range f.cpu {
-		out[role] = f.per10k(role)
+	for _, role := range cpuRoles {
+		if _, ok := f.cpu[role]; ok {
+			out[role] = f.per10k(role)
+		}
 	}
 	return out
+}
+
+// total is the CPU seconds per 10,000 messages of f of every process
+// measured: the whole work the machine did for them.
+func (f flow) total() float64 {
+	var sum float64
+	for _, v := range f.perRole() {
+		sum += v
+	}
+	return sum
+}
+
+// idle is the share of the machine's cores idle during f.
+func (f flow) idle() float64 {
+	if f.cpu[machineAll] <= 0 {
+		return 0
+	}
+	return float64(f.cpu[machineIdle]) / float64(f.cpu[machineAll])
 }
 
 // arrivals attaches a consumer to the sink queue, one that keeps up as a

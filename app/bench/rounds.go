@@ -91,9 +91,11 @@ func (p *paired) round(raw, mine func() (flow, error)) error {
 // Ratio with the median of their ratios and Spread with the lowest and
 // highest, and its CPU with the median of each role's over moenda's
 // rounds. Its CPU ratio is moenda's own process (serve, or the bench
-// process where moenda ran in it) over the raw client's.
+// process where moenda ran in it) over the raw client's. CoresBound is
+// the ratio the rates would have if the cores were all that bounded
+// them: the raw round's CPU per message, every process's, over moenda's.
 func (p *paired) row(row Row) Row {
-	rates, ceilings, ratios, cpuRatios := make([]float64, 0, len(p.mine)), []float64{}, []float64{}, []float64{}
+	var rates, ceilings, ratios, cpuRatios, bound, idle []float64
 	for i, mine := range p.mine {
 		raw := p.raw[i]
 		rates, ceilings = append(rates, mine.rate), append(ceilings, raw.rate)
@@ -101,10 +103,17 @@ func (p *paired) row(row Row) Row {
 		if client := raw.per10k(raw.own); client > 0 {
 			cpuRatios = append(cpuRatios, mine.per10k(mine.own)/client)
 		}
+		if mine.total() > 0 {
+			bound = append(bound, raw.total()/mine.total())
+			idle = append(idle, mine.idle())
+		}
 	}
 	row.Value, row.Ceiling = median(rates), median(ceilings)
 	row.Ratio, row.Spread = median(ratios), []float64{slices.Min(ratios), slices.Max(ratios)}
 	row.CPU = medianCPU(p.mine)
+	if len(bound) > 0 {
+		row.CoresBound, row.Idle = median(bound), median(idle)
+	}
 	if len(cpuRatios) > 0 {
 		row.CPURatio, row.CPUSpread = median(cpuRatios), []float64{slices.Min(cpuRatios), slices.Max(cpuRatios)}
 	}
