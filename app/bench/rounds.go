@@ -128,8 +128,8 @@ func (p *paired) rawCPU() map[string]float64 { return medianCPU(p.raw) }
 func medianCPU(flows []flow) map[string]float64 {
 	perRole := map[string][]float64{}
 	for _, f := range flows {
-		for role := range f.cpu {
-			perRole[role] = append(perRole[role], f.per10k(role))
+		for role, v := range f.perRole() {
+			perRole[role] = append(perRole[role], v)
 		}
 	}
 	if len(perRole) == 0 {
