@@ -80,21 +80,18 @@ func relayDrain(ctx context.Context, e *env, r *Result) error {
 		return err
 	}
 	for _, reader := range e.readers() {
-		var rounds paired
-		for range e.sz.rounds {
-			err := rounds.round(func() (flow, error) {
-				if err := e.purge(); err != nil {
-					return flow{}, err
-				}
-				return e.publishCeiling(ctx, job)
-			}, func() (flow, error) {
-				f, rss, err := e.drain(ctx, reader, e.sz.backlog)
-				peak = max(peak, rss)
-				return f, err
-			})
-			if err != nil {
-				return err
+		rounds, err := alternate(e, "relay drain, "+reader+" reader", e.sz.rounds, func() (flow, error) {
+			if err := e.purge(); err != nil {
+				return flow{}, err
 			}
+			return e.publishCeiling(ctx, job)
+		}, func() (flow, error) {
+			f, rss, err := e.drain(ctx, reader, e.sz.backlog)
+			peak = max(peak, rss)
+			return f, err
+		})
+		if err != nil {
+			return err
 		}
 		row := rounds.row(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows with confirms, %s reader, against the raw publisher in the same rounds", e.sz.backlog, reader),
 			Unit: "rows/s", Target: "ratio >= 0.85"})
@@ -247,52 +244,6 @@ func (e *env) drain(ctx context.Context, reader string, n int, environ ...string
 		return flow{}, 0, err
 	}
 	return got, rss, e.purge()
-}
-
-// flow is what arrivals measured: the rate from the first arrival to the
-// last, and the CPU each process used over the same span.
-type flow struct {
-	rate float64
-	cpu  cpuSample
-	n    int    // messages counted from the first arrival on
-	own  string // the role of the process that did the work measured
-}
-
-// per10k is the CPU seconds of role per 10,000 messages of f.
-func (f flow) per10k(role string) float64 {
-	if f.n == 0 {
-		return 0
-	}
-	return f.cpu[role].Seconds() * 10000 / float64(f.n)
-}
-
-// perRole is f's CPU seconds per 10,000 messages by role.
-func (f flow) perRole() map[string]float64 {
-	out := make(map[string]float64, len(f.cpu))
-	for _, role := range cpuRoles {
-		if _, ok := f.cpu[role]; ok {
-			out[role] = f.per10k(role)
-		}
-	}
-	return out
-}
-
-// total is the CPU seconds per 10,000 messages of f of every process
-// measured: the whole work the machine did for them.
-func (f flow) total() float64 {
-	var sum float64
-	for _, v := range f.perRole() {
-		sum += v
-	}
-	return sum
-}
-
-// idle is the share of the machine's cores idle during f.
-func (f flow) idle() float64 {
-	if f.cpu[machineAll] <= 0 {
-		return 0
-	}
-	return float64(f.cpu[machineIdle]) / float64(f.cpu[machineAll])
 }
 
 // arrivals attaches a consumer to the sink queue, one that keeps up as a

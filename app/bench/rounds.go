@@ -5,6 +5,53 @@ import (
 	"time"
 )
 
+// flow is what one side of a round measured: a rate, and the CPU each
+// process used over the same span (arrivals' from the first arrival to
+// the last).
+type flow struct {
+	rate float64
+	cpu  cpuSample
+	n    int    // messages counted from the first arrival on
+	own  string // the role of the process that did the work measured
+}
+
+// per10k is the CPU seconds of role per 10,000 messages of f.
+func (f flow) per10k(role string) float64 {
+	if f.n == 0 {
+		return 0
+	}
+	return f.cpu[role].Seconds() * 10000 / float64(f.n)
+}
+
+// perRole is f's CPU seconds per 10,000 messages by role.
+func (f flow) perRole() map[string]float64 {
+	out := make(map[string]float64, len(f.cpu))
+	for _, role := range cpuRoles {
+		if _, ok := f.cpu[role]; ok {
+			out[role] = f.per10k(role)
+		}
+	}
+	return out
+}
+
+// total is the CPU seconds per 10,000 messages of f of every process
+// measured: the whole work the machine did for them.
+func (f flow) total() float64 {
+	var sum float64
+	for _, v := range f.perRole() {
+		sum += v
+	}
+	return sum
+}
+
+// idle is the share of the machine's cores idle during f.
+func (f flow) idle() float64 {
+	if f.cpu[machineAll] <= 0 {
+		return 0
+	}
+	return float64(f.cpu[machineIdle]) / float64(f.cpu[machineAll])
+}
+
 // paired gathers the rounds of a figure measured in pairs, moenda's and
 // the raw client's one after the other, so that both meet the machine in
 // the same state; a round's ratio is taken within it.
