@@ -2,3 +2,6 @@ package outbox
 
 // SlotName is slotName, for the tests outside the package.
 var SlotName = slotName
+
+// LagQuery is lagQuery, for the tests outside the package.
+const LagQuery = lagQuery
