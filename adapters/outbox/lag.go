@@ -20,18 +20,21 @@ func Lag(ctx context.Context, pool *pgxpool.Pool, group string) (rows int64, old
 	return rows, time.Duration(secs * float64(time.Second)), nil
 }
 
-// lagQuery reads the position in subqueries of their own, which
-// PostgreSQL runs once, before the scan: the bound is then a value, and
-// the primary key's range gives the backlog alone. Joined to the
-// position, the bound was a column, and every row of the outbox was
-// read, published ones included: 47 ms on 200,000 rows, and seconds
-// under a week of retention, on every metrics poll (0.25 ms this way).
-const lagQuery = `
-	SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at)), 0)::float8
-	FROM watermill_outbox o
-	WHERE (o.transaction_id, o."offset") > (
-		COALESCE((SELECT last_processed_transaction_id FROM watermill_offsets_outbox WHERE consumer_group = $1), '0'),
-		COALESCE((SELECT offset_acked FROM watermill_offsets_outbox WHERE consumer_group = $1), 0))`
+// afterPosition selects the outbox rows (o) after the position of the
+// group $1, all of them while it has none. The position is read in
+// subqueries of their own, which PostgreSQL runs once, before the scan:
+// the bound is then a value, and the primary key's range gives the rows.
+// Joined to the position, the bound was a column, and every row of the
+// outbox was read, published ones included: 47 ms on 200,000 rows, and
+// seconds under a week of retention, on every metrics poll (0.25 ms this
+// way).
+const afterPosition = `(o.transaction_id, o."offset") > (
+	COALESCE((SELECT last_processed_transaction_id FROM watermill_offsets_outbox WHERE consumer_group = $1), '0'),
+	COALESCE((SELECT offset_acked FROM watermill_offsets_outbox WHERE consumer_group = $1), 0))`
+
+// lagQuery counts the rows after the position and the age of the oldest.
+const lagQuery = `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at)), 0)::float8
+	FROM watermill_outbox o WHERE ` + afterPosition
 
 // Group is the consumer group whose position the relay keeps.
 func (r *Relay) Group() string { return r.cfg.ConsumerGroup }

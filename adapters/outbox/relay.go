@@ -266,8 +266,7 @@ func ResetPosition(ctx context.Context, pool *pgxpool.Pool, group string) error 
 func CaughtUp(ctx context.Context, pool *pgxpool.Pool, group string) (bool, error) {
 	var done bool
 	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_offsets_outbox WHERE consumer_group = $1)
-		AND NOT EXISTS (SELECT 1 FROM watermill_outbox o, watermill_offsets_outbox p WHERE p.consumer_group = $1
-			AND (o.transaction_id, o."offset") > (p.last_processed_transaction_id, p.offset_acked))`, group).Scan(&done)
+		AND NOT EXISTS (SELECT 1 FROM watermill_outbox o WHERE `+afterPosition+`)`, group).Scan(&done)
 	if err != nil {
 		return false, fmt.Errorf("outbox: position of %s: %w", group, err)
 	}
