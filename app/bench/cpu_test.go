@@ -22,7 +22,10 @@ func TestStatCPU(t *testing.T) {
 }
 
 // TestSampleCPUCountsThisProcess spins until getrusage counts 200 ms of
-// this process's CPU, and checks /proc's count agrees within two ticks.
+// this process's CPU, and checks /proc's count agrees. The two are kept
+// apart by the kernel (ticks sampled, against time run scaled to them),
+// and differ by a few ticks on a busy machine (28 ms once, in CI): the
+// check allows a fifth of the time spun.
 func TestSampleCPUCountsThisProcess(t *testing.T) {
 	self := process{procClient, os.Getpid()}
 	before, err := sampleCPU(self)
@@ -39,7 +42,7 @@ func TestSampleCPUCountsThisProcess(t *testing.T) {
 	}
 	used := after.since(before)
 	for _, role := range []string{procBench, procClient} {
-		if d := used[role] - spun; d < -2*clockTick || d > 2*clockTick {
+		if d := used[role] - spun; d < -spun/5 || d > spun/5 {
 			t.Errorf("%s: /proc counted %v where getrusage counted %v", role, used[role], spun)
 		}
 	}
