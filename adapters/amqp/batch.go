@@ -115,7 +115,10 @@ func (p *BatchPublisher) PublishTo(ctx context.Context, exchange, key string, ms
 	}
 	// RabbitMQ returns an unroutable mandatory message before it confirms it.
 	select {
-	case r := <-p.returns:
+	case r, ok := <-p.returns:
+		if !ok { // the channel closed after the confirm, with no return before it
+			return nil
+		}
 		return fmt.Errorf("amqp: exchange %q routes key %q to no queue (%s); declare the topology again (restart serve)", exchange, key, r.ReplyText)
 	default:
 		return nil
@@ -152,7 +155,10 @@ func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) 
 	drain := func() {
 		for {
 			select {
-			case r := <-p.returns:
+			case r, ok := <-p.returns:
+				if !ok { // the channel closed: what it held was read first
+					return
+				}
 				returned[r.MessageId] = r
 			default:
 				return

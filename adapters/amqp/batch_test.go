@@ -1,9 +1,16 @@
 package amqp
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
 )
 
@@ -31,5 +38,51 @@ func TestNewBatchPublisherRefusesWhatCannotWork(t *testing.T) {
 	}
 	if _, err := NewBatchPublisher([]string{"amqp://guest:guest@127.0.0.1:5672/"}, "test", 1, top); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchWithItsReturnsClosedEnds: amqp091 closes the channel of
+// returns when the AMQP channel shuts down. A batch whose confirms came
+// before that ends, as does a single publish, rather than reading the
+// closed channel's zero values for ever while it holds the publisher
+// (which froze a relay whose broker went away mid-batch, at full CPU).
+func TestBatchWithItsReturnsClosedEnds(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	top, q := loadTopology(t, "closed", "closed.q", topology.Classic)
+	if err := Declare(context.Background(), []string{vhost.URL}, top); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := NewBatchPublisher([]string{vhost.URL}, "moenda test relay", 8, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	topics, msgs := newMessages("closed", 3)
+	if err := pub.PublishBatch(context.Background(), topics, msgs); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan amqp091.Return)
+	close(closed)
+	pub.mu.Lock()
+	pub.returns = closed // as amqp091 leaves it once the channel shut down
+	pub.mu.Unlock()
+	done := make(chan error, 2)
+	go func() {
+		topics, msgs := newMessages("closed", 3)
+		done <- pub.PublishBatch(context.Background(), topics, msgs)
+		done <- pub.PublishTo(context.Background(), "closed", "closed.tick", message.NewMessage(watermill.NewUUID(), []byte(`{}`)))
+	}()
+	for _, what := range []string{"PublishBatch", "PublishTo"} {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still runs after 10 s with its returns closed", what)
+		}
+	}
+	if got := testenv.ReadyMessages(t, vhost.URL, q); got != 7 {
+		t.Fatalf("%s holds %d messages, want 7", q, got)
 	}
 }
