@@ -24,22 +24,9 @@ func TestQuickRun(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../..").CombinedOutput(); err != nil {
 		t.Fatalf("build moenda: %v\n%s", err, out)
 	}
-	vhost := testenv.RabbitMQ(t)
-	res, err := Run(context.Background(), Options{
-		Quick:       true,
-		ServeBin:    bin,
-		PostgresURL: testenv.SharePostgres(t),
-		AMQPURL:     vhost.URL,
-		Settings: Settings{
-			AMQP: amqp.Config{URL: vhost.URL, Prefetch: 50},
-			Outbox: outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: 100 * time.Millisecond, BatchSize: 1000, ConfirmWindow: 256,
-				Reader: outbox.ReaderAuto},
-			Router: router.Config{CloseTimeout: 5 * time.Second},
-			Failure: topology.FailureConfig{ImmediateRetries: new(int), ImmediateInterval: 10 * time.Millisecond, Delays: []time.Duration{100 * time.Millisecond},
-				DeadLetter: topology.DeadLetterConfig{Exchange: "moenda.dlx", Queue: "{queue}.dlq"}},
-		},
-		Logger: testenv.Logger(),
-	})
+	opts := quickOptions(t)
+	opts.ServeBin = bin
+	res, err := Run(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,4 +106,38 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("outputs:\n%s\n%s", table.String(), doc.String())
 	}
 	t.Logf("\n%s", table.String())
+}
+
+// quickOptions are a --quick run's against the test services, with their
+// own vhost.
+func quickOptions(t *testing.T) Options {
+	vhost := testenv.RabbitMQ(t)
+	return Options{
+		Quick:       true,
+		PostgresURL: testenv.SharePostgres(t),
+		AMQPURL:     vhost.URL,
+		Settings: Settings{
+			AMQP: amqp.Config{URL: vhost.URL, Prefetch: 50},
+			Outbox: outbox.Config{ConsumerGroup: "moenda-relay", PollInterval: time.Second, RetryInterval: 100 * time.Millisecond, BatchSize: 1000, ConfirmWindow: 256,
+				Reader: outbox.ReaderAuto},
+			Router: router.Config{CloseTimeout: 5 * time.Second},
+			Failure: topology.FailureConfig{ImmediateRetries: new(int), ImmediateInterval: 10 * time.Millisecond, Delays: []time.Duration{100 * time.Millisecond},
+				DeadLetter: topology.DeadLetterConfig{Exchange: "moenda.dlx", Queue: "{queue}.dlq"}},
+		},
+		Logger: testenv.Logger(),
+	}
+}
+
+// TestAStepRunsAlone runs one step on its own (--step), as one does to
+// measure a change: every step makes what it needs, not an earlier step.
+func TestAStepRunsAlone(t *testing.T) {
+	opts := quickOptions(t)
+	opts.Steps = []string{"end-to-end latency"}
+	res, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(res.Rows); n != 8 {
+		t.Fatalf("the latency step alone gave %d rows, want 8 (p50, p95 and p99 per reader, and a p99 per reader beside a transaction elsewhere)", n)
+	}
 }

@@ -99,6 +99,11 @@ func newEnv(ctx context.Context, opts Options) (_ *env, err error) {
 	if _, err := migrations.Up(ctx, e.pool, slog.New(slog.DiscardHandler)); err != nil {
 		return nil, err
 	}
+	// The business table of the use cases that several steps run, so that
+	// each step also runs alone (--step).
+	if _, err := e.pool.Exec(ctx, `CREATE TABLE bench_business (id BIGSERIAL PRIMARY KEY, data TEXT NOT NULL)`); err != nil {
+		return nil, err
+	}
 	if e.reader, err = outbox.ChooseReader(ctx, e.pool, e.set.Outbox.Reader, opts.Logger); err != nil {
 		return nil, err
 	}

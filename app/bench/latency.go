@@ -104,6 +104,7 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	jobs := make(chan struct{}, total)
 	var wg sync.WaitGroup
 	var failed atomic.Int64
+	var firstErr atomic.Value
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -120,8 +121,8 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 					committing.Store(ev.ID, time.Now())
 					return nil
 				})
-				if err != nil {
-					failed.Add(1)
+				if err != nil && failed.Add(1) == 1 {
+					firstErr.Store(err)
 				}
 			}
 		}()
@@ -135,7 +136,7 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	close(jobs)
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
-		return nil, fmt.Errorf("%d use cases failed", n)
+		return nil, fmt.Errorf("%d use cases failed, the first with: %w", n, firstErr.Load().(error))
 	}
 	if foreign {
 		endForeign() // the offered load is over: the transaction ends
