@@ -25,9 +25,13 @@ func TestStatCPU(t *testing.T) {
 // this process's CPU, and checks /proc's count agrees. The two are kept
 // apart by the kernel (ticks sampled, against time run scaled to them),
 // and differ by a few ticks on a busy machine (28 ms once, in CI): the
-// check allows a fifth of the time spun.
+// check allows a fifth of the time spun. /proc is read just outside the
+// spin, so the process's other work in between (goroutines an earlier
+// test left winding down, the collector) counts there: getrusage also
+// reads a window around /proc's reads, which bounds /proc's count above.
 func TestSampleCPUCountsThisProcess(t *testing.T) {
 	self := process{procClient, os.Getpid()}
+	outerStart := rusage(t)
 	before, err := sampleCPU(self)
 	if err != nil {
 		t.Fatal(err)
@@ -40,10 +44,11 @@ func TestSampleCPUCountsThisProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	outer := rusage(t) - outerStart
 	used := after.since(before)
 	for _, role := range []string{procBench, procClient} {
-		if d := used[role] - spun; d < -spun/5 || d > spun/5 {
-			t.Errorf("%s: /proc counted %v where getrusage counted %v", role, used[role], spun)
+		if used[role] < spun-spun/5 || used[role] > outer+spun/5 {
+			t.Errorf("%s: /proc counted %v where getrusage counted %v spinning and %v around /proc's reads", role, used[role], spun, outer)
 		}
 	}
 }
