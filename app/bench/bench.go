@@ -51,7 +51,8 @@ type sizes struct {
 	backlog    int           // relay drain
 	bigBacklog int           // relay drain, flatness check; 0 skips it
 	latencyFor time.Duration // end-to-end latency at a fixed rate
-	rate       int           // offered load for latency, events/s
+	rates      []int         // offered loads for latency, events/s
+	foreign    int           // the one offered beside a transaction elsewhere
 	idleFor    time.Duration // idle relay query count
 	ledger     int           // failures the ledger's pages are read from
 	renders    int           // renders of each console page timed
@@ -61,10 +62,10 @@ type sizes struct {
 
 func (o Options) sizes() sizes {
 	if o.Quick {
-		return sizes{messages: 2000, consumed: 1000, rounds: 1, txDuration: 500 * time.Millisecond, backlog: 2000, latencyFor: 2 * time.Second, rate: 200, idleFor: 2 * time.Second,
+		return sizes{messages: 2000, consumed: 1000, rounds: 1, txDuration: 500 * time.Millisecond, backlog: 2000, latencyFor: 2 * time.Second, rates: []int{200}, foreign: 200, idleFor: 2 * time.Second,
 			ledger: 20000, renders: 3, dead: 1000, paced: 400}
 	}
-	return sizes{messages: 50000, consumed: 20000, rounds: 5, txDuration: 3 * time.Second, backlog: 50000, bigBacklog: 500000, latencyFor: 10 * time.Second, rate: 1000, idleFor: 10 * time.Second,
+	return sizes{messages: 50000, consumed: 20000, rounds: 5, txDuration: 3 * time.Second, backlog: 50000, bigBacklog: 500000, latencyFor: 10 * time.Second, rates: []int{500, 1000, 3000}, foreign: 1000, idleFor: 10 * time.Second,
 		ledger: 1000000, renders: 15, dead: 20000, paced: 5000}
 }
 
@@ -82,7 +83,8 @@ type Row struct {
 	Target string `json:"target,omitempty"`
 	Met    *bool  `json:"met,omitempty"`
 	// Spread is the lowest and the highest ratio of the row's paired
-	// rounds, when Ratio is their median.
+	// rounds, when Ratio is their median; or, for a row without a
+	// ceiling, of its value, when Value is their median.
 	Spread []float64 `json:"spread,omitempty"`
 	// CPU is the CPU seconds, user plus system, that each process used
 	// per 10,000 of the row's messages, by role (cpu.go).
@@ -236,7 +238,8 @@ func (r *Result) WriteMarkdown(w io.Writer, command string) error {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, r.Machine[k])
 	}
 	b.WriteString("\n## Results\n\n")
-	b.WriteString("Spread is the lowest and highest ratio of a row's paired rounds, whose median is the ratio. CPU is user plus\n")
+	b.WriteString("Spread is the lowest and highest ratio of a row's paired rounds, whose median is the ratio (for a row without\n")
+	b.WriteString("a ceiling, such as a latency, the lowest and highest value of its rounds, whose median is the value). CPU is user plus\n")
 	b.WriteString("system seconds per 10,000 messages, from /proc: moenda's serve process, the raw publisher's process, the bench\n")
 	b.WriteString("process (the consumer of what a relay or the raw publisher sent; or the router, or the raw consumer, where the\n")
 	b.WriteString("row runs them in it, one at a time), RabbitMQ's beam.smp and PostgreSQL's processes. The CPU ratio is the CPU\n")
@@ -272,9 +275,10 @@ func ratio(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-// percent prints a row's idle share, when it has a cores-bound ratio.
+// percent prints a row's idle share, when it has a cores-bound ratio or
+// an idle share of its own.
 func percent(row Row) string {
-	if row.CoresBound == 0 {
+	if row.CoresBound == 0 && row.Idle == 0 {
 		return ""
 	}
 	return fmt.Sprintf("%.0f %%", 100*row.Idle)
@@ -284,6 +288,9 @@ func percent(row Row) string {
 func spread(s []float64) string {
 	if len(s) != 2 {
 		return ""
+	}
+	if s[1] >= 100 {
+		return fmt.Sprintf("%.0f–%.0f", s[0], s[1])
 	}
 	return fmt.Sprintf("%.2f–%.2f", s[0], s[1])
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/moenda/moenda/adapters/await"
@@ -19,52 +20,166 @@ import (
 
 // latency offers a fixed rate of use cases for a while and measures, per
 // event, the time from its commit to its handler running: outbox, relay,
-// RabbitMQ, router and chain. It does so with each reader, and again while
-// a write transaction is open in another database of the server for the
-// whole offered load, as a batch job's would be: the polling reader waits
-// for it to end, the logical one does not.
+// RabbitMQ, router and chain. Each rate runs in rounds, the readers
+// alternating within a round so that both meet the machine in the same
+// state; a row is the median of its rounds, with their spread. Each
+// event's time is split in three: its commit, from the commit to the
+// relay handing its batch to the broker (the reader's share), and from
+// there to its handler (the broker's and the router's). Once, at the
+// rate sizes.foreign, it runs again while a write transaction is open in another
+// database of the server for the whole offered load, as a batch job's
+// would be: the polling reader waits for it to end, the logical one does
+// not.
 func latency(ctx context.Context, e *env, r *Result) error {
-	for _, foreign := range []bool{false, true} {
-		for _, reader := range e.readers() {
-			lat, err := e.latencies(ctx, reader, foreign)
-			if err != nil {
-				return err
+	readers := e.readers()
+	for _, rate := range e.sz.rates {
+		runs := map[string]latencyRounds{}
+		for round := range e.sz.rounds {
+			order := slices.Clone(readers)
+			if round%2 == 1 {
+				slices.Reverse(order)
 			}
-			pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
-			name := fmt.Sprintf("moenda: end-to-end latency at %d events/s, commit to handler, %s reader, ", e.sz.rate, reader)
-			if foreign {
-				name = fmt.Sprintf("moenda: end-to-end latency at %d events/s with a write transaction open in another database, %s reader, ", e.sz.rate, reader)
-				r.add(Row{Name: name + "p99", Value: pct(0.99), Unit: "ms"}, 0, 0)
-				continue
+			for _, reader := range order {
+				js, err := e.latencies(ctx, reader, rate, false)
+				if err != nil {
+					return err
+				}
+				runs[reader] = append(runs[reader], js)
+				e.logger.Debug("bench: latency round", "rate", rate, "reader", reader, "round", round, "p99", js.percentile(0.99, endToEnd))
 			}
-			r.add(Row{Name: name + "p50", Value: pct(0.50), Unit: "ms"}, 0, 0)
-			r.add(Row{Name: name + "p95", Value: pct(0.95), Unit: "ms"}, 0, 0)
-			r.add(Row{Name: name + "p99", Value: pct(0.99), Unit: "ms", Target: "<= 10 ms"}, 0, 10)
 		}
+		target := latencyTarget(rate)
+		for _, reader := range readers {
+			name := fmt.Sprintf("moenda: end-to-end latency at %d events/s, commit to handler, %s reader, ", rate, reader)
+			rounds := runs[reader]
+			r.add(rounds.row(Row{Name: name + "p50", Unit: "ms"}, 0.50, endToEnd), 0, 0)
+			r.add(rounds.row(Row{Name: name + "p95", Unit: "ms"}, 0.95, endToEnd), 0, 0)
+			r.add(rounds.row(Row{Name: name + "p99", Unit: "ms", Target: fmt.Sprintf("<= %d ms", target)}, 0.99, endToEnd), 0, float64(target))
+			for _, st := range stages {
+				r.add(rounds.row(Row{Name: name + "p99 of " + st.name, Unit: "ms"}, 0.99, st.took), 0, 0)
+			}
+			r.add(rounds.committedRow(Row{Name: fmt.Sprintf("moenda: use cases committed while %d events/s were offered, %s reader", rate, reader), Unit: "tx/s"}), 0, 0)
+		}
+	}
+	rate := e.sz.foreign
+	for _, reader := range readers {
+		js, err := e.latencies(ctx, reader, rate, true)
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("moenda: end-to-end latency at %d events/s with a write transaction open in another database, %s reader, p99", rate, reader)
+		r.add(Row{Name: name, Value: js.percentile(0.99, endToEnd), Unit: "ms"}, 0, 0)
 	}
 	return nil
 }
 
-// latencies runs the offered load once with reader, with a write
-// transaction open elsewhere when foreign, and returns the sorted
-// latencies.
-func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]time.Duration, error) {
-	relay, closeRelay, err := e.newRelay(reader)
+// latencyTarget is the p99 in milliseconds the latency rows aim at for
+// an offered rate.
+func latencyTarget(rate int) int {
+	if rate <= 1000 {
+		return 10
+	}
+	return 20
+}
+
+// journey is one event's times: when its use case asked to commit, when
+// the commit returned, when the relay handed its batch to the broker and
+// when its handler ran.
+type journey struct{ asked, committed, published, handled time.Time }
+
+func endToEnd(j journey) time.Duration { return j.handled.Sub(j.asked) }
+
+// stages split a journey; their p99s need not add up to the whole's.
+var stages = []struct {
+	name string
+	took func(journey) time.Duration
+}{
+	{"the commit", func(j journey) time.Duration { return j.committed.Sub(j.asked) }},
+	{"the commit to the relay's publish", func(j journey) time.Duration { return j.published.Sub(j.committed) }},
+	{"the relay's publish to the handler", func(j journey) time.Duration { return j.handled.Sub(j.published) }},
+}
+
+// journeys are one run's events, with the span over which their use
+// cases committed, and the CPU the machine used for them: every part of
+// their path ran in the bench process, beside RabbitMQ and PostgreSQL.
+type journeys struct {
+	all         []journey
+	first, last time.Time // the first and the last commit
+	cpu         flow
+}
+
+// percentile is the p-th percentile of took over js, in milliseconds.
+func (js journeys) percentile(p float64, took func(journey) time.Duration) float64 {
+	d := make([]time.Duration, len(js.all))
+	for i, j := range js.all {
+		d[i] = took(j)
+	}
+	slices.Sort(d)
+	return float64(d[int(p*float64(len(d)-1))]) / float64(time.Millisecond)
+}
+
+// committedPerSecond is the rate the use cases committed at: the offered
+// one, unless the machine could not commit that many.
+func (js journeys) committedPerSecond() float64 {
+	return float64(len(js.all)-1) / js.last.Sub(js.first).Seconds()
+}
+
+// latencyRounds are the rounds of one rate and reader.
+type latencyRounds []journeys
+
+// row fills row's Value with the median over the rounds of their p-th
+// percentile of took, and its Spread with the lowest and the highest.
+func (rs latencyRounds) row(row Row, p float64, took func(journey) time.Duration) Row {
+	return withRounds(row, rs, func(js journeys) float64 { return js.percentile(p, took) })
+}
+
+// committedRow is row with the rate the rounds' use cases committed at,
+// the CPU per 10,000 events of each process and the cores' idle share:
+// an offered rate the machine's cores cannot carry shows here.
+func (rs latencyRounds) committedRow(row Row) Row {
+	row = withRounds(row, rs, journeys.committedPerSecond)
+	flows, idle := make([]flow, len(rs)), make([]float64, len(rs))
+	for i, js := range rs {
+		flows[i], idle[i] = js.cpu, js.cpu.idle()
+	}
+	row.CPU, row.Idle = medianCPU(flows), median(idle)
+	return row
+}
+
+// withRounds is row with the median of value over rs, and its spread.
+func withRounds(row Row, rs latencyRounds, value func(journeys) float64) Row {
+	v := make([]float64, len(rs))
+	for i, js := range rs {
+		v[i] = value(js)
+	}
+	row.Value = median(v)
+	if len(v) > 1 {
+		row.Spread = []float64{slices.Min(v), slices.Max(v)}
+	}
+	return row
+}
+
+// latencies runs the offered load once with reader at rate, with a write
+// transaction open elsewhere when foreign, and returns its events'
+// journeys.
+func (e *env) latencies(ctx context.Context, reader string, rate int, foreign bool) (journeys, error) {
+	var published sync.Map // event id -> time its batch was handed to the broker
+	relay, closeRelay, err := e.newRelayTo(reader, func(d outbox.Destination) outbox.Destination {
+		return publishClock{Destination: d, at: &published}
+	})
 	if err != nil {
-		return nil, err
+		return journeys{}, err
 	}
 	defer closeRelay()
 	// As in serve, each commit wakes the relay of its process.
 	out := outbox.New(e.top.Routable, e.wlog)
 	out.Wakes(relay)
 	txr := postgres.NewTransactor(e.pool, out)
-	// The clock starts when the use case asks to commit (its function
-	// returns) and stops when the handler runs.
-	var committing, handled sync.Map // event id -> time
+	var asked, committed, handled sync.Map // event id -> time
 	var count atomic.Int64
 	rt, closeBroker, err := e.router(func(_ context.Context, ev event.Event) error {
 		// Events the relay caught up on before the load are not counted.
-		if _, ours := committing.Load(ev.ID); !ours {
+		if _, ours := asked.Load(ev.ID); !ours {
 			return nil
 		}
 		if _, dup := handled.LoadOrStore(ev.ID, time.Now()); !dup {
@@ -73,7 +188,7 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return journeys{}, err
 	}
 	defer closeBroker()
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -84,10 +199,10 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	// The load starts once the relay has caught up, as in a serve that
 	// has been up a while.
 	if err := e.waitCaughtUp(ctx, relay, reader); err != nil {
-		return nil, err
+		return journeys{}, err
 	}
 	if err := e.purge(); err != nil {
-		return nil, err
+		return journeys{}, err
 	}
 	go func() { _ = rt.Run(runCtx) }()
 	defer rt.Close()
@@ -95,21 +210,28 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 	endForeign := func() {}
 	if foreign {
 		if endForeign, err = e.openForeignTransaction(ctx); err != nil {
-			return nil, err
+			return journeys{}, err
 		}
 		defer endForeign()
 	}
 
-	total := int(float64(e.sz.rate) * e.sz.latencyFor.Seconds())
-	jobs := make(chan struct{}, total)
+	// The first second of load is not counted: the consumer's channel,
+	// the writers' connections and the relay's first batches start in it.
+	warm, n := rate, int(float64(rate)*e.sz.latencyFor.Seconds())
+	jobs := make(chan bool, warm+n) // counted
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	var firstErr atomic.Value
-	for range 8 {
+	// 8 writers up to 1,000/s, 16 above, within the pool's room.
+	writers := 8
+	if rate > 1000 {
+		writers = 16
+	}
+	for range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range jobs {
+			for counted := range jobs {
 				ev := benchEvent()
 				err := txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 					if _, err := tx.Postgres().Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {
@@ -118,41 +240,87 @@ func (e *env) latencies(ctx context.Context, reader string, foreign bool) ([]tim
 					if err := tx.Publish(ctx, ev); err != nil {
 						return err
 					}
-					committing.Store(ev.ID, time.Now())
+					// The clock starts when the use case asks to commit.
+					if counted {
+						asked.Store(ev.ID, time.Now())
+					}
 					return nil
 				})
-				if err != nil && failed.Add(1) == 1 {
-					firstErr.Store(err)
+				if err != nil {
+					if failed.Add(1) == 1 {
+						firstErr.Store(err)
+					}
+					continue
+				}
+				if counted {
+					committed.Store(ev.ID, time.Now())
 				}
 			}
 		}()
 	}
-	tick := time.NewTicker(time.Second / time.Duration(e.sz.rate))
-	for range total {
+	var before cpuSample
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	for i := range warm + n {
 		<-tick.C
-		jobs <- struct{}{}
+		if i == warm {
+			if before, err = sampleCPU(process{}); err != nil {
+				break
+			}
+		}
+		jobs <- i >= warm
 	}
 	tick.Stop()
 	close(jobs)
 	wg.Wait()
+	if err != nil {
+		return journeys{}, err
+	}
 	if n := failed.Load(); n > 0 {
-		return nil, fmt.Errorf("%d use cases failed, the first with: %w", n, firstErr.Load().(error))
+		return journeys{}, fmt.Errorf("%d use cases failed, the first with: %w", n, firstErr.Load().(error))
 	}
 	if foreign {
 		endForeign() // the offered load is over: the transaction ends
 	}
-	if err := await.Until(ctx, time.Minute, "every event handled", func() (bool, error) { return count.Load() >= int64(total), nil }); err != nil {
-		return nil, fmt.Errorf("handled %d of %d events: %w", count.Load(), total, err)
+	if err := await.Until(ctx, time.Minute, "every event handled", func() (bool, error) { return count.Load() >= int64(n), nil }); err != nil {
+		return journeys{}, fmt.Errorf("handled %d of %d events: %w", count.Load(), n, err)
 	}
-	var lat []time.Duration
-	committing.Range(func(id, at any) bool {
-		if done, ok := handled.Load(id); ok {
-			lat = append(lat, done.(time.Time).Sub(at.(time.Time)))
+	after, err := sampleCPU(process{})
+	if err != nil {
+		return journeys{}, err
+	}
+	js := journeys{cpu: flow{cpu: after.since(before), n: n, own: procBench}}
+	asked.Range(func(id, at any) bool {
+		j := journey{asked: at.(time.Time)}
+		c, _ := committed.Load(id)
+		p, _ := published.Load(id)
+		h, _ := handled.Load(id)
+		j.committed, j.published, j.handled = c.(time.Time), p.(time.Time), h.(time.Time)
+		if js.first.IsZero() || j.committed.Before(js.first) {
+			js.first = j.committed
 		}
+		if j.committed.After(js.last) {
+			js.last = j.committed
+		}
+		js.all = append(js.all, j)
 		return true
 	})
-	slices.Sort(lat)
-	return lat, nil
+	return js, nil
+}
+
+// publishClock notes when the relay hands each message to the broker: the
+// first time, as a batch published again after a failure does not make
+// its events later.
+type publishClock struct {
+	outbox.Destination
+	at *sync.Map
+}
+
+func (p publishClock) PublishBatch(ctx context.Context, keys []string, msgs []*message.Message) error {
+	now := time.Now()
+	for _, msg := range msgs {
+		p.at.LoadOrStore(msg.UUID, now)
+	}
+	return p.Destination.PublishBatch(ctx, keys, msgs)
 }
 
 // openForeignTransaction opens a transaction that holds a transaction id

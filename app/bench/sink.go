@@ -42,13 +42,19 @@ func (e *env) router(handle handlers.HandlerFunc) (*message.Router, func(), erro
 // newRelay returns a relay over the bench's outbox and exchange, as serve
 // configures it, and a function that closes its connection.
 func (e *env) newRelay(reader string) (*outbox.Relay, func() error, error) {
+	return e.newRelayTo(reader, func(d outbox.Destination) outbox.Destination { return d })
+}
+
+// newRelayTo is newRelay publishing through what wrap makes of the
+// broker's publisher, for a step that watches the relay's publishes.
+func (e *env) newRelayTo(reader string, wrap func(outbox.Destination) outbox.Destination) (*outbox.Relay, func() error, error) {
 	dest, err := amqp.NewBatchPublisher([]string{e.opts.AMQPURL}, "moenda outbox relay", e.set.Outbox.ConfirmWindow, e.top)
 	if err != nil {
 		return nil, nil, err
 	}
 	cfg := e.set.Outbox
 	cfg.Reader = reader
-	relay, err := outbox.NewRelay(e.pool, dest, e.top.Routable, cfg, e.logger)
+	relay, err := outbox.NewRelay(e.pool, wrap(dest), e.top.Routable, cfg, e.logger)
 	if err != nil {
 		return nil, nil, errors.Join(err, dest.Close())
 	}
