@@ -8,19 +8,6 @@ import (
 	"time"
 )
 
-func TestStatCPU(t *testing.T) {
-	// A command name with a space and a parenthesis, as a process may
-	// give itself; utime 120, stime 30, cutime 7, cstime 3 ticks.
-	line := []byte("4242 (my (odd) proc) S 1 4242 4242 0 -1 4194560 1183 0 0 0 120 30 7 3 20 0 9 0 1966 1262329856 5467 18446744073709551615\n")
-	got, err := statCPU(line)
-	if err != nil || got != 160*clockTick {
-		t.Fatalf("statCPU = %v, %v; want %v", got, err, 160*clockTick)
-	}
-	if _, err := statCPU([]byte("4242 (short) S 1 2 3")); err == nil {
-		t.Fatal("a truncated line was read")
-	}
-}
-
 // TestSampleCPUCountsThisProcess spins until getrusage counts 200 ms of
 // this process's CPU, and checks /proc's count agrees. The two are kept
 // apart by the kernel (ticks sampled, against time run scaled to them),

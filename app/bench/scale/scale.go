@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/await"
+	"github.com/moenda/moenda/app/bench/procstat"
 	"github.com/moenda/moenda/app/harness"
 	"github.com/moenda/moenda/handlers/faultprobe"
 )
@@ -57,6 +58,13 @@ type Row struct {
 	// events per second, and Latency its acknowledgement to effect.
 	Rate    float64         `json:"rate"`
 	Latency harness.Latency `json:"latency"`
+	// CPU is the CPU seconds, user plus system, each role's processes
+	// used per 10,000 events of the backlog, from the relay's start to the
+	// last effect (the workers summed), and Idle the share of the
+	// machine's cores idle meanwhile: whether the machine or moenda
+	// bounded the rate.
+	CPU  map[string]float64 `json:"cpu_per_10k,omitempty"`
+	Idle float64            `json:"idle"`
 }
 
 // Stop is one SIGTERM under load: the role stopped, how long the process
@@ -269,6 +277,10 @@ func (m *measure) phases(ctx context.Context) error {
 			return err
 		}
 		target := m.Acknowledged()
+		before, err := m.sampleCPU(nil)
+		if err != nil {
+			return err
+		}
 		if err := m.Restart(ctx, relay); err != nil {
 			return err
 		}
@@ -276,7 +288,13 @@ func (m *measure) phases(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// The relay is a new process: all of its CPU is the phase's.
+		after, err := m.sampleCPU(relay)
+		if err != nil {
+			return err
+		}
 		row.Handled = rate
+		row.CPU, row.Idle = after.since(before, row.Backlog)
 		w, acked, err := m.steadyLoad(ctx)
 		if err != nil {
 			return err
@@ -289,6 +307,52 @@ func (m *measure) phases(ctx context.Context) error {
 		}
 	}
 	return m.stopUnderLoad(ctx)
+}
+
+// cpuSample is the CPU each role had used when it was read, with the
+// machine's time, all cores together, and its idle part.
+type cpuSample struct {
+	roles     map[string]time.Duration
+	all, idle time.Duration
+}
+
+// sampleCPU reads /proc for the running workers, relay (when not nil),
+// RabbitMQ and PostgreSQL.
+func (m *measure) sampleCPU(relay *harness.Node) (cpuSample, error) {
+	roles, err := procstat.Named(map[string]string{"beam.smp": "rabbitmq", "postgres": "postgresql"})
+	if err != nil {
+		return cpuSample{}, err
+	}
+	for _, nd := range m.Nodes {
+		if nd.Role == "worker" && nd.Running() {
+			used, err := procstat.Process(nd.PID())
+			if err != nil {
+				return cpuSample{}, err
+			}
+			roles["workers"] += used
+		}
+	}
+	if relay != nil {
+		if roles["relay"], err = procstat.Process(relay.PID()); err != nil {
+			return cpuSample{}, err
+		}
+	}
+	all, idle, err := procstat.Machine()
+	return cpuSample{roles: roles, all: all, idle: idle}, err
+}
+
+// since is each role's CPU seconds per 10,000 of n events from before to
+// s, and the share of the cores idle meanwhile.
+func (s cpuSample) since(before cpuSample, n int) (map[string]float64, float64) {
+	per10k := map[string]float64{}
+	for role, used := range s.roles {
+		per10k[role] = (used - before.roles[role]).Seconds() * 10000 / float64(n)
+	}
+	idle := 0.0
+	if all := s.all - before.all; all > 0 {
+		idle = float64(s.idle-before.idle) / float64(all)
+	}
+	return per10k, idle
 }
 
 // backlog is how many events a phase measures: ten seconds of what the
@@ -460,9 +524,11 @@ func Markdown(w io.Writer, res Result, command string) error {
 	fmt.Fprintf(&b, "Separate `serve` processes on this machine: one `--role api`, one `--role relay`, and 1 then 3 `--role worker`, "+
 		"whose handler takes %s per event. **handled/s** is a backlog of events, written while the relay was stopped, applied by the workers "+
 		"(first effect to last); **p50/p99** are acknowledgement (the API's 202) to effect at the steady rate shown, across the three processes.\n\n", HandlerWork)
-	b.WriteString("| prefetch | reader | workers | backlog | handled/s | steady rate/s | e2e p50 | e2e p99 | e2e max |\n|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("**CPU** is each process's user and system seconds per 10,000 events of the backlog, from the relay's start to the last effect, " +
+		"the workers summed; **idle** is the share of the machine's cores idle meanwhile: near 0, the machine bounded the rate, not the workers.\n\n")
+	b.WriteString("| prefetch | reader | workers | backlog | handled/s | idle | CPU s per 10k | steady rate/s | e2e p50 | e2e p99 | e2e max |\n|--:|---|--:|--:|--:|--:|---|--:|--:|--:|--:|\n")
 	for _, r := range res.Rows {
-		fmt.Fprintf(&b, "| %d | %s | %d | %d | %.0f | %.0f | %s | %s | %s |\n", r.Prefetch, r.Reader, r.Workers, r.Backlog, r.Handled, r.Rate,
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %.0f | %.0f %% | %s | %.0f | %s | %s | %s |\n", r.Prefetch, r.Reader, r.Workers, r.Backlog, r.Handled, 100*r.Idle, cpu(r.CPU), r.Rate,
 			ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Latency.Max))
 	}
 	fmt.Fprintf(&b, "\nThen SIGTERM under load, one process after the other, with a second api and a standby relay running and writers going on at about half "+
@@ -484,6 +550,18 @@ func Markdown(w io.Writer, res Result, command string) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// cpu prints the CPU seconds per 10,000 events of each role, in a fixed
+// order.
+func cpu(per10k map[string]float64) string {
+	var parts []string
+	for _, role := range []string{"workers", "relay", "rabbitmq", "postgresql"} {
+		if v, ok := per10k[role]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f", role, v))
+		}
+	}
+	return strings.Join(parts, " · ")
 }
 
 func ms(d time.Duration) string {
