@@ -26,10 +26,10 @@ import (
 // event's time is split in three: its commit, from the commit to the
 // relay handing its batch to the broker (the reader's share), and from
 // there to its handler (the broker's and the router's). Once, at the
-// rate sizes.foreign, it runs again while a write transaction is open in another
-// database of the server for the whole offered load, as a batch job's
-// would be: the polling reader waits for it to end, the logical one does
-// not.
+// rate sizes.foreign, it runs again while a write transaction is open in
+// another database of the server for the whole offered load, as a batch
+// job's would be: the polling reader waits for it to end, the logical one
+// does not.
 func latency(ctx context.Context, e *env, r *Result) error {
 	readers := e.readers()
 	for _, rate := range e.sz.rates {
