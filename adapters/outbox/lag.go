@@ -2,9 +2,11 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -13,26 +15,40 @@ import (
 // when there is none). It counts the backlog, so read it every few
 // seconds, not per request.
 func Lag(ctx context.Context, pool *pgxpool.Pool, group string) (rows int64, oldest time.Duration, err error) {
+	pos, _, err := groupPosition(ctx, pool, group)
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox: lag of %s: %w", group, err)
+	}
 	var secs float64
-	if err := pool.QueryRow(ctx, lagQuery, group).Scan(&rows, &secs); err != nil {
+	if err := pool.QueryRow(ctx, lagQuery, fmt.Sprint(pos.txID), pos.offset).Scan(&rows, &secs); err != nil {
 		return 0, 0, fmt.Errorf("outbox: lag of %s: %w", group, err)
 	}
 	return rows, time.Duration(secs * float64(time.Second)), nil
 }
 
-// afterPosition selects the outbox rows (o) after the position of the
-// group $1, all of them while it has none. The position is read in
-// subqueries of their own, which PostgreSQL runs once, before the scan:
-// the bound is then a value, and the primary key's range gives the rows.
-// Joined to the position, the bound was a column, and every row of the
-// outbox was read, published ones included: 47 ms on 200,000 rows, and
-// seconds under a week of retention, on every metrics poll (0.25 ms this
-// way).
-const afterPosition = `(o.transaction_id, o."offset") > (
-	COALESCE((SELECT last_processed_transaction_id FROM watermill_offsets_outbox WHERE consumer_group = $1), '0'),
-	COALESCE((SELECT offset_acked FROM watermill_offsets_outbox WHERE consumer_group = $1), 0))`
+// groupPosition reads group's position; while it has none, found is
+// false and the position is the outbox's start.
+func groupPosition(ctx context.Context, pool *pgxpool.Pool, group string) (pos position, found bool, err error) {
+	err = pool.QueryRow(ctx, `SELECT COALESCE(offset_acked, 0), last_processed_transaction_id::text::bigint
+		FROM watermill_offsets_outbox WHERE consumer_group = $1`, group).Scan(&pos.offset, &pos.txID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return position{}, false, nil
+	}
+	return pos, err == nil, err
+}
 
-// lagQuery counts the rows after the position and the age of the oldest.
+// afterPosition selects the outbox rows (o) after the position given as
+// $1 (its transaction id) and $2 (its offset), by the primary key's
+// range. The position is read first, by a statement of its own: given as
+// values, PostgreSQL sees how few rows lie after it. Read in subqueries of
+// the same statement, it was unknown when the statement was planned, and
+// PostgreSQL guessed a third of the outbox after it and scanned every row,
+// published ones included: 480 ms on a million published rows against
+// 0.35 ms (BENCHMARKS.md, "Outbox lag"), on every metrics poll and status
+// read.
+const afterPosition = `(o.transaction_id, o."offset") > ($1::text::xid8, $2)`
+
+// lagQuery counts the rows after a position and the age of the oldest.
 const lagQuery = `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(o.created_at)), 0)::float8
 	FROM watermill_outbox o WHERE ` + afterPosition
 

@@ -264,13 +264,15 @@ func ResetPosition(ctx context.Context, pool *pgxpool.Pool, group string) error 
 // CaughtUp reports whether group's relay has published every row of the
 // outbox committed so far.
 func CaughtUp(ctx context.Context, pool *pgxpool.Pool, group string) (bool, error) {
-	var done bool
-	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_offsets_outbox WHERE consumer_group = $1)
-		AND NOT EXISTS (SELECT 1 FROM watermill_outbox o WHERE `+afterPosition+`)`, group).Scan(&done)
+	pos, found, err := groupPosition(ctx, pool, group)
+	var behind bool
+	if err == nil && found {
+		err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_outbox o WHERE `+afterPosition+`)`, fmt.Sprint(pos.txID), pos.offset).Scan(&behind)
+	}
 	if err != nil {
 		return false, fmt.Errorf("outbox: position of %s: %w", group, err)
 	}
-	return done, nil
+	return found && !behind, nil
 }
 
 // LockKey is the advisory lock key of a consumer group's relay. A session
