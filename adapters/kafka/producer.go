@@ -125,6 +125,13 @@ func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs 
 	return fmt.Errorf("kafka: publish %d records: %w", len(recs), &outbox.BatchError{Failed: failed})
 }
 
+// PublishAhead implements outbox.AheadDestination: the logical relay
+// sends the next batch while it records the last one's position. A crash
+// then repeats up to two batches, which the readers' inbox absorbs as it
+// does one; the drain gains what the record took (BENCHMARKS.md, "Kafka
+// relay: publishing ahead").
+func (p *Producer) PublishAhead() bool { return true }
+
 // refused marks err outbox.ErrRefused when the broker will never take the
 // record it is about: too large for the producer's limit
 // (kafka.max_record_bytes) or the broker's (message.max.bytes, a topic's

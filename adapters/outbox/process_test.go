@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,16 +15,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/moenda/moenda/adapters/amqp"
+	"github.com/moenda/moenda/adapters/kafka"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers/event"
 )
 
 // TestRelayProcess is not a test: it is the relay process the tests
-// below start and kill. It relays RELAY_DB's outbox to RELAY_AMQP with
-// RELAY_READER (the logical reader by default), batches of RELAY_BATCH
-// and, when set, RELAY_WINDOW confirms outstanding, and creates
-// RELAY_ACTIVE once it leads.
+// below start and kill. It relays RELAY_DB's outbox to RELAY_AMQP, or to
+// the Kafka cluster at RELAY_KAFKA (its brokers, comma-separated) under
+// RELAY_KAFKA_PREFIX, with RELAY_READER (the logical reader by default),
+// batches of RELAY_BATCH and, when set, RELAY_WINDOW confirms
+// outstanding, and creates RELAY_ACTIVE once it leads.
 func TestRelayProcess(t *testing.T) {
 	active := testenv.ProcessEnv(t, "RELAY_ACTIVE", "started by the tests that kill a relay")
 	ctx := context.Background()
@@ -40,7 +43,14 @@ func TestRelayProcess(t *testing.T) {
 		cfg.ConfirmWindow = w
 	}
 	top := stackTopology(t)
-	dest, err := amqp.NewBatchPublisher([]string{os.Getenv("RELAY_AMQP")}, "moenda outbox relay", cfg.ConfirmWindow, top)
+	var dest outbox.Destination
+	if brokers := os.Getenv("RELAY_KAFKA"); brokers != "" {
+		kcfg := kafka.DefaultConfig()
+		kcfg.Brokers, kcfg.TopicPrefix = strings.Split(brokers, ","), os.Getenv("RELAY_KAFKA_PREFIX")
+		dest, err = kafka.NewProducer(kcfg, top, nil, "moenda outbox relay", testenv.Logger())
+	} else {
+		dest, err = amqp.NewBatchPublisher([]string{os.Getenv("RELAY_AMQP")}, "moenda outbox relay", cfg.ConfirmWindow, top)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

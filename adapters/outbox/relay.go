@@ -23,6 +23,18 @@ type Destination interface {
 	PublishBatch(ctx context.Context, routingKeys []string, msgs []*message.Message) error
 }
 
+// AheadDestination is a Destination the logical relay publishes a batch
+// ahead of its recorded position: the next batch goes out while the last
+// one's position is recorded, which PostgreSQL takes a millisecond or
+// more to do (see BENCHMARKS.md, "Kafka relay: publishing ahead"). The
+// cost is what a crash repeats: the two batches published since the last
+// recorded position, where otherwise it is one. A relay that finds it
+// lost its slot still publishes nothing more.
+type AheadDestination interface {
+	Destination
+	PublishAhead() bool
+}
+
 // Relay moves committed outbox rows to the broker. It replaces Watermill's
 // forwarder, which waits for each publisher confirm in turn and whose
 // watermill-sql query reads every pending row per batch. A reader finds
@@ -47,6 +59,7 @@ type Relay struct {
 	logger   *slog.Logger
 	stats    *relayStats
 	tracer   trace.Tracer // nil: no spans
+	ahead    bool         // the destination is published ahead (AheadDestination)
 	state    readerState
 	readers  map[string]reader // by Config.Reader's name for it
 }
@@ -73,6 +86,9 @@ func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error,
 	}
 	r := &Relay{pool: pool, dest: dest, cfg: cfg, routable: routable, wake: make(chan struct{}, 1), logger: logger.With("consumer_group", cfg.ConsumerGroup),
 		stats: newRelayStats(cfg.ConsumerGroup)}
+	if a, ok := dest.(AheadDestination); ok {
+		r.ahead = a.PublishAhead()
+	}
 	r.readers = map[string]reader{ReaderPoll: &polling{r}, ReaderLogical: &logical{r}}
 	return r, nil
 }

@@ -372,11 +372,38 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 	sample, fresh := st.sampleLSN, false // fresh: rows published since the sample
 	at, skip := resume(st.published)
 	var parked []parkedRow
+	var inFlight *settling
+	// landed waits for the settle in flight, if any, then takes the
+	// sample it returned and confirms the stream up to its end.
+	landed := func() error {
+		s := inFlight
+		if s == nil {
+			return nil
+		}
+		inFlight = nil
+		<-s.done
+		if s.err != nil {
+			return s.err
+		}
+		if s.next != 0 {
+			sample, fresh = s.next, false
+		} else if s.promote {
+			sample = 0
+		}
+		if s.end != 0 {
+			rc.confirm(s.end)
+		}
+		return nil
+	}
+	defer func() { _ = landed() }() // a failed session still lets its settle end
 	for {
 		var it streamItem
 		rc.want()
 		select {
 		case <-ctx.Done():
+			if err := landed(); err != nil {
+				return err
+			}
 			return end()
 		case err := <-done:
 			receiving = false
@@ -387,37 +414,63 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 		if skip.rows > 0 {
 			rows, skip = skip.skip(rows)
 		}
+		var p []parkedRow
 		if len(rows) > 0 {
-			p, err := l.publish(work, rows)
-			if err != nil {
+			var err error
+			if p, err = l.publish(work, rows); err != nil {
 				return err
 			}
+		}
+		// Publishing ahead, the last item's settle ran meanwhile.
+		if err := landed(); err != nil {
+			return err
+		}
+		if len(rows) > 0 {
 			parked, fresh = append(parked, p...), true
 		}
 		if len(it.rows) > 0 {
 			at = at.after(it)
 		}
-		promote := upTo != 0 && sample != 0 && upTo >= sample
-		if len(it.rows) > 0 || promote || (upTo != 0 && sample == 0 && fresh) {
-			next, err := l.settle(work, fence, upTo, promote, upTo != 0 && fresh && (promote || sample == 0), at, parked)
-			if err != nil {
+		s := &settling{done: make(chan struct{}), end: upTo, promote: upTo != 0 && sample != 0 && upTo >= sample}
+		if len(it.rows) > 0 || s.promote || (upTo != 0 && sample == 0 && fresh) {
+			takeSample, at, settled := upTo != 0 && fresh && (s.promote || sample == 0), at, parked
+			parked = nil
+			run := func() {
+				defer close(s.done)
+				s.next, s.err = l.settle(work, fence, upTo, s.promote, takeSample, at, settled)
+			}
+			if l.ahead {
+				go run()
+			} else {
+				run()
+			}
+		} else {
+			close(s.done)
+		}
+		inFlight = s
+		if !l.ahead {
+			if err := landed(); err != nil {
 				return err
 			}
-			if next != 0 {
-				sample, fresh = next, false
-			} else if promote {
-				sample = 0
+		}
+		if upTo != 0 && ctx.Err() != nil {
+			if err := landed(); err != nil {
+				return err
 			}
-			parked = nil
-		}
-		if upTo == 0 {
-			continue // inside a large transaction: nothing to confirm to the slot yet
-		}
-		rc.confirm(upTo)
-		if ctx.Err() != nil {
 			return end()
 		}
 	}
+}
+
+// settling is the settle of an item: its outcome, once done is closed,
+// and what it confirms. With Relay.ahead it runs while the next item is
+// published.
+type settling struct {
+	done    chan struct{}
+	next    pglogrepl.LSN // the sample it took
+	err     error
+	end     pglogrepl.LSN // the stream position to confirm after it
+	promote bool
 }
 
 // slotFence makes a statement take effect only while conn's backend
