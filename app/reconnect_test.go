@@ -7,7 +7,6 @@ package app
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -125,18 +124,11 @@ func TestReadinessSaysDegradedWhileAnAlarmBlocksTheRelay(t *testing.T) {
 // a node that refuses connections.
 func deadNode(t *testing.T, base string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Host = l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	u.Host = testenv.ClosedAddr(t)
 	return u.String()
 }
 

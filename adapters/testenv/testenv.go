@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -486,16 +487,13 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 func Name(prefix string) string { return fmt.Sprintf("%s-%s", prefix, suffix()) }
 
 // ClosedAddr is a loopback host:port nothing listens on, for a broker
-// that is away.
+// that is away. It lies below the ephemeral range: a client dialling a
+// closed port inside it can, once in a while, connect to itself.
 func ClosedAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := cluster.FreePorts(1)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }

@@ -87,7 +87,7 @@ func StartPostgresPair(ctx context.Context, logger *slog.Logger, dir string, syn
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
-	ports, err := freePorts(2)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,7 +159,7 @@ const advanced = "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 2000
 // newRabbitNode lays out node i's directories and configuration, on free
 // loopback ports.
 func newRabbitNode(dir, home, id string, i int) (*RabbitNode, error) {
-	ports, err := freePorts(2)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -200,20 +199,6 @@ log.console = false
 		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
 	)
 	return node, nil
-}
-
-// freePorts returns n loopback ports nothing listened on a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("cluster: a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // start starts node's server and waits until it has booted.
