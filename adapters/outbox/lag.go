@@ -26,10 +26,16 @@ func Lag(ctx context.Context, pool *pgxpool.Pool, group string) (rows int64, old
 	return rows, time.Duration(secs * float64(time.Second)), nil
 }
 
-// groupPosition reads group's position; while it has none, found is
-// false and the position is the outbox's start.
-func groupPosition(ctx context.Context, pool *pgxpool.Pool, group string) (pos position, found bool, err error) {
-	err = pool.QueryRow(ctx, `SELECT COALESCE(offset_acked, 0), last_processed_transaction_id::text::bigint
+// rowQuerier runs a statement that returns one row: a pool, or the
+// polling relay's lock session.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// groupPosition reads group's position through q; while it has none,
+// found is false and the position is the outbox's start.
+func groupPosition(ctx context.Context, q rowQuerier, group string) (pos position, found bool, err error) {
+	err = q.QueryRow(ctx, `SELECT COALESCE(offset_acked, 0), last_processed_transaction_id::text::bigint
 		FROM watermill_offsets_outbox WHERE consumer_group = $1`, group).Scan(&pos.offset, &pos.txID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return position{}, false, nil

@@ -279,8 +279,7 @@ func (p *polling) load(ctx context.Context, conn *pgx.Conn) (position, error) {
 	_, err := conn.Exec(ctx, `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
 		VALUES ($1, 0, '0') ON CONFLICT (consumer_group) DO NOTHING`, p.cfg.ConsumerGroup)
 	if err == nil {
-		err = conn.QueryRow(ctx, `SELECT COALESCE(offset_acked, 0), last_processed_transaction_id::text::bigint
-			FROM watermill_offsets_outbox WHERE consumer_group = $1`, p.cfg.ConsumerGroup).Scan(&pos.offset, &pos.txID)
+		pos, _, err = groupPosition(ctx, conn, p.cfg.ConsumerGroup)
 	}
 	if err != nil {
 		return pos, fmt.Errorf("outbox position: %w", err)
