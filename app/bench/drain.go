@@ -103,12 +103,20 @@ func relayDrain(ctx context.Context, e *env, r *Result) error {
 	if e.reader == outbox.ReaderLogical {
 		// At its first start, a logical relay reads from the table what
 		// committed before its slot existed.
-		got, _, err := e.drain(ctx, outbox.ReaderPoll, e.sz.backlog, "MOENDA_OUTBOX__READER=logical")
+		rounds, err := alternate(e, "relay drain at the logical reader's first start", e.sz.rounds, func() (flow, error) {
+			if err := e.purge(); err != nil {
+				return flow{}, err
+			}
+			return e.publishCeiling(ctx, job)
+		}, func() (flow, error) {
+			f, _, err := e.drain(ctx, outbox.ReaderPoll, e.sz.backlog, "MOENDA_OUTBOX__READER=logical")
+			return f, err
+		})
 		if err != nil {
 			return err
 		}
-		r.add(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows read from the table at the logical reader's first start", e.sz.backlog),
-			Value: got.rate, Unit: "rows/s", Ceiling: r.value(rowPublish), Target: "ratio >= 0.85", CPU: got.perRole()}, 0.85, 0)
+		r.add(rounds.row(Row{Name: fmt.Sprintf("moenda: relay drain of %d rows read from the table at the logical reader's first start, against the raw publisher in the same rounds", e.sz.backlog),
+			Unit: "rows/s", Target: "ratio >= 0.85"}), 0.85, 0)
 	}
 	if e.sz.bigBacklog > 0 {
 		big, rss, err := e.drain(ctx, e.reader, e.sz.bigBacklog)

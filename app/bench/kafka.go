@@ -216,27 +216,6 @@ func (k *kafkaBench) drain(ctx context.Context, e *env, r *Result) error {
 	return nil
 }
 
-// timed runs work, which returns how many messages it handled, and
-// returns its rate from start to end with the CPU every process used
-// meanwhile; this process did the work.
-func timed(work func() (int, error)) (flow, error) {
-	before, err := sampleCPU(process{})
-	if err != nil {
-		return flow{}, err
-	}
-	began := time.Now()
-	n, err := work()
-	if err != nil {
-		return flow{}, err
-	}
-	took := time.Since(began)
-	after, err := sampleCPU(process{})
-	if err != nil {
-		return flow{}, err
-	}
-	return flow{rate: float64(n) / took.Seconds(), cpu: after.since(before), n: n, own: procBench}, nil
-}
-
 // rawProduce publishes n copies of a relayed bench event's record with a
 // sarama SyncProducer, batch at a time, to topic, created with the
 // partitions the relay's topic has, timed from the first send to the last
@@ -354,15 +333,14 @@ func (d *countedDestination) PublishAhead() bool {
 	return ok && a.PublishAhead()
 }
 
-// replay times `moenda replay analytics` over the topic the drain filled
-// (every round's rows), done as the command does it (the plugin's Rewind,
+// replay times `moenda replay analytics` over the topic the drain's first
+// round filled, done as the command does it (the plugin's Rewind,
 // kafka.Rewind, a kafka.Subscriber in group <queue>.replay and the
 // router's whole chain with the inbox, the plugin writing one fact per
 // event through a PostgreSQL unit of work on the bench database), from
 // the router's start until every partition is read to its end, in rounds
-// paired with a raw sarama consumer reading the same topic (the ceiling).
-// Each round rewinds first, as the command does, so each does the same
-// work.
+// paired with rawConsume (the ceiling). Each round rewinds first, as the
+// command does, so each does the same work.
 func (k *kafkaBench) replay(ctx context.Context, e *env, r *Result) error {
 	if _, err := migrations.Up(ctx, e.pool, slog.New(slog.DiscardHandler), migrations.Set{Name: k.def.Name, Files: k.def.Migrations}); err != nil {
 		return err

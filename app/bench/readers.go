@@ -22,8 +22,8 @@ func writeWhileRelaying(ctx context.Context, e *env, r *Result) error {
 		return nil
 	}
 	rounds, err := alternate(e, "write while relaying", e.sz.rounds,
-		rateOnly(func() (float64, error) { return e.writeWhileRelaying(ctx, e.tx, outbox.ReaderPoll) }),
-		rateOnly(func() (float64, error) { return e.writeWhileRelaying(ctx, e.tx, outbox.ReaderLogical) }))
+		func() (flow, error) { return e.writeWhileRelaying(ctx, e.tx, outbox.ReaderPoll) },
+		func() (flow, error) { return e.writeWhileRelaying(ctx, e.tx, outbox.ReaderLogical) })
 	if err != nil {
 		return err
 	}
@@ -45,8 +45,8 @@ func writeNotifying(ctx context.Context, e *env, r *Result) error {
 	out.NotifiesThrough(notifier)
 	notifying := postgres.NewTransactor(e.pool, out)
 	rounds, err := alternate(e, "write notifying", e.sz.rounds,
-		rateOnly(func() (float64, error) { return e.writeWhileRelaying(ctx, e.tx, outbox.ReaderPoll) }),
-		rateOnly(func() (float64, error) { return e.writeWhileRelaying(ctx, notifying, outbox.ReaderPoll) }))
+		func() (flow, error) { return e.writeWhileRelaying(ctx, e.tx, outbox.ReaderPoll) },
+		func() (flow, error) { return e.writeWhileRelaying(ctx, notifying, outbox.ReaderPoll) })
 	if err != nil {
 		return err
 	}
@@ -55,12 +55,13 @@ func writeNotifying(ctx context.Context, e *env, r *Result) error {
 	return nil
 }
 
-// writeWhileRelaying is the rate of 16 writers using txr while a relay
-// with reader relays what they write.
-func (e *env) writeWhileRelaying(ctx context.Context, txr *postgres.Transactor, reader string) (float64, error) {
+// writeWhileRelaying is the flow of 16 writers using txr while a relay
+// with reader, in this process too, relays what they write: its CPU is
+// theirs and the relay's, and PostgreSQL's (a WAL sender's included).
+func (e *env) writeWhileRelaying(ctx context.Context, txr *postgres.Transactor, reader string) (flow, error) {
 	_, stop, err := e.freshRelay(ctx, reader)
 	if err != nil {
-		return 0, err
+		return flow{}, err
 	}
 	defer stop()
 	f, err := transactionRate(ctx, 16, e.sz.txDuration, func(ctx context.Context) error {
@@ -72,9 +73,9 @@ func (e *env) writeWhileRelaying(ctx context.Context, txr *postgres.Transactor, 
 		})
 	})
 	if err != nil {
-		return 0, err
+		return flow{}, err
 	}
-	return f.rate, e.purge()
+	return f, e.purge()
 }
 
 // openSlot creates group's replication slot when the run streams, so the

@@ -72,14 +72,6 @@ func alternate(e *env, step string, rounds int, raw, mine func() (flow, error)) 
 	return p, nil
 }
 
-// rateOnly is fn's rate as a flow, for figures whose CPU is not read.
-func rateOnly(fn func() (float64, error)) func() (flow, error) {
-	return func() (flow, error) {
-		rate, err := fn()
-		return flow{rate: rate}, err
-	}
-}
-
 // inProcess runs fn, which handles n messages in this process and
 // returns their rate, and returns its flow, with the bench process's CPU
 // meanwhile as its own.
@@ -108,6 +100,16 @@ func inProcessFor(fn func() (n int, took time.Duration, err error)) (flow, error
 	})
 	f.n = n
 	return f, err
+}
+
+// timed is inProcessFor for work timed from its start to its end, which
+// returns how many messages it handled.
+func timed(work func() (int, error)) (flow, error) {
+	return inProcessFor(func() (int, time.Duration, error) {
+		began := time.Now()
+		n, err := work()
+		return n, time.Since(began), err
+	})
 }
 
 // round runs one round: raw then mine, or mine then raw on odd rounds,
