@@ -308,20 +308,28 @@ func eachReaderCrash(t *testing.T, what string, drain func(t *testing.T, reader 
 // recorded, the rows of a transaction only partly published included.
 func TestRelayKilledMidTransactionRepeatsAtMostTheBatchInHand(t *testing.T) {
 	eachReaderCrash(t, "the relay was killed", func(t *testing.T, reader string, s *stack, c *tally, want map[string]bool) int {
-		env := []string{"RELAY_READER=" + reader, "RELAY_WINDOW=" + strconv.Itoa(crashWindow)}
-		// A relay that led once and stopped: a logical one leaves its
-		// slot, so the backlog below is streamed, not read from the
-		// table as the rows committed before a slot existed are.
-		zero, active := s.relayProcess(t, "zero", crashWindow, env...)
-		testenv.Eventually(t, 60*time.Second, "a relay leading once", func() bool { return exists(active) })
-		kill(t, zero)
-		s.commitBulk(t, crashRows, crashPerTx, want)
-		first, active := s.relayProcess(t, "first", crashWindow, env...)
-		testenv.Eventually(t, 60*time.Second, "the first relay leading", func() bool { return exists(active) })
-		atKill := crashMidTransaction(t, c, crashRows, crashPerTx, func() { kill(t, first) })
-		s.relayProcess(t, "second", crashWindow, env...)
-		return atKill
+		return s.killRelayMidDrain(t, c, want, "RELAY_READER="+reader, "RELAY_WINDOW="+strconv.Itoa(crashWindow))
 	})
+}
+
+// killRelayMidDrain commits a backlog of crashRows into want, kills the
+// relay process draining it (run with env) inside one of its
+// transactions, and starts another to finish; it returns how many
+// deliveries c had counted at the kill.
+func (s *stack) killRelayMidDrain(t *testing.T, c *tally, want map[string]bool, env ...string) int {
+	t.Helper()
+	// A relay that led once and stopped: a logical one leaves its slot,
+	// so the backlog below is streamed, not read from the table as the
+	// rows committed before a slot existed are.
+	zero, active := s.relayProcess(t, "zero", crashWindow, env...)
+	testenv.Eventually(t, 60*time.Second, "a relay leading once", func() bool { return exists(active) })
+	kill(t, zero)
+	s.commitBulk(t, crashRows, crashPerTx, want)
+	first, active := s.relayProcess(t, "first", crashWindow, env...)
+	testenv.Eventually(t, 60*time.Second, "the first relay leading", func() bool { return exists(active) })
+	atKill := crashMidTransaction(t, c, crashRows, crashPerTx, func() { kill(t, first) })
+	s.relayProcess(t, "second", crashWindow, env...)
+	return atKill
 }
 
 // PostgreSQL crashing (pg_ctlcluster restart -m immediate) in the middle
