@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 )
 
 // lowestPort is the lowest port FreePorts hands out: above the ports
@@ -51,17 +50,9 @@ func FreePorts(n int) ([]int, error) {
 // ephemeralLow is the first port of Linux's ephemeral range, or its
 // default where the range cannot be read.
 func ephemeralLow() int {
-	text, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	fields := strings.Fields(string(text))
-	if len(fields) == 0 {
-		return 32768
-	}
-	low, err := strconv.Atoi(fields[0])
-	if err != nil {
-		return 32768
+	low := 32768
+	if text, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		_, _ = fmt.Sscan(string(text), &low) // left as it was on a failure
 	}
 	return low
 }
