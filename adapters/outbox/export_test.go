@@ -5,3 +5,6 @@ var SlotName = slotName
 
 // LagQuery is lagQuery, for the tests outside the package.
 const LagQuery = lagQuery
+
+// ByThePrimaryKey is byThePrimaryKey, for the tests outside the package.
+var ByThePrimaryKey = byThePrimaryKey

@@ -20,10 +20,33 @@ func Lag(ctx context.Context, pool *pgxpool.Pool, group string) (rows int64, old
 		return 0, 0, fmt.Errorf("outbox: lag of %s: %w", group, err)
 	}
 	var secs float64
-	if err := pool.QueryRow(ctx, lagQuery, fmt.Sprint(pos.txID), pos.offset).Scan(&rows, &secs); err != nil {
+	err = byThePrimaryKey(ctx, pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, lagQuery, fmt.Sprint(pos.txID), pos.offset).Scan(&rows, &secs)
+	})
+	if err != nil {
 		return 0, 0, fmt.Errorf("outbox: lag of %s: %w", group, err)
 	}
 	return rows, time.Duration(secs * float64(time.Second)), nil
+}
+
+// byThePrimaryKey runs fn, which reads the rows after a position
+// (afterPosition), in a read-only transaction that reads them by the
+// primary key's range whatever the statistics say. On a table PostgreSQL
+// has none for (never analyzed: autovacuum off, or a burst of rows within
+// its naptime), the planner expects a third of the rows after any
+// position: it scanned the whole outbox, in parallel and JIT-compiled,
+// 450 to 900 ms on a million rows with one row after the position, on
+// every metrics poll and status read; by the range, 0.4 ms. The range
+// costs more only when most of the table lies after the position (1.2 s
+// against 0.6 s for a million), when the relay is that far behind.
+func byThePrimaryKey(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true),
+			set_config('max_parallel_workers_per_gather', '0', true)`); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 // rowQuerier runs a statement that returns one row: a pool, or the

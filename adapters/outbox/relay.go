@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -283,7 +284,9 @@ func CaughtUp(ctx context.Context, pool *pgxpool.Pool, group string) (bool, erro
 	pos, found, err := groupPosition(ctx, pool, group)
 	var behind bool
 	if err == nil && found {
-		err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_outbox o WHERE `+afterPosition+`)`, fmt.Sprint(pos.txID), pos.offset).Scan(&behind)
+		err = byThePrimaryKey(ctx, pool, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_outbox o WHERE `+afterPosition+`)`, fmt.Sprint(pos.txID), pos.offset).Scan(&behind)
+		})
 	}
 	if err != nil {
 		return false, fmt.Errorf("outbox: position of %s: %w", group, err)
