@@ -613,10 +613,12 @@ type receiver struct {
 	batch int
 
 	mu     sync.Mutex
-	flush  pglogrepl.LSN      // confirmed by the relay
-	dirty  bool               // flush not yet told to PostgreSQL
-	wanted bool               // the relay waits for an item
-	wake   context.CancelFunc // interrupts the receive in progress
+	flush  pglogrepl.LSN // confirmed by the relay
+	dirty  bool          // flush not yet told to PostgreSQL
+	wanted bool          // the relay waits for an item
+	// readBy is the connection's read deadline, which ends a receive;
+	// zero while none is set, or after an interrupt moved it to the past.
+	readBy time.Time
 
 	columns columns
 }
@@ -642,15 +644,31 @@ func (rc *receiver) want() {
 	rc.interrupt()
 }
 
-// interrupt ends the receive in progress; rc.mu is held.
+// interrupt ends the receive in progress, or makes the next one return
+// at once; rc.mu is held.
 func (rc *receiver) interrupt() {
-	if rc.wake != nil {
-		rc.wake()
-		rc.wake = nil
+	if !rc.readBy.IsZero() {
+		_ = rc.conn.Conn().SetReadDeadline(time.Now())
+		rc.readBy = time.Time{}
 	}
 }
 
-// run receives until ctx ends or the stream fails.
+// readUntil makes receives end at deadline; rc.mu is held.
+func (rc *receiver) readUntil(deadline time.Time) error {
+	if rc.readBy.Equal(deadline) {
+		return nil
+	}
+	if err := rc.conn.Conn().SetReadDeadline(deadline); err != nil {
+		return fmt.Errorf("replication stream: %w", err)
+	}
+	rc.readBy = deadline
+	return nil
+}
+
+// run receives until ctx ends or the stream fails. Its receives end at
+// the connection's read deadline, not at a context's: under load, a
+// context per receive, with the watch pgconn keeps on it, cost 4 % of the
+// relay's CPU.
 func (rc *receiver) run(ctx context.Context) error {
 	var out streamItem // what the relay gets next
 	held := rc.flush   // the stream starts there
@@ -658,10 +676,22 @@ func (rc *receiver) run(ctx context.Context) error {
 	due := time.Now().Add(standbyInterval)
 	quiet := false  // a short receive, while the relay waited, found nothing more
 	loaded := false // rows came while the relay was publishing
-	var recv receiveContext
-	defer recv.end()
+	interrupt := func() {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		rc.interrupt()
+	}
+	defer context.AfterFunc(ctx, interrupt)()
+	defer func() {
+		interrupt()
+		_ = rc.conn.Conn().SetReadDeadline(time.Time{})
+	}()
 	for {
 		rc.mu.Lock()
+		if ctx.Err() != nil { // ended before the deadline is set
+			rc.mu.Unlock()
+			return nil
+		}
 		periodic := !time.Now().Before(due)
 		report, flush, wanted := rc.dirty || periodic, rc.flush, rc.wanted
 		holding := len(out.rows) > 0 || out.end != 0
@@ -679,15 +709,11 @@ func (rc *receiver) run(ctx context.Context) error {
 		if lingering && time.Now().Add(quietGap).Before(due) {
 			deadline = time.Now().Add(quietGap)
 		}
-		// A receive's context is kept for the next while its deadline
-		// holds and nothing interrupted it: under load, messages come
-		// closer than any deadline, and a context per message cost 3 % of
-		// the relay's CPU (BENCHMARKS.md, "Relay drain").
-		if !report && !pending && (recv.ctx == nil || recv.ctx.Err() != nil || !recv.deadline.Equal(deadline)) {
-			recv.end()
-			recv.ctx, recv.cancel = context.WithDeadline(ctx, deadline)
-			recv.deadline = deadline
-			rc.wake = recv.cancel
+		if !report && !pending {
+			if err := rc.readUntil(deadline); err != nil {
+				rc.mu.Unlock()
+				return err
+			}
 		}
 		rc.mu.Unlock()
 		switch {
@@ -704,13 +730,14 @@ func (rc *receiver) run(ctx context.Context) error {
 			out, quiet, loaded = streamItem{}, false, false
 			continue
 		}
-		msg, err := rc.conn.ReceiveMessage(recv.ctx)
+		msg, err := rc.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) {
-				quiet = lingering && pgconn.Timeout(err)
+			if pgconn.Timeout(err) {
+				// at the deadline, or interrupted
+				quiet = lingering && !time.Now().Before(deadline)
 				continue
 			}
 			return fmt.Errorf("replication stream: %w", err)
@@ -747,6 +774,16 @@ func (rc *receiver) run(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("replication stream: %w", err)
 			}
+			if len(xld.WALData) > 0 && xld.WALData[0] == byte(pglogrepl.MessageTypeInsert) {
+				row, err := rc.columns.insert(xld.WALData)
+				if err != nil {
+					return err
+				}
+				out.rows = append(out.rows, row)
+				out.open++
+				loaded = loaded || !wanted
+				continue
+			}
 			m, err := pglogrepl.Parse(xld.WALData)
 			if err != nil {
 				return fmt.Errorf("replication stream: %w", err)
@@ -758,33 +795,11 @@ func (rc *receiver) run(ctx context.Context) error {
 				}
 			case *pglogrepl.BeginMessage:
 				inTx = true
-			case *pglogrepl.InsertMessage:
-				row, err := rc.columns.row(m.Tuple)
-				if err != nil {
-					return err
-				}
-				out.rows = append(out.rows, row)
-				out.open++
-				loaded = loaded || !wanted
 			case *pglogrepl.CommitMessage:
 				inTx = false
 				out.end, held, out.open = m.TransactionEndLSN, m.TransactionEndLSN, 0
 			}
 		}
-	}
-}
-
-// receiveContext is the context the receiver's reads share until it
-// ends: at its deadline, or when interrupted.
-type receiveContext struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	deadline time.Time
-}
-
-func (r *receiveContext) end() {
-	if r.cancel != nil {
-		r.cancel()
 	}
 }
 
