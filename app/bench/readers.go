@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -97,6 +98,21 @@ func (e *env) openSlot(ctx context.Context, group string) error {
 	go func() { done <- relay.Run(runCtx) }()
 	defer func() { stop(); <-done }()
 	return await.Until(ctx, time.Minute, "the slot of "+group, func() (bool, error) { return relay.Active(), nil })
+}
+
+// positionAtEnd puts group's relay at the outbox's last row, as if it had
+// published every row before it, with a slot of its own when the run
+// streams. Stop the group's relay first.
+func (e *env) positionAtEnd(ctx context.Context, group string) error {
+	if err := outbox.ResetPosition(ctx, e.pool, group); err != nil {
+		return err
+	}
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id)
+		SELECT $1, "offset", transaction_id FROM watermill_outbox ORDER BY transaction_id DESC, "offset" DESC LIMIT 1`, group); err != nil {
+		return fmt.Errorf("position the relay of %s at the outbox's end: %w", group, err)
+	}
+	return e.openSlot(ctx, group)
 }
 
 // discard is a destination that confirms everything at once.
