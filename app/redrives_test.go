@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/moenda/moenda/adapters/testenv"
 )
 
@@ -398,12 +400,35 @@ func failOnProbe(t *testing.T, p running, n int, o probeOrder) []string {
 	return ids
 }
 
-// publishFailing publishes n probe.slow events that fail as o says.
+// publishFailing publishes n probe.slow events that fail as o says, a
+// few requests at a time: one after another, 5,000 outbox commits take
+// half a minute of a suite's time.
 func publishFailing(t *testing.T, p running, n int, o probeOrder) []string {
 	t.Helper()
+	payload, _ := json.Marshal(o)
+	body := fmt.Sprintf(`{"event_name":"probe.slow.hit.v1","payload":%s}`, payload)
 	ids := make([]string, n)
+	var g errgroup.Group
+	g.SetLimit(8)
 	for i := range ids {
-		ids[i] = publish(t, p, "probe.slow.hit.v1", o)
+		g.Go(func() error {
+			resp, err := http.Post(p.base+"/v1/events", "application/json", strings.NewReader(body))
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var answer struct {
+				EventID string `json:"event_id"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || resp.StatusCode != http.StatusAccepted {
+				return fmt.Errorf("POST /v1/events = %d (%v)", resp.StatusCode, err)
+			}
+			ids[i] = answer.EventID
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
 	}
 	return ids
 }
