@@ -11,6 +11,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -37,17 +38,25 @@ func poison(t *testing.T, p running, n int, token string) map[string]bool {
 func ledgerHolds(t *testing.T, p running, n int, token string) []map[string]any {
 	t.Helper()
 	var got []map[string]any
-	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%d failures in the ledger", n), func() bool {
+	err := await.Until(context.Background(), 60*time.Second, fmt.Sprintf("%d failures in the ledger", n), func() (bool, error) {
 		code, body := ask(t, "GET", p.base+"/v1/admin/failures", token)
 		if code != http.StatusOK {
-			t.Fatalf("GET /v1/admin/failures = %d %v", code, body)
+			return false, fmt.Errorf("GET /v1/admin/failures = %d %v", code, body)
 		}
 		got = nil
 		for _, f := range body["failures"].([]any) {
 			got = append(got, f.(map[string]any))
 		}
-		return len(got) >= n
+		return len(got) >= n, nil
 	})
+	if err != nil {
+		// Which arrived names which did not.
+		held := make([]string, len(got))
+		for i, f := range got {
+			held[i] = fmt.Sprintf("%v from %v (%v)", f["queue"], f["failed_queue"], f["reason"])
+		}
+		t.Fatalf("%v; the ledger holds %d: %s", err, len(got), strings.Join(held, "; "))
+	}
 	if len(got) != n {
 		t.Fatalf("the ledger holds %d failures, want %d", len(got), n)
 	}
