@@ -174,9 +174,23 @@ func TestEverySeedsDeadLettersReachTheLedger(t *testing.T) {
 	foreign("credit.requests", "foreign-rejected")
 	foreign("credit.quorum", "foreign-delivery-limit")
 	foreign("credit.expiring", "foreign-expired")
+
+	want := map[string]string{ // failed queue: reason, by dead-letter queue
+		"notificacoes.tarefas-concluidas.dlq notificacoes.tarefas-concluidas": event.ReasonPermanent,
+		"car.dlq.processos.analista processos.analista":                       event.ReasonPermanent,
+		"rental.dlq notification.failed.queue":                                event.ReasonPermanent,
+		"estoque.pedidos.dlq estoque.pedidos":                                 event.ReasonPermanent,
+		"spring.dlq credit.requests":                                          "rejected",
+		"rental.dlq credit.quorum":                                            "delivery_limit",
+		"rental.dlq credit.expiring":                                          "expired",
+	}
 	// The foreign consumers: one rejects, one gives its message back until
-	// the quorum queue's delivery limit dead-letters it.
-	testenv.Eventually(t, 30*time.Second, "the foreign consumers done", func() bool {
+	// the quorum queue's delivery limit dead-letters it. They go on until
+	// every dead letter is in the ledger: the queues' counts, read on a
+	// channel of their own, may be zero before the publishes above
+	// (unconfirmed) land, and a consumer stopped then leaves its message
+	// in its queue for good.
+	testenv.Eventually(t, 60*time.Second, "the foreign consumers' dead letters in the ledger", func() bool {
 		for _, q := range []struct {
 			queue   string
 			requeue bool
@@ -189,18 +203,10 @@ func TestEverySeedsDeadLettersReachTheLedger(t *testing.T) {
 				}
 			}
 		}
-		return testenv.ReadyMessages(t, vhost.URL, "credit.requests")+testenv.ReadyMessages(t, vhost.URL, "credit.quorum") == 0
+		_, body := call(t, "GET", p.base+"/v1/admin/failures", "")
+		held, _ := body["failures"].([]any)
+		return len(held) >= len(want)
 	})
-
-	want := map[string]string{ // failed queue: reason, by dead-letter queue
-		"notificacoes.tarefas-concluidas.dlq notificacoes.tarefas-concluidas": event.ReasonPermanent,
-		"car.dlq.processos.analista processos.analista":                       event.ReasonPermanent,
-		"rental.dlq notification.failed.queue":                                event.ReasonPermanent,
-		"estoque.pedidos.dlq estoque.pedidos":                                 event.ReasonPermanent,
-		"spring.dlq credit.requests":                                          "rejected",
-		"rental.dlq credit.quorum":                                            "delivery_limit",
-		"rental.dlq credit.expiring":                                          "expired",
-	}
 	got := ledgerHolds(t, p, len(want), "")
 	for _, f := range got {
 		key := fmt.Sprint(f["queue"], " ", f["failed_queue"])
