@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -213,7 +215,7 @@ func (p *polling) claim(ctx context.Context, conn *pgx.Conn) error {
 // claim records logical as the group's reader, once the relay
 // streams the group's slot, or returns a *standBy: the group reads poll
 // and this relay is auto, or a polling relay leads the group (it holds
-// the relay lock, which recording takes).
+// the relay lock, which recording takes, past claimWait).
 func (l *logical) claim(ctx context.Context) error {
 	recorded, err := l.recordedReader(ctx)
 	switch {
@@ -224,30 +226,27 @@ func (l *logical) claim(ctx context.Context) error {
 	case recorded == ReaderPoll && l.cfg.Reader != ReaderLogical:
 		return &standBy{"the group reads poll (recorded with its position); this relay would stream"}
 	}
-	lock, err := l.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("record the reader of %s: %w", l.cfg.ConsumerGroup, err)
-	}
-	defer lock.Release()
-	var locked bool
-	l.queries.Add(1)
-	if err := lock.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(l.cfg.ConsumerGroup)).Scan(&locked); err != nil {
-		return fmt.Errorf("record the reader of %s: %w", l.cfg.ConsumerGroup, err)
-	}
-	if !locked {
+	var claimed bool
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		l.queries.Add(3)
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(claimWait.Milliseconds(), 10)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", LockKey(l.cfg.ConsumerGroup)); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id, reader)
+			VALUES ($1, 0, '0', 'logical') ON CONFLICT (consumer_group) DO UPDATE SET reader = 'logical'
+			WHERE watermill_offsets_outbox.reader IS DISTINCT FROM 'poll' OR $2`, l.cfg.ConsumerGroup, l.cfg.Reader == ReaderLogical)
+		claimed = tag.RowsAffected() == 1
+		return err
+	})
+	switch {
+	case hasCode(err, "55P03"): // lock_not_available
 		return &standBy{"a polling relay of the group leads it; this relay would stream"}
-	}
-	defer func() {
-		_, _ = lock.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", LockKey(l.cfg.ConsumerGroup))
-	}()
-	l.queries.Add(1)
-	tag, err := lock.Exec(ctx, `INSERT INTO watermill_offsets_outbox (consumer_group, offset_acked, last_processed_transaction_id, reader)
-		VALUES ($1, 0, '0', 'logical') ON CONFLICT (consumer_group) DO UPDATE SET reader = 'logical'
-		WHERE watermill_offsets_outbox.reader IS DISTINCT FROM 'poll' OR $2`, l.cfg.ConsumerGroup, l.cfg.Reader == ReaderLogical)
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("record the reader of %s: %w", l.cfg.ConsumerGroup, err)
-	}
-	if tag.RowsAffected() == 0 { // a polling relay recorded poll since, and stopped
+	case !claimed: // a polling relay recorded poll since, and stopped
 		return &standBy{"the group reads poll (recorded with its position); this relay would stream"}
 	}
 	if recorded == ReaderPoll {
@@ -255,6 +254,13 @@ func (l *logical) claim(ctx context.Context) error {
 	}
 	return nil
 }
+
+// claimWait is how long a logical relay that streams its group's slot
+// waits for the relay lock to record its reader. A polling relay that
+// finds the group's reader unrecorded holds the lock only while it looks
+// whether a slot is streamed (polling.claim), and backs off when one is;
+// one that holds it longer leads the group.
+const claimWait = 5 * time.Second
 
 // GroupsStream reports whether every one of groups has recorded the
 // logical reader: then no relay of theirs polls, and writers need not

@@ -209,3 +209,54 @@ func TestAGroupFromBeforeRecordsItsReaderOnItsFirstLeadership(t *testing.T) {
 		}
 	})
 }
+
+// A polling relay that finds its group's reader unrecorded holds the
+// group's lock for the moment it checks whether a slot is streamed. A
+// logical relay that took the slot meanwhile waits that moment out,
+// keeping its slot, and records logical: were it to let the slot go, the
+// polling relay would find it idle on its next look and record poll.
+func TestALogicalRelayWaitsOutAPollingRelaysLookAtTheLock(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	cfg := testConfig
+	cfg.Reader = outbox.ReaderAuto
+	stop := s.run(t, "first relay", s.newRelay(t, s.publisher(t, "first", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, testenv.Logger()))
+	testenv.Eventually(t, 30*time.Second, "the group to record the logical reader", func() bool {
+		return s.recordedReader(t, cfg.ConsumerGroup) == outbox.ReaderLogical
+	})
+	stop()
+	// The slot is there, and the group's reader unrecorded, as a polling
+	// relay finds it while the logical one has yet to record it.
+	if _, err := s.db.Pool.Exec(ctx, `UPDATE watermill_offsets_outbox SET reader = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	looking, err := s.db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer looking.Release()
+	if _, err := looking.Exec(ctx, "SELECT pg_advisory_lock($1)", outbox.LockKey(cfg.ConsumerGroup)); err != nil {
+		t.Fatal(err)
+	}
+	relay := s.newRelay(t, s.publisher(t, "second", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, testenv.Logger())
+	s.run(t, "second relay", relay)
+	const streamed = `SELECT count(*) FROM pg_replication_slots WHERE database = current_database() AND active`
+	testenv.Eventually(t, 30*time.Second, "the relay to stream its slot", func() bool { return s.count(t, streamed) == 1 })
+
+	idle := 0
+	for deadline := time.Now().Add(5 * cfg.PollInterval); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if s.count(t, streamed) != 1 {
+			idle++
+		}
+	}
+	if why := relay.Standby(); idle > 0 || why != "" {
+		t.Fatalf("while another session held the lock a moment, the slot was idle at %d looks and the relay stands by because %q", idle, why)
+	}
+	if _, err := looking.Exec(ctx, "SELECT pg_advisory_unlock($1)", outbox.LockKey(cfg.ConsumerGroup)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the relay to lead", relay.Active)
+	if r := s.recordedReader(t, cfg.ConsumerGroup); r != outbox.ReaderLogical {
+		t.Fatalf("the group reads %q; want logical", r)
+	}
+}
