@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/app/faults"
 )
 
 // run runs the command line as a user would and returns its exit code,
@@ -91,6 +92,34 @@ func TestMainEnvironmentChoice(t *testing.T) {
 				t.Fatalf("exit %d, stdout lacks %q:\n%s%s", code, tt.want, stdout, stderr)
 			}
 		})
+	}
+}
+
+// faults --list names the cases a run would run, one a line, and runs
+// none: CI runs the quick set's cases side by side from it.
+func TestFaultsListRunsNothing(t *testing.T) {
+	away := []string{"MOENDA_POSTGRES__URL=postgres://nobody@127.0.0.1:1/x", "MOENDA_AMQP__URL=amqp://nobody@127.0.0.1:1/"}
+	code, stdout, stderr := run(t, away, "faults", "--quick", "--list")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	quick, err := faults.Selected(true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+		id, title, _ := strings.Cut(line, "\t")
+		if title == "" {
+			t.Errorf("line %q has no title", line)
+		}
+		ids = append(ids, id)
+	}
+	if len(quick) == 0 || strings.Join(ids, " ") != strings.Join(quick, " ") {
+		t.Fatalf("faults --quick --list names %v; the quick set is %v", ids, quick)
+	}
+	if _, stdout, _ := run(t, away, "faults", "--list", "--only", "t31"); !strings.HasPrefix(stdout, "T31\tquorum-queue leader node killed") {
+		t.Fatalf("faults --list --only t31 = %q", stdout)
 	}
 }
 

@@ -13,14 +13,32 @@ import (
 	"github.com/moenda/moenda/app/faults"
 )
 
-// faultsCommand is `faults [--quick] [--only T03,T11] [--seed N]
+// faultsCommand is `faults [--quick] [--only T03,T11] [--list] [--seed N]
 // [--markdown FILE] [--json FILE] [--dir DIR]`.
 func (c *cli) faultsCommand() *cobra.Command {
 	t := &tool{name: "faults"}
-	var quick bool
+	var quick, list bool
 	var only string
 	var seed uint64
 	cmd := c.command("faults", "inject faults into the local PostgreSQL and RabbitMQ and check that nothing is lost or applied twice", func(ctx context.Context, cfg *Resolved, stdout, _ io.Writer) error {
+		var ids []string
+		if only != "" {
+			ids = strings.Split(only, ",")
+		}
+		selected, err := faults.Selected(quick, ids)
+		if err != nil {
+			return err
+		}
+		if list {
+			titles := map[string]string{}
+			for _, fc := range faults.Cases() {
+				titles[fc.ID] = fc.Title
+			}
+			for _, id := range selected {
+				fmt.Fprintf(stdout, "%s\t%s\n", id, titles[id])
+			}
+			return nil
+		}
 		bin, err := t.binary(cfg, "injects faults into PostgreSQL and RabbitMQ")
 		if err != nil {
 			return err
@@ -28,13 +46,6 @@ func (c *cli) faultsCommand() *cobra.Command {
 		s := seed
 		if s == 0 {
 			s = uint64(time.Now().UnixNano())
-		}
-		var ids []string
-		if only != "" {
-			ids = strings.Split(only, ",")
-		}
-		if _, err := faults.Selected(quick, ids); err != nil {
-			return err
 		}
 		results, err := faults.Run(ctx, faults.Options{Quick: quick, Only: ids, Seed: s, ServeBin: bin,
 			PostgresURL: cfg.Postgres.URL, AMQPURL: cfg.AMQP.Nodes()[0], Dir: t.keep(s), Progress: stdout})
@@ -74,6 +85,7 @@ kills them) and check that nothing is lost or applied twice; --markdown
 writes RELIABILITY.md.`
 	t.flags(cmd, "write the report to `FILE` (RELIABILITY.md) when every case ran", true)
 	cmd.Flags().BoolVar(&quick, "quick", false, "run the quick set of cases only")
+	cmd.Flags().BoolVar(&list, "list", false, "list the cases the other flags select (ID, a tab, the title), and run none")
 	cmd.Flags().StringVar(&only, "only", "", "run only the cases `T03,T11` (comma-separated)")
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "the random seed `N`, to repeat a run (default: the time)")
 	return cmd
