@@ -18,7 +18,8 @@ type Case struct {
 	// Quick marks the cases run for every change (--quick, CI): a
 	// consumer crashed mid-handler, and a quorum queue's leader killed on
 	// a cluster of its own (once, about 2.5 minutes), within CI's 20
-	// minutes. The paths of
+	// minutes. CI runs them side by side, so a quick case must leave the
+	// local PostgreSQL and RabbitMQ running. The paths of
 	// the others have tests of their own in go test; T03's connection
 	// storm, for one: TestRelaySurvivesBrokerDroppingConnections,
 	// TestNotificationsSurviveDroppedConnections and
