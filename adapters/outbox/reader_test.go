@@ -214,7 +214,8 @@ func TestAGroupFromBeforeRecordsItsReaderOnItsFirstLeadership(t *testing.T) {
 // group's lock for the moment it checks whether a slot is streamed. A
 // logical relay that took the slot meanwhile waits that moment out,
 // keeping its slot, and records logical: were it to let the slot go, the
-// polling relay would find it idle on its next look and record poll.
+// polling relay would find it idle on its next look and record poll. A
+// lock held longer is a polling relay leading: it stands by until it ends.
 func TestALogicalRelayWaitsOutAPollingRelaysLookAtTheLock(t *testing.T) {
 	s := newStack(t)
 	ctx := context.Background()
@@ -252,6 +253,10 @@ func TestALogicalRelayWaitsOutAPollingRelaysLookAtTheLock(t *testing.T) {
 	if why := relay.Standby(); idle > 0 || why != "" {
 		t.Fatalf("while another session held the lock a moment, the slot was idle at %d looks and the relay stands by because %q", idle, why)
 	}
+	// Held past the wait, the lock is a polling relay leading the group.
+	testenv.Eventually(t, 15*time.Second, "the relay to stand by", func() bool {
+		return strings.Contains(relay.Standby(), "a polling relay of the group leads it")
+	})
 	if _, err := looking.Exec(ctx, "SELECT pg_advisory_unlock($1)", outbox.LockKey(cfg.ConsumerGroup)); err != nil {
 		t.Fatal(err)
 	}
