@@ -8,3 +8,12 @@ const LagQuery = lagQuery
 
 // ByThePrimaryKey is byThePrimaryKey, for the tests outside the package.
 var ByThePrimaryKey = byThePrimaryKey
+
+// HeldQuery, PendingQuery and SettleQuery are the relay's statements that
+// look at the outbox's end, for the tests outside the package.
+const (
+	HeldQuery    = heldQuery
+	PendingQuery = pendingQuery
+)
+
+var SettleQuery = settleQuery

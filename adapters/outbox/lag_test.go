@@ -96,6 +96,66 @@ func TestLagCountsTheBacklogByThePrimaryKey(t *testing.T) {
 	}
 }
 
+// TestRelayLooksAtTheOutboxFromItsEnd: three of the relay's statements ask
+// whether some row lies past a point: rows after the position (the
+// polling reader, once woken), rows held back behind an open transaction
+// (the same, naming it), rows written since the stream's sample (the
+// logical reader, at a batch's record). Planned as PostgreSQL plans a
+// prepared statement after its fifth run (generically), on an outbox it
+// has no statistics for, each reads the outbox by the primary key from
+// its end. Asked with EXISTS over every row, the same question scanned
+// the whole table, at every batch and every empty read.
+func TestRelayLooksAtTheOutboxFromItsEnd(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO watermill_outbox (uuid, payload, metadata, transaction_id)
+		SELECT gen_random_uuid()::text, convert_to(repeat('x', 800), 'UTF8'), '{}', (g / 100)::text::xid8
+		FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	reads := func(name, statement, args string) []planNode {
+		t.Helper()
+		if _, err := conn.Exec(ctx, `PREPARE `+name+` AS `+statement); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan []struct{ Plan planNode }
+		if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE `+name+`(`+args+`)`).Scan(&plan); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		scans := plan[0].Plan.all("watermill_outbox")
+		if len(scans) == 0 {
+			t.Fatalf("%s reads no watermill_outbox: %+v", name, plan)
+		}
+		return scans
+	}
+	var scanned bool
+	for _, s := range reads("every_row", `SELECT EXISTS (SELECT 1 FROM watermill_outbox WHERE (transaction_id, "offset") > ($1::text::xid8, $2))`, `'190', 19000`) {
+		scanned = scanned || s.Type == "Seq Scan"
+	}
+	if !scanned {
+		t.Fatal("EXISTS over every row reads the outbox by its index here too: the case the statements are written against is not tested")
+	}
+	for _, c := range []struct{ name, statement, args string }{
+		{"pending", outbox.PendingQuery, `'190', 19000`},
+		{"held", outbox.HeldQuery, `'190', 19000`},
+		{"settle", outbox.SettleQuery, `'g', 's', 1, '0/0', true, false, '0/0', '0', 0, '{}', '{}', '{}', '{}', '{}', '{}', '{}'`},
+	} {
+		for _, s := range reads(c.name, c.statement, c.args) {
+			if !s.uses("watermill_outbox_pkey") || s.Type == "Seq Scan" {
+				t.Errorf("%s reads the outbox by %+v, want its primary key", c.name, s)
+			}
+		}
+	}
+}
+
 // lagPlan is the node of Lag's plan, run through query, that reads the
 // outbox.
 func lagPlan(t *testing.T, query func(context.Context, string, ...any) pgx.Row, tx, off string) *planNode {
@@ -131,6 +191,18 @@ func (n planNode) find(relation string) *planNode {
 		}
 	}
 	return nil
+}
+
+// all is every node, n or under it, that reads relation.
+func (n planNode) all(relation string) []planNode {
+	var found []planNode
+	if n.Relation == relation {
+		found = append(found, n)
+	}
+	for _, c := range n.Plans {
+		found = append(found, c.all(relation)...)
+	}
+	return found
 }
 
 // uses says whether n reads by index, itself or through a bitmap of it.

@@ -209,7 +209,7 @@ func (p *polling) lead(ctx context.Context, conn *pgx.Conn) error {
 		}
 		if len(rows) > 0 {
 			empty, woken = 0, false
-			held = heldBack{}
+			held.moved()
 			pos = rows[len(rows)-1].position
 			sent, sentEnd = make(chan published, 1), pos
 			go func() {
@@ -309,13 +309,15 @@ func (p *polling) read(ctx context.Context, conn *pgx.Conn, pos position) ([]out
 	return found, nil
 }
 
+// pendingQuery asks whether rows lie after the position ($1, $2).
+const pendingQuery = `SELECT EXISTS (SELECT 1 FROM ` + lastRow + ` WHERE (l.transaction_id, l."offset") > ($1::text::xid8, $2))`
+
 // pending reports whether rows after pos are committed, visible or not
 // to read: an empty read with pending rows means they are held back.
 func (p *polling) pending(ctx context.Context, conn *pgx.Conn, pos position) (bool, error) {
 	p.queries.Add(1)
 	var found bool
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_outbox WHERE (transaction_id, "offset") > ($1::text::xid8, $2))`,
-		fmt.Sprint(pos.txID), pos.offset).Scan(&found)
+	err := conn.QueryRow(ctx, pendingQuery, fmt.Sprint(pos.txID), pos.offset).Scan(&found)
 	if err != nil {
 		return false, fmt.Errorf("read outbox: %w", err)
 	}

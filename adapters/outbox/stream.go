@@ -482,6 +482,30 @@ type slotFence struct {
 
 const fenceCTE = `fence AS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $2 AND active_pid = $3)`
 
+// settleQuery is settle's statement: $1 the group, $2 and $3 the fence
+// (slot and streaming backend), $4 the stream position confirmed, $5
+// promote, $6 sample, $7 to $9 how far the relay has published (at), and
+// $10 on the rows it parked.
+var settleQuery = `WITH ` + fenceCTE + `,
+	` + parkedCTE(10, "fence") + `,
+	promoted AS (
+		UPDATE watermill_offsets_outbox p SET last_processed_transaction_id = s.sample_xmin, offset_acked = 0
+		FROM moenda_outbox_slots s
+		WHERE $5 AND EXISTS (SELECT 1 FROM fence) AND s.consumer_group = $1 AND p.consumer_group = $1
+		  AND s.backfill IS NULL AND s.sample_lsn <= $4::pg_lsn AND s.sample_xmin > p.last_processed_transaction_id),
+	slot AS (
+		SELECT ($6 OR $5 AND sample_lsn <= $4::pg_lsn AND EXISTS (SELECT 1 FROM ` + lastRow + ` WHERE l.transaction_id >= sample_xmin)) AS take
+		FROM moenda_outbox_slots WHERE consumer_group = $1),
+	sampled AS (
+		UPDATE moenda_outbox_slots s SET
+			sample_xmin = CASE WHEN slot.take THEN pg_snapshot_xmin(pg_current_snapshot()) ELSE s.sample_xmin END,
+			sample_lsn = CASE WHEN slot.take THEN pg_current_wal_insert_lsn() ELSE s.sample_lsn END,
+			published_lsn = $7::pg_lsn, published_transaction_id = NULLIF($8, '0')::xid8, published_rows = $9
+		FROM slot
+		WHERE s.consumer_group = $1 AND s.backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
+		RETURNING CASE WHEN slot.take THEN s.sample_lsn::text END AS sample_lsn)
+	SELECT EXISTS (SELECT 1 FROM fence), (SELECT sample_lsn FROM sampled)`
+
 // settle records, once the rows handed over up to end are published (end
 // is zero inside a transaction), how far the relay has published (at), with
 // the rows it parked meanwhile; once the stream is confirmed up to a
@@ -498,25 +522,7 @@ func (l *logical) settle(ctx context.Context, fence slotFence, end pglogrepl.LSN
 	var next *string
 	// One UPDATE of the slot's row takes the sample and records at: two
 	// would change the same row in one statement.
-	err := l.pool.QueryRow(ctx, `WITH `+fenceCTE+`,
-		`+parkedCTE(10, "fence")+`,
-		promoted AS (
-			UPDATE watermill_offsets_outbox p SET last_processed_transaction_id = s.sample_xmin, offset_acked = 0
-			FROM moenda_outbox_slots s
-			WHERE $5 AND EXISTS (SELECT 1 FROM fence) AND s.consumer_group = $1 AND p.consumer_group = $1
-			  AND s.backfill IS NULL AND s.sample_lsn <= $4::pg_lsn AND s.sample_xmin > p.last_processed_transaction_id),
-		slot AS (
-			SELECT ($6 OR $5 AND sample_lsn <= $4::pg_lsn AND EXISTS (SELECT 1 FROM watermill_outbox o WHERE o.transaction_id >= sample_xmin)) AS take
-			FROM moenda_outbox_slots WHERE consumer_group = $1),
-		sampled AS (
-			UPDATE moenda_outbox_slots s SET
-				sample_xmin = CASE WHEN slot.take THEN pg_snapshot_xmin(pg_current_snapshot()) ELSE s.sample_xmin END,
-				sample_lsn = CASE WHEN slot.take THEN pg_current_wal_insert_lsn() ELSE s.sample_lsn END,
-				published_lsn = $7::pg_lsn, published_transaction_id = NULLIF($8, '0')::xid8, published_rows = $9
-			FROM slot
-			WHERE s.consumer_group = $1 AND s.backfill IS NULL AND EXISTS (SELECT 1 FROM fence)
-			RETURNING CASE WHEN slot.take THEN s.sample_lsn::text END AS sample_lsn)
-		SELECT EXISTS (SELECT 1 FROM fence), (SELECT sample_lsn FROM sampled)`,
+	err := l.pool.QueryRow(ctx, settleQuery,
 		append([]any{l.cfg.ConsumerGroup, fence.slot, fence.pid, end.String(), promote, sample,
 			at.lsn.String(), fmt.Sprint(at.txID), at.rows}, parkedColumns(parked)...)...).Scan(&held, &next)
 	if err != nil {
