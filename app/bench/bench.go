@@ -238,7 +238,7 @@ func (r *Result) WriteMarkdown(w io.Writer, command string) error {
 	b.WriteString("same machine in the same run; the ratio is moenda's figure over it. Absolute figures vary with the\n")
 	b.WriteString("machine; compare ratios. What each row measures is in the README, section Benchmarks.\n\n")
 	b.WriteString("## Machine\n\n| | |\n|---|---|\n")
-	for _, k := range []string{"date", "cpu", "nproc", "memory", "go", "postgresql", "rabbitmq", "kafka", "mode"} {
+	for _, k := range []string{"date", "cpu", "nproc", "memory", "go", "postgresql", "autovacuum", "rabbitmq", "kafka", "mode"} {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, r.Machine[k])
 	}
 	b.WriteString("\n## Results\n\n")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
@@ -29,6 +31,19 @@ func TestQuickRun(t *testing.T) {
 	res, err := Run(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The server's autovacuum moves some figures: the machine says which.
+	conn, err := pgx.Connect(context.Background(), opts.PostgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var autovacuum string
+	if err := conn.QueryRow(context.Background(), "SHOW autovacuum").Scan(&autovacuum); err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Machine["autovacuum"]; got != autovacuum && !strings.HasPrefix(got, autovacuum+":") {
+		t.Errorf("the machine's autovacuum reads %q, the server's is %s", got, autovacuum)
 	}
 	wantPrefixes := []string{
 		"ceiling: amqp091 publish", "ceiling: amqp091 consume",

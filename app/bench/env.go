@@ -211,6 +211,12 @@ func (e *env) machine(ctx context.Context) map[string]string {
 	if err := e.pool.QueryRow(ctx, "SHOW server_version").Scan(&v); err == nil {
 		m["postgresql"] = v
 	}
+	// Off, the server never analyzes the tables the run fills, which
+	// moves some figures (BENCHMARKS.md, "End-to-end latency: the outbox
+	// scanned for one row"); production servers run it.
+	if err := e.pool.QueryRow(ctx, "SHOW autovacuum").Scan(&v); err == nil {
+		m["autovacuum"] = map[bool]string{true: "on", false: "off: the tables the run fills are never vacuumed or analyzed, unlike on a production server"}[v == "on"]
+	}
 	if v, ok := e.conn.Properties["version"].(string); ok {
 		m["rabbitmq"] = v
 	}
