@@ -164,11 +164,11 @@ func lagPlan(t *testing.T, query func(context.Context, string, ...any) pgx.Row, 
 	if err := query(context.Background(), `EXPLAIN (FORMAT JSON) `+outbox.LagQuery, tx, off).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
-	scan := plan[0].Plan.find("watermill_outbox")
-	if scan == nil {
+	scans := plan[0].Plan.all("watermill_outbox")
+	if len(scans) == 0 {
 		t.Fatalf("Lag's plan reads no watermill_outbox: %+v", plan)
 	}
-	return scan
+	return &scans[0]
 }
 
 // planNode is a node of EXPLAIN (FORMAT JSON)'s plan.
@@ -178,19 +178,6 @@ type planNode struct {
 	Index    string     `json:"Index Name"`
 	Rows     float64    `json:"Plan Rows"`
 	Plans    []planNode `json:"Plans"`
-}
-
-// find is the node, n or under it, that reads relation.
-func (n planNode) find(relation string) *planNode {
-	if n.Relation == relation {
-		return &n
-	}
-	for _, c := range n.Plans {
-		if found := c.find(relation); found != nil {
-			return found
-		}
-	}
-	return nil
 }
 
 // all is every node, n or under it, that reads relation.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
@@ -284,9 +283,7 @@ func CaughtUp(ctx context.Context, pool *pgxpool.Pool, group string) (bool, erro
 	pos, found, err := groupPosition(ctx, pool, group)
 	var behind bool
 	if err == nil && found {
-		err = byThePrimaryKey(ctx, pool, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM watermill_outbox o WHERE `+afterPosition+`)`, fmt.Sprint(pos.txID), pos.offset).Scan(&behind)
-		})
+		err = pool.QueryRow(ctx, pendingQuery, fmt.Sprint(pos.txID), pos.offset).Scan(&behind)
 	}
 	if err != nil {
 		return false, fmt.Errorf("outbox: position of %s: %w", group, err)
