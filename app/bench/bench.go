@@ -156,6 +156,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			return res, fmt.Errorf("bench: %s: %w", m.name, err)
 		}
 	}
+	if err := e.leftClean(ctx); err != nil {
+		return res, fmt.Errorf("bench: %w", err)
+	}
 	return res, nil
 }
 

@@ -23,9 +23,12 @@ import (
 // over watermill-amqp with confirms, from the relay's own position (the
 // two share the offsets table): the figure the relay replaces. The rows are
 // written in the forwarder's own format (its envelope around the event).
+// The relay catches up by polling, which drops the group's slot: a slot
+// would keep those rows for the next logical relay, which would park every
+// one of them, having no event in its metadata.
 func stockForwarder(ctx context.Context, e *env, r *Result) error {
 	n := e.sz.backlog / 5
-	if err := e.relayCatchUp(ctx, e.reader); err != nil {
+	if err := e.relayCatchUp(ctx, outbox.ReaderPoll); err != nil {
 		return err
 	}
 	err := e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {

@@ -66,6 +66,11 @@ func kafkaStream(ctx context.Context, e *env, r *Result) error {
 	if err := k.replay(ctx, e, r); err != nil {
 		return err
 	}
+	// The Kafka relay's group is done with: its slot would keep the WAL of
+	// every step after this one, gigabytes, and their serve would warn of it.
+	if err := outbox.ResetPosition(ctx, e.pool, kafkaRelayGroup); err != nil {
+		return err
+	}
 	// The rows this step wrote were Kafka's alone: the RabbitMQ relay's
 	// group is put past them, or the serve processes of the steps after
 	// this one would spend their measures relaying them (a million rows).
