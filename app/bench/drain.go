@@ -193,31 +193,6 @@ func (e *env) relayCatchUp(ctx context.Context, reader string) error {
 	return e.purge()
 }
 
-// leftClean fails the run if a step left behind what would skew the
-// steps after it: a parked row (every row the bench writes is an event, so
-// a parked one is a step's mistake, and the relay that parked it was timed
-// on work it did not do), or the slot of a group other than the relay's
-// (PostgreSQL keeps WAL for it until the run ends).
-func (e *env) leftClean(ctx context.Context) error {
-	parked, total, err := outbox.ListParked(ctx, e.pool, 1)
-	if err != nil {
-		return err
-	}
-	if total > 0 {
-		return fmt.Errorf("relays parked %d of the rows the run wrote, the first for %s: %s", total, parked[0].Reason, parked[0].Detail)
-	}
-	slots, err := outbox.Slots(ctx, e.pool)
-	if err != nil {
-		return err
-	}
-	for _, s := range slots {
-		if s.ConsumerGroup != e.set.Outbox.ConsumerGroup {
-			return fmt.Errorf("a step left the slot %s of the group %q, keeping %d bytes of WAL", s.Name, s.ConsumerGroup, s.RetainedBytes)
-		}
-	}
-	return nil
-}
-
 // freshRelay runs a relay with reader over an outbox that earlier steps
 // left empty, so what it measures is its own work.
 func (e *env) freshRelay(ctx context.Context, reader string) (relay *outbox.Relay, stop func(), err error) {
