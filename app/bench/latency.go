@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
@@ -29,25 +30,36 @@ import (
 // rate sizes.foreign, it runs again while a write transaction is open in
 // another database of the server for the whole offered load, as a batch
 // job's would be: the polling reader waits for it to end, the logical one
-// does not.
+// does not. Each round also runs the same load with no outbox, the raw
+// clients' floor (floorLatencies), beside the readers.
 func latency(ctx context.Context, e *env, r *Result) error {
 	readers := e.readers()
 	for _, rate := range e.sz.rates {
 		runs := map[string]latencyRounds{}
 		for round := range e.sz.rounds {
-			order := slices.Clone(readers)
+			order := append([]string{floor}, readers...)
 			if round%2 == 1 {
 				slices.Reverse(order)
 			}
-			for _, reader := range order {
-				js, err := e.latencies(ctx, reader, rate, false)
+			for _, path := range order {
+				var js journeys
+				var err error
+				if path == floor {
+					js, err = e.floorLatencies(ctx, rate)
+				} else {
+					js, err = e.latencies(ctx, path, rate, false)
+				}
 				if err != nil {
 					return err
 				}
-				runs[reader] = append(runs[reader], js)
-				e.logger.Debug("bench: latency round", "rate", rate, "reader", reader, "round", round, "p99", js.percentile(0.99, endToEnd))
+				runs[path] = append(runs[path], js)
+				e.logger.Debug("bench: latency round", "rate", rate, "path", path, "round", round, "p99", js.percentile(0.99, endToEnd))
 			}
 		}
+		name := fmt.Sprintf("floor: pgx commit, then amqp091 publish with confirm, to a consumer claiming it in the inbox, at %d events/s, commit to handler, ", rate)
+		r.add(runs[floor].row(Row{Name: name + "p50", Unit: "ms"}, 0.50, endToEnd), 0, 0)
+		r.add(runs[floor].row(Row{Name: name + "p99", Unit: "ms"}, 0.99, endToEnd), 0, 0)
+		r.add(runs[floor].committedRow(Row{Name: fmt.Sprintf("floor: transactions committed while %d events/s were offered", rate), Unit: "tx/s"}), 0, 0)
 		target := latencyTarget(rate)
 		for _, reader := range readers {
 			name := fmt.Sprintf("moenda: end-to-end latency at %d events/s, commit to handler, %s reader, ", rate, reader)
@@ -72,6 +84,10 @@ func latency(ctx context.Context, e *env, r *Result) error {
 	}
 	return nil
 }
+
+// floor names the latency rounds of the raw clients (floorLatencies)
+// beside the readers'.
+const floor = "floor"
 
 // latencyTarget is the p99 in milliseconds the latency rows aim at for
 // an offered rate.
@@ -159,13 +175,36 @@ func withRounds(row Row, rs latencyRounds, value func(journeys) float64) Row {
 	return row
 }
 
+// clocks note when each event of a run reached each stage, by event id;
+// asked and committed only of the events counted.
+type clocks struct {
+	asked, committed, published, handled sync.Map
+	handledCount                         atomic.Int64 // counted events handled
+}
+
+// handle notes that the event id reached its handler, once, if counted:
+// events a relay caught up on before the load, or a delivery repeated,
+// are not.
+func (c *clocks) handle(id string) {
+	if _, ours := c.asked.Load(id); !ours {
+		return
+	}
+	if _, dup := c.handled.LoadOrStore(id, time.Now()); !dup {
+		c.handledCount.Add(1)
+	}
+}
+
+// useCase commits one event, ev, under the offered load, calling asked
+// when it asks to commit and committed when the commit returned.
+type useCase func(ctx context.Context, ev event.Event, asked, committed func()) error
+
 // latencies runs the offered load once with reader at rate, with a write
 // transaction open elsewhere when foreign, and returns its events'
 // journeys.
 func (e *env) latencies(ctx context.Context, reader string, rate int, foreign bool) (journeys, error) {
-	var published sync.Map // event id -> time its batch was handed to the broker
+	var c clocks
 	relay, closeRelay, err := e.newRelayTo(reader, func(d outbox.Destination) outbox.Destination {
-		return publishClock{Destination: d, at: &published}
+		return publishClock{Destination: d, at: &c.published}
 	})
 	if err != nil {
 		return journeys{}, err
@@ -175,16 +214,8 @@ func (e *env) latencies(ctx context.Context, reader string, rate int, foreign bo
 	out := outbox.New(e.top.Routable, e.wlog)
 	out.Wakes(relay)
 	txr := postgres.NewTransactor(e.pool, out)
-	var asked, committed, handled sync.Map // event id -> time
-	var count atomic.Int64
 	rt, closeBroker, err := e.router(func(_ context.Context, ev event.Event) error {
-		// Events the relay caught up on before the load are not counted.
-		if _, ours := asked.Load(ev.ID); !ours {
-			return nil
-		}
-		if _, dup := handled.LoadOrStore(ev.ID, time.Now()); !dup {
-			count.Add(1)
-		}
+		c.handle(ev.ID)
 		return nil
 	})
 	if err != nil {
@@ -207,6 +238,7 @@ func (e *env) latencies(ctx context.Context, reader string, rate int, foreign bo
 	go func() { _ = rt.Run(runCtx) }()
 	defer rt.Close()
 	<-rt.Running()
+	// The transaction elsewhere ends when the offered load is over.
 	endForeign := func() {}
 	if foreign {
 		if endForeign, err = e.openForeignTransaction(ctx); err != nil {
@@ -214,7 +246,137 @@ func (e *env) latencies(ctx context.Context, reader string, rate int, foreign bo
 		}
 		defer endForeign()
 	}
+	return e.offer(ctx, rate, &c, endForeign, moendaUseCase(txr))
+}
 
+// moendaUseCase is the bench's use case: a business row and its event,
+// through the outbox, in one transaction.
+func moendaUseCase(txr *postgres.Transactor) useCase {
+	return func(ctx context.Context, ev event.Event, asked, committed func()) error {
+		err := txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+			if _, err := tx.Postgres().Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {
+				return err
+			}
+			if err := tx.Publish(ctx, ev); err != nil {
+				return err
+			}
+			asked()
+			return nil
+		})
+		if err == nil {
+			committed()
+		}
+		return err
+	}
+}
+
+// floorLatencies runs the offered load once with no outbox: each use case
+// commits the raw client's unit of work with pgx, then publishes its event
+// with amqp091 and waits for the broker's confirm, and a raw consumer
+// (prefetch 100, manual acks) takes it off the sink queue and claims it in
+// the inbox, as the router does. It is the latency this machine gives at
+// rate to the same transactions and a broker round trip, with no relay
+// between them, measured between moenda's rounds.
+func (e *env) floorLatencies(ctx context.Context, rate int) (journeys, error) {
+	write, err := e.rawWrite(ctx)
+	if err != nil {
+		return journeys{}, err
+	}
+	msg, err := e.relayedMessage(ctx)
+	if err != nil {
+		return journeys{}, err
+	}
+	p, err := dialRawPublisher(e.opts.AMQPURL, e.exchange, benchEvent().RoutingKey(), msg)
+	if err != nil {
+		return journeys{}, err
+	}
+	defer p.close()
+	if err := e.purge(); err != nil {
+		return journeys{}, err
+	}
+	var c clocks
+	ch, err := e.conn.Channel()
+	if err != nil {
+		return journeys{}, err
+	}
+	defer ch.Close()
+	if err := ch.Qos(100, 0, false); err != nil {
+		return journeys{}, err
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, e.sink, "", false, false, false, false, nil)
+	if err != nil {
+		return journeys{}, err
+	}
+	// As the router's inbox does, each delivery runs in a transaction
+	// that claims the event for the queue, and is acknowledged after its
+	// commit; the delivery is handled when the claim is in.
+	failed := make(chan error, 1)
+	handle := func(d amqp091.Delivery) error {
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, e.sink, d.MessageId); err != nil {
+			return err
+		}
+		c.handle(d.MessageId)
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		return d.Ack(false)
+	}
+	go func() {
+		for d := range deliveries {
+			go func() {
+				if err := handle(d); err != nil {
+					select {
+					case failed <- err:
+					default:
+					}
+				}
+			}()
+		}
+	}()
+	js, err := e.offer(ctx, rate, &c, func() {}, func(ctx context.Context, ev event.Event, asked, committed func()) error {
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if err := write(ctx, tx); err != nil {
+			return err
+		}
+		asked()
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		committed()
+		m := p.msg
+		m.MessageId = ev.ID
+		c.published.Store(ev.ID, time.Now())
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, p.key, false, false, m)
+		if err != nil {
+			return err
+		}
+		if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+			return fmt.Errorf("publish not confirmed: %v", err)
+		}
+		return nil
+	})
+	select {
+	case err := <-failed:
+		return journeys{}, fmt.Errorf("the raw consumer: %w", err)
+	default:
+		return js, err
+	}
+}
+
+// offer offers rate use cases a second, each of a new bench event, to a
+// pool of writers running do, and returns the journeys of the events
+// offered after the first second, once each was handled. ended is called
+// when the last use case has returned.
+func (e *env) offer(ctx context.Context, rate int, c *clocks, ended func(), do useCase) (journeys, error) {
 	// The first second of load is not counted: the consumer's channel,
 	// the writers' connections and the relay's first batches start in it.
 	warm, n := rate, int(float64(rate)*e.sz.latencyFor.Seconds())
@@ -233,32 +395,23 @@ func (e *env) latencies(ctx context.Context, reader string, rate int, foreign bo
 			defer wg.Done()
 			for counted := range jobs {
 				ev := benchEvent()
-				err := txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
-					if _, err := tx.Postgres().Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {
-						return err
+				// The clock starts when the use case asks to commit.
+				note := func(m *sync.Map) func() {
+					if !counted {
+						return func() {}
 					}
-					if err := tx.Publish(ctx, ev); err != nil {
-						return err
-					}
-					// The clock starts when the use case asks to commit.
-					if counted {
-						asked.Store(ev.ID, time.Now())
-					}
-					return nil
-				})
-				if err != nil {
+					return func() { m.Store(ev.ID, time.Now()) }
+				}
+				if err := do(ctx, ev, note(&c.asked), note(&c.committed)); err != nil {
 					if failed.Add(1) == 1 {
 						firstErr.Store(err)
 					}
-					continue
-				}
-				if counted {
-					committed.Store(ev.ID, time.Now())
 				}
 			}
 		}()
 	}
 	var before cpuSample
+	var err error
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	for i := range warm + n {
 		<-tick.C
@@ -272,29 +425,27 @@ func (e *env) latencies(ctx context.Context, reader string, rate int, foreign bo
 	tick.Stop()
 	close(jobs)
 	wg.Wait()
+	ended()
 	if err != nil {
 		return journeys{}, err
 	}
 	if n := failed.Load(); n > 0 {
 		return journeys{}, fmt.Errorf("%d use cases failed, the first with: %w", n, firstErr.Load().(error))
 	}
-	if foreign {
-		endForeign() // the offered load is over: the transaction ends
-	}
-	if err := await.Until(ctx, time.Minute, "every event handled", func() (bool, error) { return count.Load() >= int64(n), nil }); err != nil {
-		return journeys{}, fmt.Errorf("handled %d of %d events: %w", count.Load(), n, err)
+	if err := await.Until(ctx, time.Minute, "every event handled", func() (bool, error) { return c.handledCount.Load() >= int64(n), nil }); err != nil {
+		return journeys{}, fmt.Errorf("handled %d of %d events: %w", c.handledCount.Load(), n, err)
 	}
 	after, err := sampleCPU(process{})
 	if err != nil {
 		return journeys{}, err
 	}
 	js := journeys{cpu: flow{cpu: after.since(before), n: n, own: procBench}}
-	asked.Range(func(id, at any) bool {
+	c.asked.Range(func(id, at any) bool {
 		j := journey{asked: at.(time.Time)}
-		c, _ := committed.Load(id)
-		p, _ := published.Load(id)
-		h, _ := handled.Load(id)
-		j.committed, j.published, j.handled = c.(time.Time), p.(time.Time), h.(time.Time)
+		cm, _ := c.committed.Load(id)
+		p, _ := c.published.Load(id)
+		h, _ := c.handled.Load(id)
+		j.committed, j.published, j.handled = cm.(time.Time), p.(time.Time), h.(time.Time)
 		if js.first.IsZero() || j.committed.Before(js.first) {
 			js.first = j.committed
 		}
