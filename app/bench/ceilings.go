@@ -203,17 +203,7 @@ func transactions(ctx context.Context, e *env, r *Result) error {
 	if err != nil {
 		return err
 	}
-	rawTx := func(ctx context.Context) error {
-		tx, err := e.pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback(ctx)
-		if err := write(ctx, tx); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
-	}
+	rawTx := func(ctx context.Context) error { return e.commitRaw(ctx, write, func() {}) }
 	moendaTx := func(ctx context.Context) error {
 		return e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 			if _, err := tx.Postgres().Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {
@@ -263,6 +253,21 @@ func (e *env) rawWrite(ctx context.Context) (func(context.Context, pgx.Tx) error
 		_, err := tx.Exec(ctx, `INSERT INTO bench_outbox_raw (uuid, payload, metadata, transaction_id) VALUES ($1, $2, $3, pg_current_xact_id())`, "00000000-0000-0000-0000-000000000000", body, meta)
 		return err
 	}, nil
+}
+
+// commitRaw runs write in a pgx transaction of its own and commits it,
+// calling asked just before the commit.
+func (e *env) commitRaw(ctx context.Context, write func(context.Context, pgx.Tx) error, asked func()) error {
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if err := write(ctx, tx); err != nil {
+		return err
+	}
+	asked()
+	return tx.Commit(ctx)
 }
 
 func median(v []float64) float64 {

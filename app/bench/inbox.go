@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/await"
@@ -20,6 +21,10 @@ const rowInbox = "ceiling: amqp091 + pgx consume, inbox row and effect row per t
 
 // insertEffect is the effect every bench handler writes: one row.
 const insertEffect = `INSERT INTO bench_effect (event_id, data) VALUES ($1, $2)`
+
+// claimInbox is the raw consumers' claim of an event for the sink queue,
+// the row the router's inbox writes.
+const claimInbox = `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
 
 // inboxConsume sets the router, with its whole chain and the inbox, against
 // a consumer doing the same work by hand with the raw clients. Each handles
@@ -99,18 +104,14 @@ func (e *env) rawInbox(ctx context.Context, n int) (float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	handle := func(d amqp091.Delivery) error {
-		tx, err := e.pool.Begin(ctx)
-		if err != nil {
+		claimAndEffect := func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, claimInbox, e.sink, d.MessageId); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, insertEffect, d.MessageId, "pedido")
 			return err
 		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, e.sink, d.MessageId); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, insertEffect, d.MessageId, "pedido"); err != nil {
-			return err
-		}
-		if err := tx.Commit(ctx); err != nil {
+		if err := e.commitRaw(ctx, claimAndEffect, func() {}); err != nil {
 			return err
 		}
 		return d.Ack(false)

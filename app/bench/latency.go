@@ -312,16 +312,11 @@ func (e *env) floorLatencies(ctx context.Context, rate int) (journeys, error) {
 	// commit; the delivery is handled when the claim is in.
 	failed := make(chan error, 1)
 	handle := func(d amqp091.Delivery) error {
-		tx, err := e.pool.Begin(ctx)
-		if err != nil {
+		claim := func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, claimInbox, e.sink, d.MessageId)
 			return err
 		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, e.sink, d.MessageId); err != nil {
-			return err
-		}
-		c.handle(d.MessageId)
-		if err := tx.Commit(ctx); err != nil {
+		if err := e.commitRaw(ctx, claim, func() { c.handle(d.MessageId) }); err != nil {
 			return err
 		}
 		return d.Ack(false)
@@ -339,16 +334,7 @@ func (e *env) floorLatencies(ctx context.Context, rate int) (journeys, error) {
 		}
 	}()
 	js, err := e.offer(ctx, rate, &c, func() {}, func(ctx context.Context, ev event.Event, asked, committed func()) error {
-		tx, err := e.pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback(ctx)
-		if err := write(ctx, tx); err != nil {
-			return err
-		}
-		asked()
-		if err := tx.Commit(ctx); err != nil {
+		if err := e.commitRaw(ctx, write, asked); err != nil {
 			return err
 		}
 		committed()
