@@ -30,10 +30,14 @@ import (
 // rate sizes.foreign, it runs again while a write transaction is open in
 // another database of the server for the whole offered load, as a batch
 // job's would be: the polling reader waits for it to end, the logical one
-// does not. Each round also runs the same load with no outbox, the raw
+// does not. Each round also runs the same load with no relay, the raw
 // clients' floor (floorLatencies), beside the readers.
 func latency(ctx context.Context, e *env, r *Result) error {
 	readers := e.readers()
+	write, err := e.rawWrite(ctx) // the floor's unit of work
+	if err != nil {
+		return err
+	}
 	for _, rate := range e.sz.rates {
 		runs := map[string]latencyRounds{}
 		for round := range e.sz.rounds {
@@ -45,7 +49,7 @@ func latency(ctx context.Context, e *env, r *Result) error {
 				var js journeys
 				var err error
 				if path == floor {
-					js, err = e.floorLatencies(ctx, rate)
+					js, err = e.floorLatencies(ctx, rate, write)
 				} else {
 					js, err = e.latencies(ctx, path, rate, false)
 				}
@@ -270,18 +274,14 @@ func moendaUseCase(txr *postgres.Transactor) useCase {
 	}
 }
 
-// floorLatencies runs the offered load once with no outbox: each use case
-// commits the raw client's unit of work with pgx, then publishes its event
+// floorLatencies runs the offered load once with no relay: each use case
+// commits the raw client's unit of work (write) with pgx, then publishes its event
 // with amqp091 and waits for the broker's confirm, and a raw consumer
 // (prefetch 100, manual acks) takes it off the sink queue and claims it in
 // the inbox, as the router does. It is the latency this machine gives at
 // rate to the same transactions and a broker round trip, with no relay
 // between them, measured between moenda's rounds.
-func (e *env) floorLatencies(ctx context.Context, rate int) (journeys, error) {
-	write, err := e.rawWrite(ctx)
-	if err != nil {
-		return journeys{}, err
-	}
+func (e *env) floorLatencies(ctx context.Context, rate int, write func(context.Context, pgx.Tx) error) (journeys, error) {
 	msg, err := e.relayedMessage(ctx)
 	if err != nil {
 		return journeys{}, err
