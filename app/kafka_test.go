@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -255,6 +256,7 @@ func equalMaps(a, b map[string]string) bool {
 func (s *probeStack) onKafka(t *testing.T) testenv.KafkaCluster {
 	t.Helper()
 	k := testenv.Kafka(t)
+	s.kafka = &k
 	s.extra = append(s.extra, "MOENDA_BROKER__KIND=kafka", "MOENDA_KAFKA__BROKERS="+strings.Join(k.Config.Brokers, ","), "MOENDA_KAFKA__TOPIC_PREFIX="+k.Config.TopicPrefix)
 	return k
 }
@@ -376,6 +378,37 @@ func startKafkaProbe(t *testing.T, extra ...string) kafkaProbe {
 	publish(t, p, "probe.work.hit.v1", probeOrder{})
 	testenv.Eventually(t, 30*time.Second, "the first event handled", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
 	return kafkaProbe{probeStack: s, k: k, dead: dead}
+}
+
+// settled waits until each consumer group of members (a name k.Config
+// prefixes, and how many members it has once all joined) is stable with
+// all its members.
+func settled(t *testing.T, k testenv.KafkaCluster, members map[string]int) {
+	t.Helper()
+	admin := k.Admin(t)
+	defer admin.Close()
+	var groups []string
+	for g := range members {
+		groups = append(groups, k.Config.Group(g))
+	}
+	var last []string
+	err := await.Until(context.Background(), 30*time.Second, "the consumer groups stable with all their members", func() (bool, error) {
+		desc, err := admin.DescribeConsumerGroups(groups)
+		if err != nil {
+			last = []string{err.Error()}
+			return false, nil
+		}
+		last = last[:0]
+		done := len(desc) == len(groups)
+		for _, d := range desc {
+			last = append(last, fmt.Sprintf("%s: %s with %d members", d.GroupId, d.State, len(d.Members)))
+			done = done && d.State == "Stable" && len(d.Members) == members[strings.TrimPrefix(d.GroupId, k.Config.TopicPrefix)]
+		}
+		return done, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last seen: %s", err, strings.Join(last, "; "))
+	}
 }
 
 // record is a probe.work.hit.v1 record of probe.events with body, as

@@ -147,7 +147,8 @@ type probeStack struct {
 	db    testenv.Database
 	vhost testenv.VHost
 	runs  *probeRuns
-	extra []string // more settings, such as Kafka's
+	extra []string              // more settings, such as Kafka's
+	kafka *testenv.KafkaCluster // the cluster, when on Kafka (onKafka)
 }
 
 func newProbeStack(t *testing.T) *probeStack {
@@ -163,10 +164,20 @@ func (s *probeStack) environ() []string {
 	return append([]string{"MOENDA_POSTGRES__URL=" + s.db.URL, "MOENDA_AMQP__URL=" + s.vhost.URL}, s.extra...)
 }
 
-// start runs a platform with the probe plugin on the stack.
+// start runs a platform with the probe plugin on the stack. On Kafka it
+// returns once the probe's consumer groups have all their members: a
+// queue's group has one per topic it reads (its exchange's, one per
+// retry delay of probeConfig, its re-drive topic's), and they join one
+// by one. Each join rebalances the group, and a record handled across a
+// rebalance comes again: at least once, as Kafka promises, but a test
+// counting runs or dead letters would count it twice.
 func (s *probeStack) start(t *testing.T) running {
 	t.Helper()
-	return s.startFiles(t, probeFiles(t))
+	p := s.startFiles(t, probeFiles(t))
+	if s.kafka != nil {
+		settled(t, *s.kafka, map[string]int{"probe.work": 4, "probe.slow": 5, "probe.wait": 3})
+	}
+	return p
 }
 
 // startFiles is start with the configuration files of files.
