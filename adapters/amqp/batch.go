@@ -28,9 +28,11 @@ type BatchPublisher struct {
 	name   string
 	window int
 	top    *topology.Topology
+	dial   dialer
 
 	mu      sync.Mutex
 	conn    *amqp091.Connection
+	wire    *corkedConn // conn's socket, corked while a batch is published
 	ch      *amqp091.Channel
 	returns chan amqp091.Return
 	// blocked is the broker's reason while it blocks publishing on the
@@ -57,7 +59,7 @@ func NewBatchPublisher(urls []string, name string, window int, top *topology.Top
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("amqp: publisher %s: %w", name, err)
 	}
-	return &BatchPublisher{nodes: n, name: name, window: window, top: top}, nil
+	return &BatchPublisher{nodes: n, name: name, window: window, top: top, dial: amqp091.DefaultDial(5 * time.Second)}, nil
 }
 
 // PublishBatch publishes each message to the exchange the topology assigns
@@ -165,7 +167,15 @@ func (p *BatchPublisher) publish(ctx context.Context, n int, target func(i int) 
 			}
 		}
 	}
+	// The batch's messages go out in few writes (see corkedConn), all of
+	// them before any confirm is waited for.
+	wire := p.wire
+	wire.cork()
+	defer func() { _ = wire.uncork() }()
 	wait := func(dc *amqp091.DeferredConfirmation) error {
+		if err := wire.flush(); err != nil {
+			return fmt.Errorf("amqp: publish: %w", err)
+		}
 		ok, err := dc.WaitContext(ctx)
 		if err != nil {
 			return err
@@ -230,7 +240,7 @@ func (p *BatchPublisher) connect() error {
 	}
 	p.reset()
 	conn, _, err := p.nodes.dial(context.Background(), amqp091.Config{
-		Dial:       amqp091.DefaultDial(5 * time.Second),
+		Dial:       corkedDial(p.dial, func(c *corkedConn) { p.wire = c }),
 		Properties: amqp091.Table{"connection_name": p.name},
 	})
 	if err != nil {
@@ -272,10 +282,14 @@ func (p *BatchPublisher) Blocked() string {
 }
 
 func (p *BatchPublisher) reset() {
+	if p.wire != nil {
+		// Closing waits for the broker's answer to the close it writes.
+		_ = p.wire.uncork()
+	}
 	if p.conn != nil {
 		_ = p.conn.Close()
 	}
-	p.conn, p.ch = nil, nil
+	p.conn, p.wire, p.ch = nil, nil, nil
 }
 
 // Close closes the connection.
