@@ -6,8 +6,9 @@ import (
 )
 
 // corkLimit is how much a corked connection holds before it writes:
-// a score of a relay's messages per write(2), and the broker has the
-// first of a batch before the rest is marshaled.
+// about sixteen of a relay's messages of 1 KiB per write(2), and the
+// broker has the first of a batch before the rest is marshaled (64 KiB
+// drained slower; BENCHMARKS.md, "Relay: a batch in few writes").
 const corkLimit = 16 << 10
 
 // corkedConn is the BatchPublisher's connection to the broker. amqp091
