@@ -14,6 +14,25 @@ import (
 	"github.com/moenda/moenda/adapters/topology"
 )
 
+// declaredPublisher is a batch publisher with a confirm window of
+// window on a vhost of its own, where the exchange prefix routes its
+// events (prefix.#) to the classic queue prefix.q, declared; it returns
+// the vhost's URL and the queue too.
+func declaredPublisher(t *testing.T, prefix string, window int) (*BatchPublisher, string, string) {
+	t.Helper()
+	vhost := testenv.RabbitMQ(t)
+	top, q := loadTopology(t, prefix, prefix+".q", topology.Classic)
+	if err := Declare(context.Background(), []string{vhost.URL}, top); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := NewBatchPublisher([]string{vhost.URL}, "moenda test relay", window, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub, vhost.URL, q
+}
+
 // A publisher that could not work is refused when it is made, not on its
 // first batch.
 func TestNewBatchPublisherRefusesWhatCannotWork(t *testing.T) {
@@ -47,16 +66,7 @@ func TestNewBatchPublisherRefusesWhatCannotWork(t *testing.T) {
 // closed channel's zero values for ever while it holds the publisher
 // (which froze a relay whose broker went away mid-batch, at full CPU).
 func TestBatchWithItsReturnsClosedEnds(t *testing.T) {
-	vhost := testenv.RabbitMQ(t)
-	top, q := loadTopology(t, "closed", "closed.q", topology.Classic)
-	if err := Declare(context.Background(), []string{vhost.URL}, top); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := NewBatchPublisher([]string{vhost.URL}, "moenda test relay", 8, top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
+	pub, url, q := declaredPublisher(t, "closed", 8)
 	topics, msgs := newMessages("closed", 3)
 	if err := pub.PublishBatch(context.Background(), topics, msgs); err != nil {
 		t.Fatal(err)
@@ -82,7 +92,7 @@ func TestBatchWithItsReturnsClosedEnds(t *testing.T) {
 			t.Fatalf("%s still runs after 10 s with its returns closed", what)
 		}
 	}
-	if got := testenv.ReadyMessages(t, vhost.URL, q); got != 7 {
+	if got := testenv.ReadyMessages(t, url, q); got != 7 {
 		t.Fatalf("%s holds %d messages, want 7", q, got)
 	}
 }

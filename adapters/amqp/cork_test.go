@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/testenv"
-	"github.com/moenda/moenda/adapters/topology"
 )
 
 // countedConn counts the writes that reach the socket under a corkedConn.
@@ -85,16 +84,7 @@ func TestCorkedConnHoldsWritesUntilFlushed(t *testing.T) {
 // A batch of the relay's size reaches the broker in a few writes rather
 // than one a message, and every message of it is delivered.
 func TestABatchGoesOutInFewWrites(t *testing.T) {
-	vhost := testenv.RabbitMQ(t)
-	top, q := loadTopology(t, "corked", "corked.q", topology.Classic)
-	if err := Declare(context.Background(), []string{vhost.URL}, top); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := NewBatchPublisher([]string{vhost.URL}, "moenda test relay", 256, top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
+	pub, url, q := declaredPublisher(t, "corked", 256)
 	var under *countedConn
 	dial := pub.dial
 	pub.dial = func(network, addr string) (net.Conn, error) {
@@ -116,7 +106,7 @@ func TestABatchGoesOutInFewWrites(t *testing.T) {
 	if max := len(wrote)/corkLimit + 4; writes > max {
 		t.Fatalf("256 messages went out in %d writes, want at most %d", writes, max)
 	}
-	if got := testenv.ReadyMessages(t, vhost.URL, q); got != 257 {
+	if got := testenv.ReadyMessages(t, url, q); got != 257 {
 		t.Fatalf("%s holds %d messages, want 257", q, got)
 	}
 }
@@ -125,16 +115,7 @@ func TestABatchGoesOutInFewWrites(t *testing.T) {
 // one publishes: closing the connection writes a close the broker must
 // answer, which a corked connection would hold for ever.
 func TestABatchFailingWhileCorkedEnds(t *testing.T) {
-	vhost := testenv.RabbitMQ(t)
-	top, q := loadTopology(t, "corkfail", "corkfail.q", topology.Classic)
-	if err := Declare(context.Background(), []string{vhost.URL}, top); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := NewBatchPublisher([]string{vhost.URL}, "moenda test relay", 256, top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pub.Close() })
+	pub, url, q := declaredPublisher(t, "corkfail", 256)
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	done := make(chan error, 1)
@@ -154,7 +135,7 @@ func TestABatchFailingWhileCorkedEnds(t *testing.T) {
 	if err := pub.PublishBatch(context.Background(), topics, msgs); err != nil {
 		t.Fatal(err)
 	}
-	if got := testenv.ReadyMessages(t, vhost.URL, q); got < 3 {
+	if got := testenv.ReadyMessages(t, url, q); got < 3 {
 		t.Fatalf("%s holds %d messages, want at least the 3 of the second batch", q, got)
 	}
 }
