@@ -361,7 +361,6 @@ func TestKafkaRetryTopicsFollowTheScheduleThenDeadLetter(t *testing.T) {
 // and read probe.work's dead letters.
 type kafkaProbe struct {
 	*probeStack
-	k    testenv.KafkaCluster
 	dead func() []*sarama.ConsumerMessage
 }
 
@@ -377,7 +376,7 @@ func startKafkaProbe(t *testing.T, extra ...string) kafkaProbe {
 	dead := topicReader(t, k, "probe.work.dlq")
 	publish(t, p, "probe.work.hit.v1", probeOrder{})
 	testenv.Eventually(t, 30*time.Second, "the first event handled", func() bool { return p.stats.Queue("probe.work").Handled.Load() == 1 })
-	return kafkaProbe{probeStack: s, k: k, dead: dead}
+	return kafkaProbe{probeStack: s, dead: dead}
 }
 
 // settled waits until each consumer group of members (a name k.Config
@@ -415,7 +414,7 @@ func settled(t *testing.T, k testenv.KafkaCluster, members map[string]int) {
 // another producer writes it: all such records share a key, so they
 // share a partition.
 func (kp kafkaProbe) record(id string, body []byte) *sarama.ProducerMessage {
-	return &sarama.ProducerMessage{Topic: kp.k.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
+	return &sarama.ProducerMessage{Topic: kp.kafka.Config.Topic("probe.events"), Key: sarama.StringEncoder("same-aggregate"), Value: sarama.ByteEncoder(body),
 		Headers: []sarama.RecordHeader{{Key: []byte("_watermill_message_uuid"), Value: []byte(id)}, {Key: []byte(event.MetaName), Value: []byte("probe.work.hit.v1")}}}
 }
 
@@ -427,7 +426,7 @@ func (kp kafkaProbe) sendAhead(t *testing.T, what string, ahead ...*sarama.Produ
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	sc.Producer.Return.Successes = true
-	prod, err := sarama.NewSyncProducer(kp.k.Config.Brokers, sc)
+	prod, err := sarama.NewSyncProducer(kp.kafka.Config.Brokers, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
