@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -165,5 +166,36 @@ func TestAStepRunsAlone(t *testing.T) {
 		if row.Value <= 0 {
 			t.Errorf("%s = %v", row.Name, row.Value)
 		}
+	}
+}
+
+// TestTheBrokerClosingTheBenchConnectionCostsADial: the bench holds its own
+// connection to the broker for the whole run; a broker that closes it, as
+// it does an idle one whose heartbeat a busy machine missed, costs a dial
+// when the bench next needs it, not the run.
+func TestTheBrokerClosingTheBenchConnectionCostsADial(t *testing.T) {
+	ctx := context.Background()
+	opts := quickOptions(t)
+	e, err := newEnv(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	u, err := url.Parse(opts.AMQPURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Rabbitmqctl(t, "close_all_connections", "--vhost", strings.TrimPrefix(u.Path, "/"), "test: the broker closes the bench's connection")
+	testenv.Eventually(t, 10*time.Second, "the bench's connection closed", e.conn.IsClosed)
+	if err := e.purge(); err != nil {
+		t.Fatalf("purge after the broker closed the connection: %v", err)
+	}
+	ch, err := e.channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(e.sink, true, false, false, false, nil); err != nil {
+		t.Fatalf("the sink queue on the connection dialled again: %v", err)
 	}
 }

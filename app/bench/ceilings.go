@@ -56,7 +56,7 @@ func rawAMQP(ctx context.Context, e *env, r *Result) error {
 	if err := p.publish(ctx, n); err != nil {
 		return err
 	}
-	ch, err := e.conn.Channel()
+	ch, err := e.channel()
 	if err != nil {
 		return err
 	}

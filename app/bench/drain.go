@@ -271,7 +271,7 @@ func (e *env) arrivals(ctx context.Context) (wait func(n int, measured process) 
 
 // arrivalsSeen is arrivals, telling seen, when set, of each delivery.
 func (e *env) arrivalsSeen(ctx context.Context, seen func(amqp091.Delivery)) (wait func(n int, measured process) (flow, error), stop func(), err error) {
-	ch, err := e.conn.Channel()
+	ch, err := e.channel()
 	if err != nil {
 		return nil, nil, err
 	}

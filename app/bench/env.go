@@ -42,20 +42,22 @@ type Settings struct {
 // env is what one run owns: a database, an exchange with one sink queue,
 // and the connections to them. close removes them all.
 type env struct {
-	opts     Options
-	set      Settings
-	sz       sizes
-	logger   *slog.Logger
-	wlog     watermill.LoggerAdapter
-	dbName   string
-	dbURL    string
-	pool     *pgxpool.Pool
-	conn     *amqp091.Connection
-	ch       *amqp091.Channel
-	exchange string
-	sink     string // the queue every bench event reaches
-	top      *topology.Topology
-	tx       *postgres.Transactor
+	opts   Options
+	set    Settings
+	sz     sizes
+	logger *slog.Logger
+	wlog   watermill.LoggerAdapter
+	dbName string
+	dbURL  string
+	pool   *pgxpool.Pool
+	// conn is the bench's own connection to the broker, for its queues'
+	// upkeep and its raw consumers; channel opens a channel on it.
+	conn       *amqp091.Connection
+	connClosed chan *amqp091.Error
+	exchange   string
+	sink       string // the queue every bench event reaches
+	top        *topology.Topology
+	tx         *postgres.Transactor
 	// reader is how the relays of the run read the outbox, as serve
 	// chose it for the configuration; the reader rows measure both.
 	reader string
@@ -108,11 +110,8 @@ func newEnv(ctx context.Context, opts Options) (_ *env, err error) {
 		return nil, err
 	}
 
-	if e.conn, err = amqp091.Dial(opts.AMQPURL); err != nil {
+	if err := e.dial(); err != nil {
 		return nil, fmt.Errorf("connect to RabbitMQ (amqp.url): %w", err)
-	}
-	if e.ch, err = e.conn.Channel(); err != nil {
-		return nil, err
 	}
 	e.exchange = "moenda.bench." + id
 	e.sink = e.exchange + ".sink"
@@ -170,12 +169,15 @@ func (e *env) leftClean(ctx context.Context) error {
 }
 
 func (e *env) close() {
-	if e.ch != nil && e.top != nil {
-		for _, q := range e.top.Queues {
-			_, _ = e.ch.QueueDelete(q.Name, false, false, false)
-		}
-		for _, x := range e.top.Exchanges {
-			_ = e.ch.ExchangeDelete(x.Name, false, false)
+	if e.conn != nil && e.top != nil {
+		if ch, err := e.channel(); err == nil {
+			for _, q := range e.top.Queues {
+				_, _ = ch.QueueDelete(q.Name, false, false, false)
+			}
+			for _, x := range e.top.Exchanges {
+				_ = ch.ExchangeDelete(x.Name, false, false)
+			}
+			_ = ch.Close()
 		}
 	}
 	if e.conn != nil {
@@ -197,9 +199,49 @@ func (e *env) close() {
 	}
 }
 
-func (e *env) purge() error {
-	_, err := e.ch.QueuePurge(e.sink, false)
-	return err
+func (e *env) dial() error {
+	conn, err := amqp091.Dial(e.opts.AMQPURL)
+	if err != nil {
+		return err
+	}
+	e.conn, e.connClosed = conn, conn.NotifyClose(make(chan *amqp091.Error, 1))
+	return nil
+}
+
+// channel opens a channel on the bench's connection, dialing it again
+// if the broker closed it: the connection is held for the whole run, in
+// which a busy machine can miss a heartbeat of an idle one, and that
+// costs a warning, not the run.
+func (e *env) channel() (*amqp091.Channel, error) {
+	if e.conn.IsClosed() {
+		reason := "closed by the client library"
+		if err := <-e.connClosed; err != nil {
+			reason = err.Error()
+		}
+		e.logger.Warn("bench: the bench's own connection to the broker was closed; dialing it again", "reason", reason)
+		if err := e.dial(); err != nil {
+			return nil, fmt.Errorf("dial the broker again after its connection was closed (%s): %w", reason, err)
+		}
+	}
+	return e.conn.Channel()
+}
+
+// purge empties the named queues, the sink when none is named.
+func (e *env) purge(queues ...string) error {
+	if len(queues) == 0 {
+		queues = []string{e.sink}
+	}
+	ch, err := e.channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	for _, q := range queues {
+		if _, err := ch.QueuePurge(q, false); err != nil {
+			return fmt.Errorf("purge %s: %w", q, err)
+		}
+	}
+	return nil
 }
 
 // benchEvent is a moenda event of about 1 KiB on the wire.

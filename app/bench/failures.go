@@ -209,7 +209,7 @@ func ingestRate(ctx context.Context, e *env, r *Result, cfg failures.Config) err
 		if _, err := e.pool.Exec(ctx, `TRUNCATE moenda_failures, `+rawLedger); err != nil {
 			return err
 		}
-		if _, err := e.ch.QueuePurge(dlq, false); err != nil {
+		if err := e.purge(dlq); err != nil {
 			return err
 		}
 		return e.putDeadLetters(ctx, dlq, n)

@@ -213,13 +213,9 @@ func (e *env) purgeFailures() error {
 	if !ok {
 		return fmt.Errorf("no policy for %s", e.sink)
 	}
+	var queues []string
 	for _, d := range pol.Delays {
-		if _, err := e.ch.QueuePurge(topology.RetryQueue(e.sink, d), false); err != nil {
-			return err
-		}
+		queues = append(queues, topology.RetryQueue(e.sink, d))
 	}
-	if _, err := e.ch.QueuePurge(pol.DeadLetterQueue, false); err != nil {
-		return err
-	}
-	return e.purge()
+	return e.purge(append(queues, pol.DeadLetterQueue, e.sink)...)
 }

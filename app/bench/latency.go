@@ -295,7 +295,7 @@ func (e *env) floorLatencies(ctx context.Context, rate int, write func(context.C
 		return journeys{}, err
 	}
 	var c clocks
-	ch, err := e.conn.Channel()
+	ch, err := e.channel()
 	if err != nil {
 		return journeys{}, err
 	}
