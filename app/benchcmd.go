@@ -79,6 +79,19 @@ func writeFile(path string, write func(io.Writer) error) error {
 // measurements written by hand.
 var keptHeadings = []string{scaleHeading, clusterHeading, "## Design measurements"}
 
+// keptSections is what `bench --markdown` writes after the results: the
+// kept sections of doc, each after one blank line, whatever blank lines
+// ended it, so that a file rewritten again and again stays the same.
+func keptSections(doc string) string {
+	var b strings.Builder
+	for _, heading := range keptHeadings {
+		if kept := sectionOf(doc, heading); kept != "" {
+			b.WriteString("\n" + strings.TrimRight(kept, "\n") + "\n")
+		}
+	}
+	return b.String()
+}
+
 // benchCommand is `bench [--quick] [--json] [--markdown FILE]`, with
 // `bench scale` under it.
 func (c *cli) benchCommand() *cobra.Command {
@@ -118,14 +131,8 @@ func (c *cli) benchCommand() *cobra.Command {
 				if err := res.WriteMarkdown(w, rerun); err != nil {
 					return err
 				}
-				for _, heading := range keptHeadings {
-					if kept := sectionOf(string(old), heading); kept != "" {
-						if _, err := io.WriteString(w, "\n"+kept); err != nil {
-							return err
-						}
-					}
-				}
-				return nil
+				_, err := io.WriteString(w, keptSections(string(old)))
+				return err
 			}); err != nil {
 				return err
 			}

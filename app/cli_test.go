@@ -184,6 +184,20 @@ func TestMigrateUpCreatesAMissingDatabase(t *testing.T) {
 	}
 }
 
+// TestKeptSectionsStayTheSame: BENCHMARKS.md rewritten by each full run
+// keeps its hand-written sections as they were, blank lines included.
+func TestKeptSectionsStayTheSame(t *testing.T) {
+	doc := "# Benchmarks\n\n## Results\n\nold rows\n\n" + scaleHeading + "\n\nscale\n\n\n\n## Design measurements\n\nby hand\n"
+	once := "# Benchmarks\n\n## Results\n\nnew rows\n" + keptSections(doc)
+	want := "# Benchmarks\n\n## Results\n\nnew rows\n\n" + scaleHeading + "\n\nscale\n\n## Design measurements\n\nby hand\n"
+	if once != want {
+		t.Fatalf("rewritten once:\n%q\nwant\n%q", once, want)
+	}
+	if twice := "# Benchmarks\n\n## Results\n\nnew rows\n" + keptSections(once); twice != once {
+		t.Fatalf("rewritten twice:\n%q\nonce:\n%q", twice, once)
+	}
+}
+
 func TestReplaceSectionKeepsTheRest(t *testing.T) {
 	doc := "# Benchmarks\n\n## Results\n\nrows\n"
 	once := replaceSection(doc, scaleHeading, "## Scale-out\n\nfirst\n")
