@@ -33,8 +33,8 @@ type Case struct {
 	// Failures runs the failure ledger (failures.enabled): the nodes
 	// ingest the dead letters, and the checker counts them in the ledger.
 	Failures bool
-	// Delays is the probe's retry schedule; 1 s, 5 s and 25 s when
-	// empty.
+	// Delays is the probe's retry schedule; when empty, the seeds' 1 s,
+	// 5 s and 25 s, or quickDelays in the quick set (schedule).
 	Delays []time.Duration
 	// Rabbits runs the case on a RabbitMQ cluster of that many nodes, and
 	// Standby on a PostgreSQL primary with a standby (harness.StandbySync
@@ -66,22 +66,40 @@ func (c Case) bound() time.Duration {
 	return c.Bound
 }
 
+// schedule is the probe's retry schedule in the case: its own, the
+// quick set's when a case of that set runs with --quick, or the seeds'.
+// A case outside the set keeps the seeds' under --quick: its checks and
+// faults (T17's spans, T26's 25 s backoff) are written for it.
+func (c Case) schedule(quick bool) []time.Duration {
+	switch {
+	case len(c.Delays) > 0:
+		return c.Delays
+	case quick && c.Quick:
+		return quickDelays
+	}
+	return []time.Duration{time.Second, 5 * time.Second, 25 * time.Second}
+}
+
+// quickDelays is the probe's schedule in the quick set: three retry
+// queues, as the seeds', that dead-letter a failing event 7 s after its
+// first attempt rather than 31, the least every case waits for once its
+// writers stop.
+var quickDelays = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
+
 // overlay is the configuration the case's nodes run, on base.yaml: the
 // probe alone, and its seed-like schedule of 1 s, 5 s and 25 s (or the
-// case's) with no immediate retry, so that attempts and delays can be
-// checked; the failure ledger when the case runs it, with batches that
-// wait little, so a dead letter is in the ledger soon after it fails.
-func (c Case) overlay() string {
+// case's, or the quick set's) with no immediate retry, so that attempts
+// and delays can be checked; the failure ledger when the case runs it,
+// with batches that wait little, so a dead letter is in the ledger soon
+// after it fails.
+func (c Case) overlay(quick bool) string {
 	reader := c.Reader
 	if reader == "" {
 		reader = "auto"
 	}
-	delays := []string{"1s", "5s", "25s"}
-	if len(c.Delays) > 0 {
-		delays = nil
-		for _, d := range c.Delays {
-			delays = append(delays, d.String())
-		}
+	var delays []string
+	for _, d := range c.schedule(quick) {
+		delays = append(delays, d.String())
 	}
 	out := fmt.Sprintf(`log: {level: warn, format: json}
 handlers: {enabled: [%s]}

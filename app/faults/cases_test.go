@@ -22,10 +22,13 @@ func TestKnownCases(t *testing.T) {
 
 // A case that runs the failure ledger turns it on in its nodes'
 // configuration, with its own retry schedule; the others keep the
-// seed's schedule and no ledger.
+// seed's schedule and no ledger, or the quick set's schedule in it.
 func TestTheWorkbenchCasesRunTheLedger(t *testing.T) {
 	for _, c := range Cases() {
-		o := c.overlay()
+		if o := c.overlay(true); c.Quick && !strings.Contains(o, "delays: [1s, 2s, 4s]") || !c.Quick && c.ID[0] != 'W' && !strings.Contains(o, "delays: [1s, 5s, 25s]") {
+			t.Errorf("%s under --quick runs another schedule than the quick set's (its own case) or the seeds' (the others):\n%s", c.ID, o)
+		}
+		o := c.overlay(false)
 		switch c.ID[0] {
 		case 'W':
 			if !c.Failures || !strings.Contains(o, "failures: {enabled: true") || !strings.Contains(o, "delays: [1s, 2s]") {
@@ -37,7 +40,7 @@ func TestTheWorkbenchCasesRunTheLedger(t *testing.T) {
 			}
 		}
 	}
-	if o := (Case{Delays: []time.Duration{500 * time.Millisecond}}).overlay(); !strings.Contains(o, "delays: [500ms]") {
+	if o := (Case{Delays: []time.Duration{500 * time.Millisecond}}).overlay(true); !strings.Contains(o, "delays: [500ms]") {
 		t.Errorf("a schedule of its own:\n%s", o)
 	}
 }

@@ -95,7 +95,7 @@ func permanent(ctx context.Context, r *run) error {
 		return err
 	}
 	r.after = append(r.after, func(ops []harness.Op, seen harness.Observed) {
-		r.checkDeadLetters(seen, "4", 31*time.Second)
+		r.checkDeadLetters(seen)
 		rep := r.result.Report
 		r.judge("exactlyone", rep.DLQDuplicates == 0 && len(rep.DLQMissing) == 0, "%d dead letters for %d poison events, %d copies beyond one", rep.DeadLettered, rep.PoisonConfirmed, rep.DLQDuplicates)
 		r.judge("p99", r.result.Latency.P99 < lagBound, "good events' p99 %s", r.result.Latency.P99.Round(time.Millisecond))
@@ -104,8 +104,15 @@ func permanent(ctx context.Context, r *run) error {
 }
 
 // checkDeadLetters checks each dead letter's headers: the reason, the
-// attempts, the queue and routing key, and the span of its failures.
-func (r *run) checkDeadLetters(seen harness.Observed, attempts string, span time.Duration) {
+// attempts, the queue and routing key, and the span of its failures, as
+// the case's schedule (with no immediate retry) makes them.
+func (r *run) checkDeadLetters(seen harness.Observed) {
+	schedule := r.c.schedule(r.quick)
+	attempts := strconv.Itoa(len(schedule) + 1)
+	var span time.Duration
+	for _, d := range schedule {
+		span += d
+	}
 	key := event.Event{Name: faultprobe.Event}.RoutingKey()
 	bad := 0
 	var lo, hi time.Duration
@@ -143,7 +150,7 @@ func poisonBurst(ctx context.Context, r *run) error {
 		return err
 	}
 	r.after = append(r.after, func(ops []harness.Op, seen harness.Observed) {
-		r.checkDeadLetters(seen, "4", 31*time.Second)
+		r.checkDeadLetters(seen)
 		// A dead letter may be sent again when its ack is lost: at most
 		// once for each message a node holds unacknowledged.
 		inFlight := len(r.Nodes) * amqp.DefaultConfig().Prefetch

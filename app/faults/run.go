@@ -132,7 +132,7 @@ func runCase(ctx context.Context, opts Options, c Case) (res Result) {
 	dir := filepath.Join(opts.Dir, fmt.Sprintf("%s-seed%d", c.ID, opts.Seed))
 	cfg := opts.system()
 	cfg.RabbitNodes, cfg.Standby = c.Rabbits, c.Standby
-	s, err := harness.NewSystem(ctx, cfg, dir, c.overlay(), c.Overlay)
+	s, err := harness.NewSystem(ctx, cfg, dir, c.overlay(opts.Quick), c.Overlay)
 	if err != nil {
 		res.Problems = append(res.Problems, "set up: "+err.Error())
 		return res
