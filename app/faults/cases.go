@@ -33,8 +33,8 @@ type Case struct {
 	// Failures runs the failure ledger (failures.enabled): the nodes
 	// ingest the dead letters, and the checker counts them in the ledger.
 	Failures bool
-	// Delays is the probe's retry schedule; when empty, the seeds' 1 s,
-	// 5 s and 25 s, or quickDelays in the quick set (schedule).
+	// Delays is the probe's retry schedule; when empty, seedDelays, or
+	// quickDelays in the quick set (schedule).
 	Delays []time.Duration
 	// Rabbits runs the case on a RabbitMQ cluster of that many nodes, and
 	// Standby on a PostgreSQL primary with a standby (harness.StandbySync
@@ -77,14 +77,17 @@ func (c Case) schedule(quick bool) []time.Duration {
 	case quick && c.Quick:
 		return quickDelays
 	}
-	return []time.Duration{time.Second, 5 * time.Second, 25 * time.Second}
+	return seedDelays
 }
 
-// quickDelays is the probe's schedule in the quick set: three retry
-// queues, as the seeds', that dead-letter a failing event 7 s after its
-// first attempt rather than 31, the least every case waits for once its
-// writers stop.
-var quickDelays = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
+// seedDelays is the probe's schedule by default, the seeds' own.
+// quickDelays is the quick set's: three retry queues, as the seeds',
+// that dead-letter a failing event 7 s after its first attempt rather
+// than 31, the least every case waits for once its writers stop.
+var (
+	seedDelays  = []time.Duration{time.Second, 5 * time.Second, 25 * time.Second}
+	quickDelays = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
+)
 
 // overlay is the configuration the case's nodes run, on base.yaml: the
 // probe alone, and its seed-like schedule of 1 s, 5 s and 25 s (or the
