@@ -19,10 +19,29 @@ var ErrTimeout = errors.New("timed out")
 // Until checks cond every Interval until it holds, returns an error, ctx
 // ends or timeout passes. what names the awaited state in the timeout error.
 func Until(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	return poll(ctx, timeout, what, cond, func(took time.Duration) time.Duration { return max(Interval-took, 0) })
+}
+
+// Sparing is Until for a cond that may cost: a test's walk over every
+// delivery of a long drain, looked at every Interval, would take a core
+// from the drain it waits on. It waits SparingPause between two looks.
+func Sparing(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	return poll(ctx, timeout, what, cond, SparingPause)
+}
+
+// SparingPause is ten times what the last look took, from Interval to a
+// second: a tenth of a core for a cond that walks a drain, half of one
+// for a cond that runs rabbitmqctl.
+func SparingPause(took time.Duration) time.Duration {
+	return min(max(Interval, 10*took), time.Second)
+}
+
+// poll checks cond until it holds, returns an error, ctx ends or timeout
+// passes, pausing after each look what pause makes of the time it took.
+func poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error), pause func(took time.Duration) time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	ticker := time.NewTicker(Interval)
-	defer ticker.Stop()
 	for {
+		began := time.Now()
 		ok, err := cond()
 		if err != nil || ok {
 			return err
@@ -30,10 +49,8 @@ func Until(ctx context.Context, timeout time.Duration, what string, cond func() 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("waiting %s for %s: %w", timeout, what, ErrTimeout)
 		}
-		select {
-		case <-ctx.Done():
+		if !Sleep(ctx, pause(time.Since(began))) {
 			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-ticker.C:
 		}
 	}
 }

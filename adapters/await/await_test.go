@@ -43,3 +43,25 @@ func TestUntilEndsWithItsContext(t *testing.T) {
 		t.Fatalf("err=%v, want context.Canceled", err)
 	}
 }
+
+// A look that costs more is followed by a longer pause, ten times its
+// own, from Interval to a second.
+func TestSparingPausesTenTimesTheLook(t *testing.T) {
+	for took, want := range map[time.Duration]time.Duration{
+		0:                      await.Interval,
+		time.Millisecond:       await.Interval,
+		20 * time.Millisecond:  200 * time.Millisecond,
+		300 * time.Millisecond: time.Second,
+	} {
+		if got := await.SparingPause(took); got != want {
+			t.Errorf("after a look of %s: pause %s, want %s", took, got, want)
+		}
+	}
+}
+
+func TestSparingTimesOutAsUntilDoes(t *testing.T) {
+	err := await.Sparing(context.Background(), 30*time.Millisecond, "the queue to drain", func() (bool, error) { return false, nil })
+	if !errors.Is(err, await.ErrTimeout) || err.Error() != "waiting 30ms for the queue to drain: timed out" {
+		t.Fatalf("err=%v", err)
+	}
+}

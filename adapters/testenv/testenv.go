@@ -479,23 +479,12 @@ func Rabbitmqctl(t testing.TB, args ...string) string {
 }
 
 // Eventually polls cond until it holds, failing the test when timeout
-// passes. Between two looks it waits ten times what the last one took,
-// from await.Interval to a second: a cond that walks every delivery of a
-// long drain, looked at every 10 ms, would take a core from the drain it
-// waits on; this way it takes a tenth, and one that runs rabbitmqctl
-// half a core, not all of it.
+// passes, as sparingly as await.Sparing: a cond that walks every
+// delivery of a long drain takes a tenth of a core, not the drain's.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		began := time.Now()
-		if cond() {
-			return
-		}
-		if began.After(deadline) {
-			t.Fatalf("waiting %s for %s: %v", timeout, what, await.ErrTimeout)
-		}
-		time.Sleep(min(max(await.Interval, 10*time.Since(began)), time.Second))
+	if err := await.Sparing(context.Background(), timeout, what, func() (bool, error) { return cond(), nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 
