@@ -67,7 +67,9 @@ func alternate(e *env, step string, rounds int, raw, mine func() (flow, error)) 
 		if err := p.round(raw, mine); err != nil {
 			return nil, err
 		}
-		e.logger.Debug("bench: round", "step", step, "round", i, "raw", p.raw[i].rate, "mine", p.mine[i].rate)
+		raw, mine := p.raw[i], p.mine[i]
+		e.logger.Debug("bench: round", "step", step, "round", i, "raw", raw.rate, "mine", mine.rate,
+			"raw_cpu_per_10k", raw.per10k(raw.own), "mine_cpu_per_10k", mine.per10k(mine.own))
 	}
 	return p, nil
 }
