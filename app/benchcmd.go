@@ -146,7 +146,7 @@ func (c *cli) benchCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&quick, "quick", false, "a shorter run, with fewer rows")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON instead of a table")
 	cmd.Flags().StringArrayVar(&only, "step", nil, "run only the step named `NAME` (as in app/bench's steps, such as \"failure workbench\"); repeatable")
-	cmd.AddCommand(c.scaleCommand(), c.clusterCommand(), rawPublishCommand())
+	cmd.AddCommand(c.scaleCommand(), c.clusterCommand(), rawPublishCommand(), kafkaClusterCommand())
 	return cmd
 }
 
@@ -160,5 +160,20 @@ func rawPublishCommand() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE:   func(cmd *cobra.Command, _ []string) error { return bench.RawPublish(cmd.Context(), cmd.InOrStdin()) },
+	}
+}
+
+// kafkaClusterCommand is the embedded Kafka cluster of the bench's Kafka
+// step, run by the bench as a process of its own (bench.KafkaCluster). It
+// reads its settings, JSON, from standard input, and ends with it.
+func kafkaClusterCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "kafka-cluster",
+		Short:  "run the bench's embedded Kafka cluster, its settings read as JSON from standard input, until that input ends",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.KafkaCluster(cmd.InOrStdin(), cmd.OutOrStdout())
+		},
 	}
 }

@@ -16,6 +16,7 @@ const (
 	procClient   = "raw client" // the raw publisher's process (RawPublish)
 	procBench    = "bench"      // this process: the consumer of arrivals
 	procBroker   = "rabbitmq"   // every beam.smp
+	procKafka    = "kafka"      // the embedded Kafka cluster the bench started (KafkaCluster)
 	procPostgres = "postgresql" // every postgres process, with the backends that have exited
 )
 
@@ -27,7 +28,7 @@ const (
 )
 
 // cpuRoles are the roles in the order a row prints them.
-var cpuRoles = []string{procMoenda, procClient, procBench, procBroker, procPostgres}
+var cpuRoles = []string{procMoenda, procClient, procBench, procBroker, procKafka, procPostgres}
 
 // process is a process the bench started, measured under role.
 type process struct {

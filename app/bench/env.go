@@ -289,7 +289,7 @@ func (e *env) machine(ctx context.Context) map[string]string {
 	}
 	m["kafka"] = strings.Join(e.opts.Kafka.Brokers, ",")
 	if e.opts.Kafka.Embedded || len(e.opts.Kafka.Brokers) == 0 {
-		m["kafka"] = "embedded (kfake, in the bench process)"
+		m["kafka"] = "embedded (kfake, in a process of its own that the bench starts)"
 	}
 	return m
 }
