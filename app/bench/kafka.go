@@ -57,7 +57,7 @@ type kafkaBench struct {
 // doing the same work in the same run on the same cluster: the replay
 // reads what the drain published.
 func kafkaStream(ctx context.Context, e *env, r *Result) error {
-	k, err := e.newKafka()
+	k, err := e.newKafka(ctx)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func kafkaStream(ctx context.Context, e *env, r *Result) error {
 // asks for the embedded one, or names no brokers (a test's options), the
 // bench starts one of its own on a free port, in a process of its own
 // (KafkaCluster).
-func (e *env) newKafka() (*kafkaBench, error) {
+func (e *env) newKafka(ctx context.Context) (*kafkaBench, error) {
 	cfg := e.opts.Kafka
 	if len(cfg.Brokers) == 0 {
 		cfg = kafka.DefaultConfig()
@@ -112,7 +112,7 @@ func (e *env) newKafka() (*kafkaBench, error) {
 	}
 	k := &kafkaBench{cfg: cfg, top: top, def: def, logger: e.logger, stop: func() {}}
 	if cfg.Embedded {
-		if k.cluster, k.stop, err = e.startKafkaCluster(context.Background(), cfg); err != nil {
+		if k.cluster, k.stop, err = e.startKafkaCluster(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}

@@ -21,14 +21,11 @@ import (
 const clusterReady = "ready"
 
 // KafkaCluster runs the embedded cluster of a kafka.Config read as JSON
-// from r, as a process of its own (`moenda bench kafka-cluster`): a
-// broker's memory and CPU are then its own, as RabbitMQ's and
-// PostgreSQL's are, rather than in the bench process beside the clients
-// it measures. In the bench process, the cluster's in-memory segments
-// were freed with each round's topics and faulted back in by the next
-// round, at a cost that moved the raw producer's CPU per record up to 3.3
-// times from round to round. It writes a line to w once the cluster
-// answers, and stops when r ends.
+// from r, as a process of its own (`moenda bench kafka-cluster`), so that
+// a broker's memory and CPU are its own, as RabbitMQ's and PostgreSQL's
+// are, and not mixed with the clients' it serves (BENCHMARKS.md, "Kafka:
+// the embedded cluster in a process of its own"). It writes a line to w
+// once the cluster answers, and stops when r ends.
 func KafkaCluster(r io.Reader, w io.Writer) error {
 	var cfg kafka.Config
 	dec := json.NewDecoder(r)
