@@ -44,3 +44,24 @@ func TestTraceContinuesTheMessagesTrace(t *testing.T) {
 		t.Fatalf("span %q kind %v parent %v status %v; handler saw %v", s.Name(), s.SpanKind(), s.Parent().SpanID(), s.Status(), inside.SpanID())
 	}
 }
+
+// BenchmarkTrace is what tracing adds to each message: the trace read
+// from its headers, a span started and ended around the handler, and the
+// span handed to a batching exporter, as serve exports them.
+func BenchmarkTrace(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tracer := tp.Tracer("bench")
+	parent, relay := tracer.Start(context.Background(), "publish")
+	relay.End()
+	md := message.Metadata{}
+	tracing.Inject(parent, md)
+	h := Trace("queue", "plugin/handler", tracer)(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	for b.Loop() {
+		msg := message.NewMessage("0193ab4e-1c2d-7e3f-8a9b-0c1d2e3f4a5b", nil)
+		msg.Metadata = md
+		if _, err := h(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

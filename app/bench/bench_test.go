@@ -65,7 +65,8 @@ func TestQuickRun(t *testing.T) {
 		"moenda: end-to-end latency at 200 events/s with a write transaction open in another database, logical reader, p99",
 		"moenda: end-to-end latency at 200 events/s with a write transaction open in another database, poll reader, p99",
 		"ceiling: sarama SyncProducer", "moenda: Kafka relay drain of 2000 rows", "moenda: Kafka relay's reading alone",
-		"ceiling: pglogrepl reading 2000 rows",
+		"ceiling: pglogrepl reading 2000 rows", "ceiling: pglogrepl read into sarama SyncProducer",
+		"moenda: Kafka relay drain of 2000 rows, logical reader, against pglogrepl read into the raw producer",
 		"ceiling: sarama consumer", "moenda: Kafka replay of the analytics projection",
 		"moenda: ledger of 20000 failures, first page", "moenda: ledger of 20000 failures, last page by its cursor",
 		"moenda: ledger of 20000 failures, first page of one queue", "moenda: ledger of 20000 failures, last page of one queue by its cursor",
@@ -106,6 +107,7 @@ func TestQuickRun(t *testing.T) {
 		"ceiling: sarama SyncProducer":                                   {procBench, procKafka},
 		"moenda: Kafka relay drain of 2000 rows":                         {procBench, procKafka, procPostgres},
 		"ceiling: pglogrepl reading 2000 rows":                           {procBench, procPostgres},
+		"ceiling: pglogrepl read into sarama SyncProducer":               {procBench, procKafka, procPostgres},
 		"moenda: Kafka relay's reading alone":                            {procBench, procPostgres},
 	} {
 		for _, row := range res.Rows {

@@ -30,6 +30,7 @@ import (
 // Row names of the Kafka step's ceilings.
 const (
 	rowKafkaProduce = "ceiling: sarama SyncProducer, idempotent, acks=all, SendMessages batches of %d"
+	rowRawRelay     = "ceiling: pglogrepl read into sarama SyncProducer, batches of %d, each insert decoded by pglogrepl.Parse and its metadata by encoding/json"
 	rowRawStream    = "ceiling: pglogrepl reading %d rows of the outbox's logical stream (pgoutput, binary values), each insert counted by its first byte"
 	rowKafkaConsume = "ceiling: sarama consumer, every partition from the oldest record to the high watermark, a fact per record written with pgx a batch at a time"
 )
@@ -196,23 +197,12 @@ func (k *kafkaBench) drain(ctx context.Context, e *env, r *Result) error {
 		defer k.deleteTopics(topic, nil)
 		return k.rawProduce(ctx, topic, n, e.set.Outbox.BatchSize)
 	}, func() (flow, error) {
-		cfg := k.cfg
+		round := "" // the replay's
 		if relays > 0 {
-			cfg.TopicPrefix += fmt.Sprintf("round%d.", relays)
-			defer k.deleteTopics(cfg.TopicPrefix, nil)
+			round = fmt.Sprintf("round%d.", relays)
 		}
 		relays++
-		// Its producer connects (and creates its topics) before the
-		// clock starts, as the raw one does.
-		dest, err := kafka.NewProducer(cfg, k.top, nil, "moenda outbox relay", k.logger)
-		if err != nil {
-			return flow{}, err
-		}
-		defer dest.Close()
-		if err := dest.PublishBatch(ctx, nil, nil); err != nil { // connects
-			return flow{}, err
-		}
-		return k.relay(ctx, e, dest, n)
+		return k.relayRound(ctx, e, round, n)
 	})
 	if err != nil {
 		return err
@@ -220,20 +210,39 @@ func (k *kafkaBench) drain(ctx context.Context, e *env, r *Result) error {
 	r.add(Row{Name: fmt.Sprintf(rowKafkaProduce, e.set.Outbox.BatchSize), Value: rounds.row(Row{}).Ceiling, Unit: "msg/s", CPU: rounds.rawCPU()}, 0, 0)
 	r.add(rounds.row(Row{Name: fmt.Sprintf("moenda: Kafka relay drain of %d rows, %s reader, idempotent producer, acks=all, against the raw producer in the same rounds", n, e.reader),
 		Unit: "rows/s", Target: "ratio >= 0.60"}), 0.60, 0)
-	return k.reading(ctx, e, r, n)
+	return k.streamCeilings(ctx, e, r, n)
 }
 
-// reading measures what the relay does that the raw producer does not:
-// read the rows from PostgreSQL, decode them and record its position.
-// The same drain to a destination that takes each batch at once measures
-// it, so that the drain's CPU splits into reading and publishing; and
-// pglogrepl reading the same stream alone is its ceiling. The poll
-// reader's reading has no such ceiling: a run with it has no such rows,
-// as it has no row of the logical reader's writes.
-func (k *kafkaBench) reading(ctx context.Context, e *env, r *Result, n int) error {
+// streamCeilings measures the logical relay against raw clients that
+// read its stream too. The producer ceiling does not read: the relay's
+// drain also reads the rows from PostgreSQL, decodes them and records its
+// position. pglogrepl read into sarama's SyncProducer is the drain's
+// like-for-like ceiling; and the same drain to a destination that takes
+// each batch at once, against pglogrepl reading the stream alone, splits
+// the drain's CPU into reading and publishing. The poll reader has no
+// such ceilings: a run with it has no such rows, as it has no row of the
+// logical reader's writes.
+func (k *kafkaBench) streamCeilings(ctx context.Context, e *env, r *Result, n int) error {
 	if e.reader != outbox.ReaderLogical {
 		return nil
 	}
+	batch := e.set.Outbox.BatchSize
+	var raws, relays int
+	drains, err := alternate(e, "Kafka relay drain, like for like", e.sz.rounds, func() (flow, error) {
+		raws++
+		topic := k.cfg.Topic(fmt.Sprintf("ceiling.relay.%d", raws))
+		defer k.deleteTopics(topic, nil)
+		return k.rawRelay(ctx, e, topic, n, batch)
+	}, func() (flow, error) {
+		relays++
+		return k.relayRound(ctx, e, fmt.Sprintf("like%d.", relays), n)
+	})
+	if err != nil {
+		return err
+	}
+	r.add(Row{Name: fmt.Sprintf(rowRawRelay, batch), Value: drains.row(Row{}).Ceiling, Unit: "rows/s", CPU: drains.rawCPU()}, 0, 0)
+	r.add(drains.row(Row{Name: fmt.Sprintf("moenda: Kafka relay drain of %d rows, logical reader, against pglogrepl read into the raw producer in the same rounds", n),
+		Unit: "rows/s"}), 0, 0)
 	reads, err := alternate(e, "Kafka relay's reading", e.sz.rounds, func() (flow, error) {
 		return e.rawStream(ctx, n)
 	}, func() (flow, error) {
@@ -257,9 +266,8 @@ func (nowhere) PublishBatch(context.Context, []string, []*message.Message) error
 func (nowhere) PublishAhead() bool                                               { return true }
 
 // rawProduce publishes n copies of a relayed bench event's record with a
-// sarama SyncProducer, batch at a time, to topic, created with the
-// partitions the relay's topic has, timed from the first send to the last
-// confirmation.
+// sarama SyncProducer, batch at a time, to topic (rawProducer), timed from
+// the first send to the last confirmation.
 func (k *kafkaBench) rawProduce(ctx context.Context, topic string, n, batch int) (flow, error) {
 	msg, _, err := outbox.Prepare(ctx, benchEvent(), k.top.Routable)
 	if err != nil {
@@ -273,24 +281,11 @@ func (k *kafkaBench) rawProduce(ctx context.Context, topic string, n, batch int)
 	for i := range keys {
 		keys[i] = sarama.StringEncoder(watermill.NewUUID())
 	}
-	client, err := sarama.NewClient(k.cfg.Brokers, k.cfg.Sarama("moenda bench ceiling"))
+	sp, closeProducer, err := k.rawProducer(topic)
 	if err != nil {
 		return flow{}, err
 	}
-	defer client.Close()
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		return flow{}, err
-	}
-	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: k.cfg.Partitions, ReplicationFactor: k.cfg.ReplicationFactor}, false)
-	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
-		return flow{}, err
-	}
-	sp, err := sarama.NewSyncProducerFromClient(client)
-	if err != nil {
-		return flow{}, err
-	}
-	defer sp.Close()
+	defer closeProducer()
 	at := time.Now()
 	return k.timed(func() (int, error) {
 		for sent := 0; sent < n; sent += batch {
@@ -304,6 +299,53 @@ func (k *kafkaBench) rawProduce(ctx context.Context, topic string, n, batch int)
 		}
 		return n, nil
 	})
+}
+
+// relayRound runs a round of the relay's drain of n rows (relay), to
+// topics under the run's prefix and round's, deleted once it is done; with
+// no round, to the run's own topics, which it keeps. Its producer
+// connects (and creates its topics) before the clock starts, as the raw
+// one does.
+func (k *kafkaBench) relayRound(ctx context.Context, e *env, round string, n int) (flow, error) {
+	cfg := k.cfg
+	if round != "" {
+		cfg.TopicPrefix += round
+		defer k.deleteTopics(cfg.TopicPrefix, nil)
+	}
+	dest, err := kafka.NewProducer(cfg, k.top, nil, "moenda outbox relay", k.logger)
+	if err != nil {
+		return flow{}, err
+	}
+	defer dest.Close()
+	if err := dest.PublishBatch(ctx, nil, nil); err != nil { // connects
+		return flow{}, err
+	}
+	return k.relay(ctx, e, dest, n)
+}
+
+// rawProducer is the ceilings' SyncProducer, connected, with topic
+// created with the partitions the relay's topics have; close closes it
+// and its client.
+func (k *kafkaBench) rawProducer(topic string) (sp sarama.SyncProducer, close func(), err error) {
+	client, err := sarama.NewClient(k.cfg.Brokers, k.cfg.Sarama("moenda bench ceiling"))
+	if err != nil {
+		return nil, nil, err
+	}
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err == nil {
+		err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: k.cfg.Partitions, ReplicationFactor: k.cfg.ReplicationFactor}, false)
+		if errors.Is(err, sarama.ErrTopicAlreadyExists) {
+			err = nil
+		}
+	}
+	if err == nil {
+		sp, err = sarama.NewSyncProducerFromClient(client)
+	}
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	return sp, func() { _ = sp.Close(); _ = client.Close() }, nil
 }
 
 // relay fills the outbox with a backlog of n rows and runs the relay from
