@@ -20,7 +20,7 @@ const (
 // ToMessage wraps e in a Watermill message whose UUID is the event id and
 // whose payload is the canonical envelope.
 func ToMessage(e Event) (*message.Message, error) {
-	body, err := marshal(e)
+	body, err := e.MarshalJSON() // not through marshal, which would scan its output again
 	if err != nil {
 		return nil, fmt.Errorf("encode event %s: %w", e.ID, err)
 	}
