@@ -324,9 +324,9 @@ func (k *kafkaBench) relayRound(ctx context.Context, e *env, round string, n int
 }
 
 // rawProducer is the ceilings' SyncProducer, connected, with topic
-// created with the partitions the relay's topics have; close closes it
+// created with the partitions the relay's topics have; done closes it
 // and its client.
-func (k *kafkaBench) rawProducer(topic string) (sp sarama.SyncProducer, close func(), err error) {
+func (k *kafkaBench) rawProducer(topic string) (sp sarama.SyncProducer, done func(), err error) {
 	client, err := sarama.NewClient(k.cfg.Brokers, k.cfg.Sarama("moenda bench ceiling"))
 	if err != nil {
 		return nil, nil, err

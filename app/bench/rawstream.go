@@ -89,6 +89,8 @@ type rawRecords struct {
 	pending       []*sarama.ProducerMessage
 }
 
+// add takes a message of the stream: the relation's says where the
+// columns are, and each insert becomes a record.
 func (r *rawRecords) add(ctx context.Context, wal []byte) error {
 	m, err := pglogrepl.Parse(wal)
 	if err != nil {
