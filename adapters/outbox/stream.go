@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,6 +48,11 @@ var _ reader = (*logical)(nil)
 // pluginArgs asks pgoutput for the outbox's publication, with values in
 // binary: the payload arrives as it was written, not hex-encoded.
 var pluginArgs = []string{"proto_version '1'", "publication_names '" + publication + "'", "binary 'true'"}
+
+// StreamArgs are the pgoutput arguments the logical reader starts its
+// stream with, for a client that must read the same stream (the bench's
+// raw reader).
+func StreamArgs() []string { return slices.Clone(pluginArgs) }
 
 // quietGap is how long the stream must stay silent, while the relay
 // waits, before rows that came while it was publishing go without more:

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/moenda/moenda/adapters/outbox"
 )
 
 // rawStreamSlot is the raw clients' slot: temporary, so it ends with the
@@ -183,7 +185,7 @@ func (e *env) rawSlot(ctx context.Context, n int) (*pgconn.PgConn, pglogrepl.LSN
 // receive a goroutine's hand-off.
 func streamRows(ctx context.Context, conn *pgconn.PgConn, from pglogrepl.LSN, n int, each func(context.Context, []byte) error) (int, error) {
 	err := pglogrepl.StartReplication(ctx, conn, rawStreamSlot, from, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names 'moenda_outbox'", "binary 'true'"}})
+		PluginArgs: outbox.StreamArgs()})
 	if err != nil {
 		return 0, fmt.Errorf("raw stream: start: %w", err)
 	}
