@@ -226,8 +226,13 @@ func TestALogicalRelayWaitsOutAPollingRelaysLookAtTheLock(t *testing.T) {
 		return s.recordedReader(t, cfg.ConsumerGroup) == outbox.ReaderLogical
 	})
 	stop()
-	// The slot is there, and the group's reader unrecorded, as a polling
-	// relay finds it while the logical one has yet to record it.
+	// The slot is there, idle, and the group's reader unrecorded, as a
+	// polling relay finds it while the logical one has yet to record it.
+	// The first relay's WAL sender may outlive its stop a moment: were it
+	// still streaming, the second relay's stream would seem to start, and
+	// then the slot to go idle as that sender ends.
+	const streamed = `SELECT count(*) FROM pg_replication_slots WHERE database = current_database() AND active`
+	testenv.Eventually(t, 30*time.Second, "the first relay's slot to be let go", func() bool { return s.count(t, streamed) == 0 })
 	if _, err := s.db.Pool.Exec(ctx, `UPDATE watermill_offsets_outbox SET reader = NULL`); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +246,6 @@ func TestALogicalRelayWaitsOutAPollingRelaysLookAtTheLock(t *testing.T) {
 	}
 	relay := s.newRelay(t, s.publisher(t, "second", cfg.ConfirmWindow, s.top), s.top.Routable, cfg, testenv.Logger())
 	s.run(t, "second relay", relay)
-	const streamed = `SELECT count(*) FROM pg_replication_slots WHERE database = current_database() AND active`
 	testenv.Eventually(t, 30*time.Second, "the relay to stream its slot", func() bool { return s.count(t, streamed) == 1 })
 
 	idle := 0
