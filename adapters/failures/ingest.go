@@ -23,7 +23,8 @@ type Ingest struct {
 	// Linger how long a batch waits for more once it has one.
 	Batch  int
 	Linger time.Duration
-	// Now stamps the dead letters that carry no failure time.
+	// Now stamps the dead letters that carry no failure time; one queue's
+	// reader calls it while another's does.
 	Now    func() time.Time
 	Logger *slog.Logger
 	// Recorded, when set, is told of each batch committed: how many dead
@@ -31,10 +32,10 @@ type Ingest struct {
 	Recorded func(n int, oldest time.Time)
 }
 
-// delivery is a dead letter and the queue it came from.
+// delivery is a dead letter and its row in the ledger.
 type delivery struct {
-	queue string
-	msg   *message.Message
+	msg     *message.Message
+	failure Failure
 }
 
 // Retry pauses of a batch the ledger did not take: the database is away.
@@ -58,9 +59,11 @@ func (in *Ingest) Run(ctx context.Context) error {
 		forwarders.Add(1)
 		go func() {
 			defer forwarders.Done()
+			// Each dead letter becomes its row here, as it arrives, while
+			// the batch it joins is still being gathered.
 			for msg := range msgs {
 				select {
-				case deliveries <- delivery{q, msg}:
+				case deliveries <- delivery{msg, FromMessage(q, msg, in.Now())}:
 				case <-ctx.Done():
 					msg.Nack()
 				}
@@ -107,7 +110,7 @@ func (in *Ingest) record(ctx context.Context, batch []delivery) {
 	fs := make([]Failure, len(batch))
 	oldest := time.Time{}
 	for i, d := range batch {
-		fs[i] = FromMessage(d.queue, d.msg, in.Now())
+		fs[i] = d.failure
 		if oldest.IsZero() || fs[i].LastFailureAt.Before(oldest) {
 			oldest = fs[i].LastFailureAt
 		}
