@@ -14,12 +14,13 @@ import (
 const answerLinger = 2 * time.Millisecond
 
 // answers passes a channel's acks and nacks to the broker in few frames:
-// the acks given within answerLinger of each other go out as one ack of
-// every tag up to the last one before the oldest delivery still
-// unanswered (AMQP's multiple flag), and the rest one frame each, at once,
-// so a slow or undecodable delivery holds back nothing but itself. A
-// reader that acks a batch together (the failure ingest) then costs the
-// broker one ack per batch instead of one per message.
+// the acks given within answerLinger of each other, or up to the last
+// delivery in hand, go out as one ack of every tag up to the last one
+// before the oldest delivery still unanswered (AMQP's multiple flag), and
+// the rest one frame each, at once, so a slow or undecodable delivery
+// holds back nothing but itself. A reader that acks a batch together (the
+// failure ingest) then costs the broker one ack per batch instead of one
+// per message.
 type answers struct {
 	ch amqp091.Acknowledger
 	// mu guards open, given and timer; send serialises the frames, which
@@ -48,13 +49,20 @@ func (a *answers) received(tag uint64) {
 	a.mu.Unlock()
 }
 
-// answer records tag's answer, to be sent within answerLinger.
+// answer records tag's answer, to be sent within answerLinger, or at
+// once when it answers the last delivery in hand: no answer is left to
+// gather, and the broker sends no more until it has the acks (a reader
+// whose prefetch is its batch would wait the linger out every batch).
 func (a *answers) answer(tag uint64, ack bool) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.given[tag] = ack
-	if a.timer == nil {
+	last := len(a.given) == len(a.open)
+	if !last && a.timer == nil {
 		a.timer = time.AfterFunc(a.linger, func() { _ = a.flush() })
+	}
+	a.mu.Unlock()
+	if last {
+		_ = a.flush()
 	}
 }
 

@@ -71,8 +71,9 @@ func TestAnswersGathersABatchIntoOneAck(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var f frames
 			a := newAnswers(&f)
-			// Sent by the flush below alone: a loop slower than the
-			// linger (a loaded machine) must not split the batch.
+			// Sent by the last answer or by the flush below, never by the
+			// linger: a loop slower than it (a loaded machine) must not
+			// split the batch.
 			a.linger = time.Hour
 			for tag := range uint64(c.received) {
 				a.received(tag + 1)
@@ -90,6 +91,27 @@ func TestAnswersGathersABatchIntoOneAck(t *testing.T) {
 				t.Errorf("frames sent:\n%q\nwant\n%q", got, c.want)
 			}
 		})
+	}
+}
+
+// TestAnswersGoOutAtOnceWhenNoDeliveryIsLeftInHand: once every delivery in
+// hand is answered, the answers go out without waiting out the linger,
+// as the broker sends no more until it has them.
+func TestAnswersGoOutAtOnceWhenNoDeliveryIsLeftInHand(t *testing.T) {
+	var f frames
+	a := newAnswers(&f)
+	a.linger = time.Hour
+	for tag := range uint64(3) {
+		a.received(tag + 1)
+	}
+	a.answer(1, true)
+	a.answer(3, true)
+	if got := f.list(); len(got) != 0 {
+		t.Fatalf("frames sent with a delivery still in hand: %q", got)
+	}
+	a.answer(2, true)
+	if got, want := f.list(), []string{"ack 3 multiple=true"}; !slices.Equal(got, want) {
+		t.Fatalf("frames sent once every delivery was answered:\n%q\nwant\n%q", got, want)
 	}
 }
 
