@@ -76,19 +76,28 @@ func colonDigit(text string) bool {
 // f only from 8 on (a shorter one is as likely a word: bad, face, added).
 // An id that happens to hold no letter falls in the same group as one
 // that holds some.
-func idWords(text string) string {
+func idWords(text string) string { return replaceRuns(text, isWordByte, isID) }
+
+// digitRuns replaces each run of digits by <n>.
+func digitRuns(text string) string {
+	return replaceRuns(text, isDigit, func(string) bool { return true })
+}
+
+// replaceRuns replaces by <n> each longest run of bytes for which in
+// holds, when replaced holds for the run.
+func replaceRuns(text string, in func(byte) bool, replaced func(run string) bool) string {
 	var b strings.Builder
 	last := 0
 	for i := 0; i < len(text); {
-		if !isWordByte(text[i]) {
+		if !in(text[i]) {
 			i++
 			continue
 		}
 		j := i + 1
-		for j < len(text) && isWordByte(text[j]) {
+		for j < len(text) && in(text[j]) {
 			j++
 		}
-		if isID(text[i:j]) {
+		if replaced(text[i:j]) {
 			b.WriteString(text[last:i])
 			b.WriteString("<n>")
 			last = j
@@ -129,27 +138,6 @@ func hexDigits(s string) (hex, digit bool) {
 		}
 	}
 	return true, digit
-}
-
-// digitRuns replaces each run of digits by <n>.
-func digitRuns(text string) string {
-	var b strings.Builder
-	last := 0
-	for i := 0; i < len(text); {
-		if !isDigit(text[i]) {
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(text) && isDigit(text[j]) {
-			j++
-		}
-		b.WriteString(text[last:i])
-		b.WriteString("<n>")
-		last, i = j, j
-	}
-	b.WriteString(text[last:])
-	return b.String()
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
