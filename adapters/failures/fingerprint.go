@@ -79,9 +79,7 @@ func colonDigit(text string) bool {
 func idWords(text string) string { return replaceRuns(text, isWordByte, isID) }
 
 // digitRuns replaces each run of digits by <n>.
-func digitRuns(text string) string {
-	return replaceRuns(text, isDigit, func(string) bool { return true })
-}
+func digitRuns(text string) string { return replaceRuns(text, isDigit, always) }
 
 // replaceRuns replaces by <n> each longest run of bytes for which in
 // holds, when replaced holds for the run.
