@@ -63,27 +63,53 @@ func NewProducer(cfg Config, top *topology.Topology, extra []string, name string
 // failed, it returns an outbox.BatchError naming them, those the broker
 // will never take marked outbox.ErrRefused (see refused).
 func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs []*message.Message) error {
-	recs := make([]*sarama.ProducerMessage, len(msgs))
-	build := func(i int) (*sarama.ProducerMessage, error) {
-		x, err := p.top.ExchangeFor(routingKeys[i])
-		if err != nil {
-			return nil, fmt.Errorf("kafka: %w", err)
-		}
-		return record(p.cfg.Topic(x), event.Encoded(p.top.Published(x), msgs[i]), occurredAt(msgs[i]))
+	b, err := p.Prepare(routingKeys, msgs)
+	if err != nil {
+		return err
 	}
+	return b.Publish(ctx)
+}
+
+// Prepare implements outbox.PreparingDestination: it builds the batch's
+// records, which PublishBatch would build before sending them.
+func (p *Producer) Prepare(routingKeys []string, msgs []*message.Message) (outbox.Prepared, error) {
+	b := &batch{p: p, keys: routingKeys, msgs: msgs, recs: make([]*sarama.ProducerMessage, len(msgs))}
 	for i := range msgs {
 		var err error
-		if recs[i], err = build(i); err != nil {
-			return err
+		if b.recs[i], err = b.record(i); err != nil {
+			return nil, err
 		}
 	}
-	err := p.send(ctx, recs)
+	return b, nil
+}
+
+// batch is a batch of records built to publish, with the messages they
+// were built from.
+type batch struct {
+	p    *Producer
+	keys []string
+	msgs []*message.Message
+	recs []*sarama.ProducerMessage
+}
+
+// record builds the record of the batch's i-th message.
+func (b *batch) record(i int) (*sarama.ProducerMessage, error) {
+	x, err := b.p.top.ExchangeFor(b.keys[i])
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return record(b.p.cfg.Topic(x), event.Encoded(b.p.top.Published(x), b.msgs[i]), occurredAt(b.msgs[i]))
+}
+
+// Publish sends the batch's records, as PublishBatch does.
+func (b *batch) Publish(ctx context.Context) error {
+	err := b.p.send(ctx, b.recs)
 	var perrs sarama.ProducerErrors
 	if !errors.As(err, &perrs) {
 		return err
 	}
-	index := make(map[*sarama.ProducerMessage]int, len(recs))
-	for i, rec := range recs {
+	index := make(map[*sarama.ProducerMessage]int, len(b.recs))
+	for i, rec := range b.recs {
 		index[rec] = i
 	}
 	failed := make(map[int]error, len(perrs))
@@ -104,9 +130,9 @@ func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs 
 	// only for itself.
 	if anyRefused && len(failed) > 1 {
 		for _, i := range slices.Sorted(maps.Keys(failed)) {
-			rec, berr := build(i)
+			rec, berr := b.record(i)
 			if berr == nil {
-				berr = p.send(ctx, []*sarama.ProducerMessage{rec})
+				berr = b.p.send(ctx, []*sarama.ProducerMessage{rec})
 			}
 			var alone sarama.ProducerErrors
 			switch {
@@ -122,7 +148,7 @@ func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs 
 	if len(failed) == 0 {
 		return nil
 	}
-	return fmt.Errorf("kafka: publish %d records: %w", len(recs), &outbox.BatchError{Failed: failed})
+	return fmt.Errorf("kafka: publish %d records: %w", len(b.recs), &outbox.BatchError{Failed: failed})
 }
 
 // PublishAhead implements outbox.AheadDestination: the logical relay

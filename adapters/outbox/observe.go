@@ -60,10 +60,21 @@ func (r *Relay) Collect(ch chan<- prometheus.Metric) {
 // message then carries to its handler. Call it before Run.
 func (r *Relay) Trace(tracer trace.Tracer) { r.tracer = tracer }
 
-// send publishes a batch through the destination, counting and timing it,
-// with a publish span for each message that carries a trace.
-func (r *Relay) send(ctx context.Context, keys []string, msgs []*message.Message) error {
-	var spans []trace.Span
+// outgoing is a batch of messages on its way to the destination: their
+// publish spans started, and the destination's build of them where it
+// builds apart from sending (PreparingDestination).
+type outgoing struct {
+	keys  []string
+	msgs  []*message.Message
+	spans []trace.Span
+	built Prepared
+	err   error // the build failed
+}
+
+// build starts a publish span for each message that carries a trace,
+// before the destination builds what it sends from the message.
+func (r *Relay) build(ctx context.Context, keys []string, msgs []*message.Message) *outgoing {
+	o := &outgoing{keys: keys, msgs: msgs}
 	if r.tracer != nil {
 		for i, msg := range msgs {
 			parent := tracing.Extract(ctx, msg.Metadata)
@@ -77,13 +88,29 @@ func (r *Relay) send(ctx context.Context, keys []string, msgs []*message.Message
 				attribute.String("moenda.consumer_group", r.cfg.ConsumerGroup),
 			))
 			tracing.Inject(sctx, msg.Metadata)
-			spans = append(spans, span)
+			o.spans = append(o.spans, span)
 		}
 	}
+	if p, ok := r.dest.(PreparingDestination); ok && len(msgs) > 0 {
+		o.built, o.err = p.Prepare(keys, msgs)
+	}
+	return o
+}
+
+// send publishes a batch through the destination, counting and timing
+// it, and ends its spans.
+func (r *Relay) send(ctx context.Context, o *outgoing) error {
 	start := time.Now()
-	err := r.dest.PublishBatch(ctx, keys, msgs)
+	err := o.err
+	switch {
+	case err != nil:
+	case o.built != nil:
+		err = o.built.Publish(ctx)
+	default:
+		err = r.dest.PublishBatch(ctx, o.keys, o.msgs)
+	}
 	r.stats.duration.Observe(time.Since(start).Seconds())
-	for _, span := range spans {
+	for _, span := range o.spans {
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -93,10 +120,10 @@ func (r *Relay) send(ctx context.Context, keys []string, msgs []*message.Message
 	var partly *BatchError
 	switch {
 	case err == nil:
-		r.stats.rows.Add(int64(len(msgs)))
+		r.stats.rows.Add(int64(len(o.msgs)))
 		r.stats.batches.Add(1)
 	case errors.As(err, &partly):
-		r.stats.rows.Add(int64(len(msgs) - len(partly.Failed)))
+		r.stats.rows.Add(int64(len(o.msgs) - len(partly.Failed)))
 	}
 	return err
 }

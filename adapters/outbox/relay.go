@@ -35,6 +35,24 @@ type AheadDestination interface {
 	PublishAhead() bool
 }
 
+// PreparingDestination is a Destination that builds a batch apart from
+// sending it: the logical relay builds the next batch while the last one
+// is sent, as a raw client that reads on one goroutine and sends on
+// another does (see BENCHMARKS.md, "Kafka relay: the next batch built
+// while the last is sent"). Building publishes nothing, so what a crash
+// repeats does not change.
+type PreparingDestination interface {
+	Destination
+	// Prepare builds what PublishBatch would send for the batch.
+	Prepare(routingKeys []string, msgs []*message.Message) (Prepared, error)
+}
+
+// Prepared is a batch a PreparingDestination built. Publish sends it, and
+// returns what PublishBatch would have.
+type Prepared interface {
+	Publish(ctx context.Context) error
+}
+
 // Relay moves committed outbox rows to the broker. It replaces Watermill's
 // forwarder, which waits for each publisher confirm in turn and whose
 // watermill-sql query reads every pending row per batch. A reader finds
@@ -199,37 +217,59 @@ func finishing(ctx context.Context) (context.Context, context.CancelFunc) {
 // (BatchError), only those it may still take are sent again, after
 // RetryInterval, so the others are not delivered again on every retry.
 func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]parkedRow, error) {
+	return r.deliver(ctx, r.prepare(ctx, rows))
+}
+
+// batch is a batch of rows made ready to publish: the messages of the
+// rows that decode, on their way out, each with its row, and the rows
+// parked.
+type batch struct {
+	rows   []outboxRow
+	out    *outgoing
+	from   []int // each message's row
+	parked []parkedRow
+}
+
+// prepare decodes rows and builds their messages for the destination.
+func (r *Relay) prepare(ctx context.Context, rows []outboxRow) *batch {
 	keys := make([]string, 0, len(rows))
 	msgs := make([]*message.Message, 0, len(rows))
-	from := make([]int, 0, len(rows)) // each message's row
-	var parked []parkedRow
+	b := &batch{rows: rows, from: make([]int, 0, len(rows))}
 	for i, rw := range rows {
 		msg, key, park := decode(rw, r.routable)
 		if park != nil {
 			r.logParked(*park)
-			parked = append(parked, *park)
+			b.parked = append(b.parked, *park)
 			continue
 		}
 		keys = append(keys, key)
 		msgs = append(msgs, msg)
-		from = append(from, i)
+		b.from = append(b.from, i)
 	}
-	for len(msgs) > 0 {
-		err := r.send(ctx, keys, msgs)
+	b.out = r.build(ctx, keys, msgs)
+	return b
+}
+
+// deliver publishes a prepared batch and returns the rows it parked.
+func (r *Relay) deliver(ctx context.Context, b *batch) ([]parkedRow, error) {
+	out, from, parked := b.out, b.from, b.parked
+	for len(out.msgs) > 0 {
+		err := r.send(ctx, out)
 		var partly *BatchError
 		if err == nil {
 			break
 		}
 		if !errors.As(err, &partly) {
-			return nil, fmt.Errorf("publish %d events: %w", len(msgs), err)
+			return nil, fmt.Errorf("publish %d events: %w", len(out.msgs), err)
 		}
+		keys, msgs := out.keys, out.msgs
 		n := 0
 		for i := range msgs {
 			failed, ok := partly.Failed[i]
 			switch {
 			case !ok: // delivered
 			case errors.Is(failed, ErrRefused):
-				rw := rows[from[i]]
+				rw := b.rows[from[i]]
 				p := parkedRow{position: rw.position, eventID: rw.uuid, eventName: msgs[i].Metadata.Get(event.MetaName), routingKey: keys[i],
 					correlationID: msgs[i].Metadata.Get(event.MetaCorrelationID), reason: ReasonRefused, detail: failed.Error()}
 				p.clean()
@@ -245,10 +285,10 @@ func (r *Relay) publish(ctx context.Context, rows []outboxRow) ([]parkedRow, err
 		}
 		r.logger.Error("outbox relay: will publish again only the events the broker did not take",
 			"failed", n, "of", len(msgs), "error", err, "retry_in", r.cfg.RetryInterval)
-		keys, msgs, from = keys[:n], msgs[:n], from[:n]
 		if !await.Sleep(ctx, r.cfg.RetryInterval) {
 			return nil, fmt.Errorf("publish %d events: %w", n, err)
 		}
+		out, from = r.build(ctx, keys[:n], msgs[:n]), from[:n]
 	}
 	return parked, nil
 }

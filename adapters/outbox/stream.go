@@ -377,6 +377,39 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 
 	sample, fresh := st.sampleLSN, false // fresh: rows published since the sample
 	at, skip := resume(st.published)
+	// The next item's batch is built while the last one is published.
+	// An item built but not taken when the session ends is not
+	// published, and the slot gives it to the next session again.
+	prepared := make(chan preparedItem)
+	pctx, stopPreparing := context.WithCancel(ctx)
+	preparing := make(chan struct{})
+	defer func() {
+		stopPreparing()
+		<-preparing
+	}()
+	go func() {
+		defer close(preparing)
+		for {
+			var pi preparedItem
+			select {
+			case pi.streamItem = <-rc.items:
+			case <-pctx.Done():
+				return
+			}
+			rows := pi.rows
+			if skip.rows > 0 {
+				rows, skip = skip.skip(rows)
+			}
+			if len(rows) > 0 {
+				pi.batch = l.prepare(work, rows)
+			}
+			select {
+			case prepared <- pi:
+			case <-pctx.Done():
+				return
+			}
+		}
+	}()
 	var parked []parkedRow
 	var inFlight *settling
 	// landed waits for the settle in flight, if any, then takes the
@@ -403,7 +436,7 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 	}
 	defer func() { _ = landed() }() // a failed session still lets its settle end
 	for {
-		var it streamItem
+		var it preparedItem
 		rc.want()
 		select {
 		case <-ctx.Done():
@@ -414,16 +447,13 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 		case err := <-done:
 			receiving = false
 			return err
-		case it = <-rc.items:
+		case it = <-prepared:
 		}
-		rows, upTo := it.rows, it.end
-		if skip.rows > 0 {
-			rows, skip = skip.skip(rows)
-		}
+		upTo := it.end
 		var p []parkedRow
-		if len(rows) > 0 {
+		if it.batch != nil {
 			var err error
-			if p, err = l.publish(work, rows); err != nil {
+			if p, err = l.deliver(work, it.batch); err != nil {
 				return err
 			}
 		}
@@ -431,11 +461,11 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 		if err := landed(); err != nil {
 			return err
 		}
-		if len(rows) > 0 {
+		if it.batch != nil {
 			parked, fresh = append(parked, p...), true
 		}
 		if len(it.rows) > 0 {
-			at = at.after(it)
+			at = at.after(it.streamItem)
 		}
 		s := &settling{done: make(chan struct{}), end: upTo, promote: upTo != 0 && sample != 0 && upTo >= sample}
 		if len(it.rows) > 0 || s.promote || (upTo != 0 && sample == 0 && fresh) {
@@ -466,6 +496,14 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 			return end()
 		}
 	}
+}
+
+// preparedItem is a stream item with the batch of the rows it publishes
+// made ready: nil when it publishes none (rows the last session
+// published, or no rows).
+type preparedItem struct {
+	streamItem
+	batch *batch
 }
 
 // settling is the settle of an item: its outcome, once done is closed,

@@ -667,3 +667,112 @@ func TestAGroupLeavesAnotherGroupsSlotAlone(t *testing.T) {
 		t.Fatal("the veteran's slot was dropped")
 	}
 }
+
+// buildingAhead builds each batch apart from sending it
+// (outbox.PreparingDestination), and counts the batches sent once the
+// next one was built: each send waits for the next build, a second at
+// most. It records the ids it sent, in order.
+type buildingAhead struct {
+	outbox.Destination
+	mu    sync.Mutex
+	built int
+	grew  chan struct{} // closed at the next build
+	ahead int
+	sent  []string
+}
+
+func newBuildingAhead(dest outbox.Destination) *buildingAhead {
+	return &buildingAhead{Destination: dest, grew: make(chan struct{})}
+}
+
+func (d *buildingAhead) Prepare(keys []string, msgs []*message.Message) (outbox.Prepared, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.built++
+	close(d.grew)
+	d.grew = make(chan struct{})
+	return builtBatch{d: d, n: d.built, keys: keys, msgs: msgs}, nil
+}
+
+// awaitBuild waits a second at most for the n-th build, counting the
+// batch sent ahead once it came.
+func (d *buildingAhead) awaitBuild(ctx context.Context, n int) error {
+	timeout := time.After(time.Second)
+	for {
+		d.mu.Lock()
+		built, grew := d.built >= n, d.grew
+		if built {
+			d.ahead++
+		}
+		d.mu.Unlock()
+		if built {
+			return nil
+		}
+		select {
+		case <-grew:
+		case <-timeout:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// builtBatch is the n-th batch a buildingAhead built.
+type builtBatch struct {
+	d    *buildingAhead
+	n    int
+	keys []string
+	msgs []*message.Message
+}
+
+func (b builtBatch) Publish(ctx context.Context) error {
+	d := b.d
+	if err := d.awaitBuild(ctx, b.n+1); err != nil {
+		return err
+	}
+	if err := d.PublishBatch(ctx, b.keys, b.msgs); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, msg := range b.msgs {
+		d.sent = append(d.sent, msg.UUID)
+	}
+	return nil
+}
+
+// Under load the logical relay builds the next batch while the last one
+// is sent, as a raw client reading on one goroutine and sending on
+// another does; the batches still go out in commit order.
+func TestALogicalRelayBuildsTheNextBatchWhileTheLastIsSent(t *testing.T) {
+	s := newStack(t)
+	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
+	cfg := logical(testConfig)
+	cfg.BatchSize = 50
+	dest := newBuildingAhead(s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top))
+	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+	s.run(t, "relay", relay)
+	testenv.Eventually(t, 30*time.Second, "the relay to lead", relay.Active)
+	want := map[string]bool{}
+	s.commitBulk(t, 400, 20, want)
+	testenv.Eventually(t, 60*time.Second, "every event", func() bool { n, _ := distinct(got(), want); return n == len(want) })
+
+	rows, err := s.db.Pool.Query(context.Background(), `SELECT uuid FROM watermill_outbox ORDER BY transaction_id, "offset"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest.mu.Lock()
+	defer dest.mu.Unlock()
+	t.Logf("%d batches built, %d sent once the next was built", dest.built, dest.ahead)
+	if dest.ahead == 0 {
+		t.Fatalf("none of %d batches was sent once the next was built: the relay builds each batch only after the last was sent", dest.built)
+	}
+	if !slices.Equal(ids(dest.sent), committed) {
+		t.Fatalf("sent %d events out of commit order (%d committed)", len(dest.sent), len(committed))
+	}
+}

@@ -398,14 +398,40 @@ type countedDestination struct {
 }
 
 func (d *countedDestination) PublishBatch(ctx context.Context, keys []string, msgs []*message.Message) error {
-	if err := d.Destination.PublishBatch(ctx, keys, msgs); err != nil {
-		return err
+	return d.count(d.Destination.PublishBatch(ctx, keys, msgs), len(msgs))
+}
+
+// Prepare builds the batch as the destination does, where it builds
+// apart from sending (outbox.PreparingDestination), so the relay runs as
+// it does in serve.
+func (d *countedDestination) Prepare(keys []string, msgs []*message.Message) (outbox.Prepared, error) {
+	c := countedBatch{d: d, n: len(msgs), publish: func(ctx context.Context) error { return d.Destination.PublishBatch(ctx, keys, msgs) }}
+	if p, ok := d.Destination.(outbox.PreparingDestination); ok {
+		built, err := p.Prepare(keys, msgs)
+		if err != nil {
+			return nil, err
+		}
+		c.publish = built.Publish
 	}
-	if d.sent.Add(int64(len(msgs))) >= d.want {
+	return c, nil
+}
+
+// count counts n messages confirmed, unless err.
+func (d *countedDestination) count(err error, n int) error {
+	if err == nil && d.sent.Add(int64(n)) >= d.want {
 		d.once.Do(func() { close(d.done) })
 	}
-	return nil
+	return err
 }
+
+// countedBatch is a batch a countedDestination prepared.
+type countedBatch struct {
+	d       *countedDestination
+	n       int
+	publish func(context.Context) error
+}
+
+func (c countedBatch) Publish(ctx context.Context) error { return c.d.count(c.publish(ctx), c.n) }
 
 // PublishAhead passes on the destination's choice (outbox.AheadDestination).
 func (d *countedDestination) PublishAhead() bool {
