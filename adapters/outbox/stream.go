@@ -436,18 +436,26 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 	}
 	defer func() { _ = landed() }() // a failed session still lets its settle end
 	for {
+		// An item built while the last one was sent is taken at once.
+		// Only when none is does the receiver hear that the relay waits:
+		// told while the relay sends, it would hand over each
+		// transaction as it ends rather than gather the load in batches.
 		var it preparedItem
-		rc.want()
 		select {
-		case <-ctx.Done():
-			if err := landed(); err != nil {
-				return err
-			}
-			return end()
-		case err := <-done:
-			receiving = false
-			return err
 		case it = <-prepared:
+		default:
+			rc.want()
+			select {
+			case <-ctx.Done():
+				if err := landed(); err != nil {
+					return err
+				}
+				return end()
+			case err := <-done:
+				receiving = false
+				return err
+			case it = <-prepared:
+			}
 		}
 		upTo := it.end
 		var p []parkedRow

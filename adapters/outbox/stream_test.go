@@ -744,7 +744,8 @@ func (b builtBatch) Publish(ctx context.Context) error {
 
 // Under load the logical relay builds the next batch while the last one
 // is sent, as a raw client reading on one goroutine and sending on
-// another does; the batches still go out in commit order.
+// another does; the load still gathers in batches, and they go out in
+// commit order.
 func TestALogicalRelayBuildsTheNextBatchWhileTheLastIsSent(t *testing.T) {
 	s := newStack(t)
 	got := testenv.Consume(t, s.vhost.URL, "auditoria.tarefas")
@@ -771,6 +772,12 @@ func TestALogicalRelayBuildsTheNextBatchWhileTheLastIsSent(t *testing.T) {
 	t.Logf("%d batches built, %d sent once the next was built", dest.built, dest.ahead)
 	if dest.ahead == 0 {
 		t.Fatalf("none of %d batches was sent once the next was built: the relay builds each batch only after the last was sent", dest.built)
+	}
+	// The first transaction goes alone, the rest gather while each batch
+	// waits to be sent: 400 rows make 9 batches or so, not one for each
+	// of the 20 transactions.
+	if most := 1 + 400/cfg.BatchSize + 1; dest.built > most {
+		t.Fatalf("%d batches built, more than %d: the relay took each transaction as it ended rather than a batch of them", dest.built, most)
 	}
 	if !slices.Equal(ids(dest.sent), committed) {
 		t.Fatalf("sent %d events out of commit order (%d committed)", len(dest.sent), len(committed))
