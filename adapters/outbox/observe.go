@@ -72,7 +72,8 @@ type outgoing struct {
 }
 
 // build starts a publish span for each message that carries a trace,
-// before the destination builds what it sends from the message.
+// before the destination builds what it sends from the message. Built
+// while the batch before it is sent, a span also covers that wait.
 func (r *Relay) build(ctx context.Context, keys []string, msgs []*message.Message) *outgoing {
 	o := &outgoing{keys: keys, msgs: msgs}
 	if r.tracer != nil {
