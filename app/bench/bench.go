@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/kafka"
+	"github.com/moenda/moenda/app/bench/procstat"
 )
 
 // Options size a run.
@@ -149,7 +150,15 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	defer e.close()
+	before, err := procstat.Machine()
+	if err != nil {
+		return nil, err
+	}
 	res := &Result{Machine: e.machine(ctx)}
+	defer func() {
+		res.Machine["contention"] = contention(before)
+		opts.Logger.Info("bench: " + res.Machine["contention"])
+	}()
 	for _, m := range run {
 		opts.Logger.Info("bench: " + m.name)
 		if err := m.run(ctx, e, res); err != nil {
@@ -160,6 +169,24 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return res, fmt.Errorf("bench: %w", err)
 	}
 	return res, nil
+}
+
+// contention says what the machine's cores lost since before: time the
+// hypervisor gave other machines, and time idle waiting on the disk.
+// Either moves rates in a way no process's CPU shows, so a run that had
+// much of it is noisier than one that had none.
+func contention(before procstat.Times) string {
+	now, err := procstat.Machine()
+	if err != nil {
+		return err.Error()
+	}
+	all := (now.All + now.Steal) - (before.All + before.Steal)
+	if all <= 0 {
+		return "not measured: /proc/stat did not move"
+	}
+	share := func(d time.Duration) float64 { return 100 * float64(d) / float64(all) }
+	return fmt.Sprintf("over the run, %.1f %% of the cores' time went to other machines (steal) and %.1f %% to waiting on the disk (iowait)",
+		share(now.Steal-before.Steal), share(now.IOWait-before.IOWait))
 }
 
 // chosen returns the steps named, in the run's order; none is every step.
@@ -241,7 +268,7 @@ func (r *Result) WriteMarkdown(w io.Writer, command string) error {
 	b.WriteString("same machine in the same run; the ratio is moenda's figure over it. Absolute figures vary with the\n")
 	b.WriteString("machine; compare ratios. What each row measures is in the README, section Benchmarks.\n\n")
 	b.WriteString("## Machine\n\n| | |\n|---|---|\n")
-	for _, k := range []string{"date", "cpu", "nproc", "memory", "go", "postgresql", "autovacuum", "rabbitmq", "kafka", "mode"} {
+	for _, k := range []string{"date", "cpu", "nproc", "memory", "go", "postgresql", "autovacuum", "rabbitmq", "kafka", "mode", "contention"} {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, r.Machine[k])
 	}
 	b.WriteString("\n## Results\n\n")

@@ -46,6 +46,9 @@ func TestQuickRun(t *testing.T) {
 	if got := res.Machine["autovacuum"]; got != autovacuum && !strings.HasPrefix(got, autovacuum+":") {
 		t.Errorf("the machine's autovacuum reads %q, the server's is %s", got, autovacuum)
 	}
+	if got := res.Machine["contention"]; !strings.HasPrefix(got, "over the run, ") {
+		t.Errorf("the machine's contention reads %q", got)
+	}
 	wantPrefixes := []string{
 		"ceiling: amqp091 publish", "ceiling: amqp091 consume",
 		"ceiling: pgx business+outbox-sized row per transaction, 1 writers", "moenda: outbox write (use case + event, one transaction), 16 writers",

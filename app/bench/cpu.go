@@ -55,9 +55,11 @@ func sampleCPU(measured process) (cpuSample, error) {
 			return nil, err
 		}
 	}
-	if s[machineAll], s[machineIdle], err = procstat.Machine(); err != nil {
+	m, err := procstat.Machine()
+	if err != nil {
 		return nil, err
 	}
+	s[machineAll], s[machineIdle] = m.All, m.Idle
 	servers, err := procstat.Named(map[string]string{"beam.smp": procBroker, "postgres": procPostgres})
 	if err != nil {
 		return nil, err

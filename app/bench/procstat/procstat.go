@@ -60,32 +60,58 @@ func Named(roles map[string]string) (map[string]time.Duration, error) {
 	return out, nil
 }
 
-// Machine is the time of every core since boot, and the part idle (idle
-// and iowait).
-func Machine() (all, idle time.Duration, err error) {
+// Times is the time of every core since boot, by where it went.
+type Times struct {
+	All    time.Duration // every state but steal
+	Idle   time.Duration // idle and iowait
+	IOWait time.Duration // idle with a disk read or write outstanding
+	// Steal is the time the hypervisor ran other machines while this
+	// one had work: a rate falls then with no process to blame.
+	Steal time.Duration
+}
+
+// Machine reads the machine's Times from /proc/stat.
+func Machine() (Times, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, fmt.Errorf("machine CPU: %w", err)
+		return Times{}, fmt.Errorf("machine CPU: %w", err)
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
+	t, err := machineTimes(line)
+	if err != nil {
+		return Times{}, fmt.Errorf("machine CPU: /proc/stat: %w", err)
+	}
+	return t, nil
+}
+
+// machineTimes reads /proc/stat's first line: user, nice, system, idle,
+// iowait, irq, softirq, steal, then guest times, which user time counts
+// already.
+func machineTimes(line []byte) (Times, error) {
 	fields := strings.Fields(string(line))
 	if len(fields) < 6 || fields[0] != "cpu" {
-		return 0, 0, fmt.Errorf("machine CPU: /proc/stat begins %q", line)
+		return Times{}, fmt.Errorf("it begins %q", line)
 	}
-	for i, f := range fields[1:] {
+	var t Times
+	for i, f := range fields[1:min(len(fields), 9)] {
 		n, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("machine CPU: %w", err)
+			return Times{}, err
 		}
-		if i >= 7 { // guest time is counted in user time already
-			break
+		d := time.Duration(n) * ClockTick
+		switch i {
+		case 3:
+			t.Idle += d
+		case 4:
+			t.Idle += d
+			t.IOWait = d
+		case 7:
+			t.Steal = d
+			continue
 		}
-		all += time.Duration(n) * ClockTick
-		if i == 3 || i == 4 { // idle, iowait
-			idle += time.Duration(n) * ClockTick
-		}
+		t.All += d
 	}
-	return all, idle, nil
+	return t, nil
 }
 
 // statCPU reads fields 14 to 17 of a /proc/pid/stat line: utime, stime,

@@ -43,8 +43,21 @@ func TestNamedCountsThisProcess(t *testing.T) {
 	if named["me"] < used {
 		t.Fatalf("Named counted %v for this process's name, less than its own %v", named["me"], used)
 	}
-	all, idle, err := Machine()
-	if err != nil || all <= 0 || idle < 0 || idle > all {
-		t.Fatalf("Machine = %v, %v, %v", all, idle, err)
+	m, err := Machine()
+	if err != nil || m.All <= 0 || m.Idle < 0 || m.Idle > m.All {
+		t.Fatalf("Machine = %+v, %v", m, err)
+	}
+}
+
+func TestMachineTimes(t *testing.T) {
+	// user 100, nice 1, system 20, idle 300, iowait 40, irq 2, softirq
+	// 3, steal 50, guest 9 (counted in user already), guest_nice 0.
+	got, err := machineTimes([]byte("cpu  100 1 20 300 40 2 3 50 9 0"))
+	want := Times{All: 466 * ClockTick, Idle: 340 * ClockTick, IOWait: 40 * ClockTick, Steal: 50 * ClockTick}
+	if err != nil || got != want {
+		t.Fatalf("machineTimes = %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := machineTimes([]byte("cpu0 1 2 3 4 5")); err == nil {
+		t.Fatal("a core's line was read as the machine's")
 	}
 }

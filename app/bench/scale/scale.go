@@ -337,8 +337,8 @@ func (m *measure) sampleCPU(relay *harness.Node) (cpuSample, error) {
 			return cpuSample{}, err
 		}
 	}
-	all, idle, err := procstat.Machine()
-	return cpuSample{roles: roles, all: all, idle: idle}, err
+	t, err := procstat.Machine()
+	return cpuSample{roles: roles, all: t.All, idle: t.Idle}, err
 }
 
 // since is each role's CPU seconds per 10,000 of n events from before to
