@@ -92,8 +92,8 @@ func (r *Relay) build(ctx context.Context, keys []string, msgs []*message.Messag
 			o.spans = append(o.spans, span)
 		}
 	}
-	if p, ok := r.dest.(PreparingDestination); ok && len(msgs) > 0 {
-		o.built, o.err = p.Prepare(keys, msgs)
+	if r.preparer != nil && len(msgs) > 0 {
+		o.built, o.err = r.preparer.Prepare(keys, msgs)
 	}
 	return o
 }

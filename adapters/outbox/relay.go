@@ -76,8 +76,9 @@ type Relay struct {
 	routable func(string) error
 	logger   *slog.Logger
 	stats    *relayStats
-	tracer   trace.Tracer // nil: no spans
-	ahead    bool         // the destination is published ahead (AheadDestination)
+	tracer   trace.Tracer         // nil: no spans
+	ahead    bool                 // the destination is published ahead (AheadDestination)
+	preparer PreparingDestination // the destination, where it builds apart; nil otherwise
 	state    readerState
 	readers  map[string]reader // by Config.Reader's name for it
 }
@@ -107,6 +108,7 @@ func NewRelay(pool *pgxpool.Pool, dest Destination, routable func(string) error,
 	if a, ok := dest.(AheadDestination); ok {
 		r.ahead = a.PublishAhead()
 	}
+	r.preparer, _ = dest.(PreparingDestination)
 	r.readers = map[string]reader{ReaderPoll: &polling{r}, ReaderLogical: &logical{r}}
 	return r, nil
 }
