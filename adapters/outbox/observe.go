@@ -98,6 +98,15 @@ func (r *Relay) build(ctx context.Context, keys []string, msgs []*message.Messag
 	return o
 }
 
+// drop ends the spans of a batch built but never sent: the relay's
+// session ended first, and the next one publishes its rows.
+func (o *outgoing) drop() {
+	for _, span := range o.spans {
+		span.SetStatus(codes.Error, "not sent: the relay's session ended first")
+		span.End()
+	}
+}
+
 // send publishes a batch through the destination, counting and timing
 // it, and ends its spans.
 func (r *Relay) send(ctx context.Context, o *outgoing) error {

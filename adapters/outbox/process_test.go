@@ -92,7 +92,12 @@ func kill(t *testing.T, cmd *exec.Cmd) {
 // to want.
 func (s *stack) commitBulk(t *testing.T, n, perTx int, want map[string]bool) {
 	t.Helper()
-	ctx := context.Background()
+	s.commitBulkIn(context.Background(), t, n, perTx, want)
+}
+
+// commitBulkIn is commitBulk in ctx, whose trace, if any, the events carry.
+func (s *stack) commitBulkIn(ctx context.Context, t *testing.T, n, perTx int, want map[string]bool) {
+	t.Helper()
 	ob := outbox.New(s.top.Routable, s.wlog)
 	for done := 0; done < n; done += perTx {
 		tx, err := s.db.Pool.Begin(ctx)

@@ -406,6 +406,9 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 			select {
 			case prepared <- pi:
 			case <-pctx.Done():
+				if pi.batch != nil {
+					pi.batch.out.drop()
+				}
 				return
 			}
 		}

@@ -17,6 +17,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/await"
@@ -784,5 +787,88 @@ func TestALogicalRelayBuildsTheNextBatchWhileTheLastIsSent(t *testing.T) {
 	}
 	if !slices.Equal(ids(dest.sent), committed) {
 		t.Fatalf("sent %d events out of commit order (%d committed)", len(dest.sent), len(committed))
+	}
+}
+
+// heldFirst builds each batch apart from sending it, telling built of
+// each build, and holds the send of the first batch until release is
+// closed.
+type heldFirst struct {
+	outbox.Destination
+	built   chan struct{}
+	release chan struct{}
+	first   sync.Once
+}
+
+func (d *heldFirst) Prepare(keys []string, msgs []*message.Message) (outbox.Prepared, error) {
+	d.built <- struct{}{}
+	return heldBatch{d: d, keys: keys, msgs: msgs}, nil
+}
+
+type heldBatch struct {
+	d    *heldFirst
+	keys []string
+	msgs []*message.Message
+}
+
+func (b heldBatch) Publish(ctx context.Context) error {
+	b.d.first.Do(func() { <-b.d.release })
+	return b.d.PublishBatch(ctx, b.keys, b.msgs)
+}
+
+// A batch the logical relay built while the one before it was sent, and
+// never sent because the relay stopped meanwhile, ends its messages'
+// publish spans as not sent rather than leaving them open; its rows go
+// out from the next session.
+func TestABatchBuiltButNeverSentEndsItsSpans(t *testing.T) {
+	s := newStack(t)
+	rec := tracetest.NewSpanRecorder()
+	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")
+	cfg := logical(testConfig)
+	cfg.BatchSize = 10
+	dest := &heldFirst{Destination: s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top),
+		built: make(chan struct{}, 2), release: make(chan struct{})}
+	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+	relay.Trace(tracer)
+	stop := s.run(t, "relay", relay)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(dest.release) }) }) // before stop's
+	testenv.Eventually(t, 30*time.Second, "the relay to lead", relay.Active)
+
+	ctx, write := tracer.Start(context.Background(), "write")
+	s.commitBulkIn(ctx, t, 20, 10, map[string]bool{}) // two batches
+	write.End()
+	for range 2 {
+		select {
+		case <-dest.built:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the relay did not build the second batch while it sent the first")
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	// The second batch is dropped once the relay is told to stop; the
+	// first is then sent, and the session ends.
+	testenv.Eventually(t, 10*time.Second, "the batch never sent to end its spans", func() bool { return len(rec.Ended()) >= 1+10 })
+	release.Do(func() { close(dest.release) })
+	<-stopped
+
+	var sent, dropped int
+	for _, span := range rec.Ended() {
+		if !strings.HasPrefix(span.Name(), "publish ") {
+			continue
+		}
+		switch span.Status().Code {
+		case codes.Ok, codes.Unset:
+			sent++
+		case codes.Error:
+			if !strings.Contains(span.Status().Description, "not sent") {
+				t.Errorf("span %s ended with %q", span.Name(), span.Status().Description)
+			}
+			dropped++
+		}
+	}
+	if open := len(rec.Started()) - len(rec.Ended()); open != 0 || sent != 10 || dropped != 10 {
+		t.Fatalf("%d publish spans sent and %d dropped, want 10 of each; %d spans left open", sent, dropped, open)
 	}
 }
