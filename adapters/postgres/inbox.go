@@ -21,50 +21,34 @@ var errSeen = errors.New("event already processed")
 
 // Once runs fn in one unit of work unless consumer has already processed
 // the event key, and reports whether fn ran and committed. The unit claims
-// the key in moenda_inbox with fn's writes and events, so a redelivery
-// after a commit is skipped and one after a rollback runs again.
+// the key in moenda_inbox first, with fn's writes and events after it, so
+// a redelivery after a commit is skipped and one after a rollback runs
+// again.
 //
-// Two deliveries of one event wait for each other on a transaction-scoped
-// advisory lock, then the second sees the first's claim. The claim row is
-// written last: an advisory lock takes no transaction id, and a
-// transaction that holds one would hold back every outbox reader of the
-// cluster for as long as fn runs (a webhook, say).
+// Two deliveries of one event meet on the claim's unique key: the second's
+// insert waits for the first's transaction, then finds its claim (and
+// skips) or, after a rollback, takes the key itself. A handler writing
+// one row makes it four round trips (begin, claim, the row, commit), as a
+// consumer writing its own claim does. A claim written last needs a lock
+// and a check before fn too, one round trip more: it held the chain with
+// the inbox at 0.80 of such a consumer's rate, against 0.95 (BENCHMARKS.md,
+// "Inbox: the claim first"). The claim takes the unit's transaction id at
+// its start, so a unit that waits (on another service, say) holds back a
+// polling outbox reader meanwhile: such waits belong in the handler's
+// prepare step.
 //
 // A data error from PostgreSQL (class 22: a NUL character, a malformed
 // value) is permanent: no retry of the same event can store it.
 func (t *Transactor) Once(ctx context.Context, consumer, key string, fn func(ctx context.Context) error) (bool, error) {
 	err := t.run(ctx, func(ctx context.Context, x handlers.Tx) error {
-		ptx := x.Postgres()
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1 || '|' || $2, 0))`, consumer, key)
-		// A statement of its own, so its snapshot is taken after the lock.
-		b.Queue(`SELECT EXISTS (SELECT 1 FROM moenda_inbox WHERE consumer = $1 AND event_id = $2)`, consumer, key)
-		var seen bool
-		br := ptx.SendBatch(ctx, b)
-		_, err := br.Exec()
-		if err == nil {
-			err = br.QueryRow().Scan(&seen)
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("inbox: claim %s for %s: %w", key, consumer, err)
-		}
-		if seen {
-			return errSeen
-		}
-		if err := fn(ctx); err != nil {
-			return err
-		}
-		tag, err := ptx.Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, consumer, key)
+		tag, err := x.Postgres().Exec(ctx, `INSERT INTO moenda_inbox (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, consumer, key)
 		if err != nil {
 			return fmt.Errorf("inbox: claim %s for %s: %w", key, consumer, err)
 		}
 		if tag.RowsAffected() == 0 {
 			return errSeen
 		}
-		return nil
+		return fn(ctx)
 	})
 	switch {
 	case errors.Is(err, errSeen):

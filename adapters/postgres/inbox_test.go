@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
@@ -66,6 +67,90 @@ func TestOnceRunsOncePerConsumerAndEvent(t *testing.T) {
 	}
 	if ran, err := txr.Once(ctx, "other", "e-1", func(context.Context) error { return nil }); !ran || err != nil {
 		t.Fatalf("another consumer: ran %v, err %v", ran, err)
+	}
+}
+
+// A delivery that waits on the claim of another one of the same event
+// runs once that one rolls back.
+func TestAWaitingDeliveryRunsWhenTheFirstRollsBack(t *testing.T) {
+	txr, _ := transactor(t)
+	ctx := context.Background()
+	claimed, failed := make(chan struct{}), errors.New("boom")
+	first := make(chan error, 1)
+	go func() {
+		_, err := txr.Once(ctx, "q", "e-3", func(context.Context) error {
+			close(claimed)
+			time.Sleep(100 * time.Millisecond) // the second arrives meanwhile
+			return failed
+		})
+		first <- err
+	}()
+	<-claimed
+	ran, err := txr.Once(ctx, "q", "e-3", func(context.Context) error { return nil })
+	if !ran || err != nil {
+		t.Fatalf("the second delivery: ran %v, err %v", ran, err)
+	}
+	if err := <-first; !errors.Is(err, failed) {
+		t.Fatalf("the first delivery: %v", err)
+	}
+}
+
+// roundTrips counts the statements and batches a pool sends, each a
+// round trip to the server.
+type roundTrips struct{ n atomic.Int32 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// A delivery whose handler writes one row costs four round trips (begin,
+// claim, the row, commit), as a consumer writing its own claim does; a
+// redelivery costs three and runs nothing.
+func TestOnceCostsWhatAHandWrittenClaimCosts(t *testing.T) {
+	db := testenv.Postgres(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	txr := postgres.NewTransactor(pool, outbox.New(func(string) error { return nil }, watermill.NewSlogLogger(testenv.Logger())))
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE effects (event_id TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	deliver := func() (bool, int32) {
+		t.Helper()
+		trips.n.Store(0)
+		ran, err := txr.Once(ctx, "q", "e-4", func(ctx context.Context) error {
+			return txr.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
+				_, err := tx.Postgres().Exec(ctx, `INSERT INTO effects VALUES ('e-4')`)
+				return err
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ran, trips.n.Load()
+	}
+	if ran, n := deliver(); !ran || n != 4 {
+		t.Fatalf("the delivery ran %v in %d round trips, want 4", ran, n)
+	}
+	if ran, n := deliver(); ran || n != 3 {
+		t.Fatalf("the redelivery ran %v in %d round trips, want it skipped in 3", ran, n)
 	}
 }
 
