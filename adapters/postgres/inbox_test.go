@@ -25,8 +25,12 @@ import (
 func transactor(t *testing.T) (*postgres.Transactor, testenv.Database) {
 	t.Helper()
 	db := testenv.Postgres(t)
-	out := outbox.New(func(string) error { return nil }, watermill.NewSlogLogger(testenv.Logger()))
-	return postgres.NewTransactor(db.Pool, out), db
+	return transactorOn(db.Pool), db
+}
+
+// transactorOn is a Transactor over pool whose events go nowhere.
+func transactorOn(pool *pgxpool.Pool) *postgres.Transactor {
+	return postgres.NewTransactor(pool, outbox.New(func(string) error { return nil }, watermill.NewSlogLogger(testenv.Logger())))
 }
 
 // Five deliveries of one event at once: the handler runs once, the others
@@ -127,7 +131,7 @@ func TestOnceCostsWhatAHandWrittenClaimCosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	txr := postgres.NewTransactor(pool, outbox.New(func(string) error { return nil }, watermill.NewSlogLogger(testenv.Logger())))
+	txr := transactorOn(pool)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE TABLE effects (event_id TEXT NOT NULL)`); err != nil {
 		t.Fatal(err)
