@@ -105,6 +105,11 @@ func relayDrain(ctx context.Context, e *env, r *Result) error {
 			}
 			return e.publishCeiling(ctx, job)
 		}, func() (flow, error) {
+			// The slot the last round made would stream this round's
+			// rows: each round starts without one, as a first start does.
+			if err := e.dropSlot(ctx); err != nil {
+				return flow{}, err
+			}
 			f, _, err := e.drain(ctx, outbox.ReaderPoll, e.sz.backlog, "MOENDA_OUTBOX__READER=logical")
 			return f, err
 		})
@@ -191,6 +196,30 @@ func (e *env) relayCatchUp(ctx context.Context, reader string) error {
 		return fmt.Errorf("relay what earlier steps left: %w", err)
 	}
 	return e.purge()
+}
+
+// dropSlot drops the replication slot of the bench's consumer group, if
+// it has one, once no relay streams it: a relay that stopped a moment ago
+// may hold it while its stream closes.
+func (e *env) dropSlot(ctx context.Context) error {
+	return await.Until(ctx, 30*time.Second, "the relay's slot released and dropped", func() (bool, error) {
+		slots, err := outbox.Slots(ctx, e.pool)
+		if err != nil {
+			return false, err
+		}
+		for _, s := range slots {
+			if s.ConsumerGroup != e.set.Outbox.ConsumerGroup {
+				continue
+			}
+			if s.Active {
+				return false, nil
+			}
+			if err := outbox.DropSlot(ctx, e.pool, s.Name); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
 }
 
 // freshRelay runs a relay with reader over an outbox that earlier steps
