@@ -23,12 +23,8 @@ import (
 // It asserts no timing: a figure that misses its target is a finding for
 // BENCHMARKS.md, not a failure.
 func TestQuickRun(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "moenda")
-	if out, err := exec.Command("go", "build", "-o", bin, "../..").CombinedOutput(); err != nil {
-		t.Fatalf("build moenda: %v\n%s", err, out)
-	}
 	opts := quickOptions(t)
-	opts.ServeBin = bin
+	opts.ServeBin = buildMoenda(t)
 	res, err := Run(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +131,51 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("outputs:\n%s\n%s", table.String(), doc.String())
 	}
 	t.Logf("\n%s", table.String())
+}
+
+// buildMoenda builds the moenda binary whose serve processes a test runs.
+func buildMoenda(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "moenda")
+	if out, err := exec.Command("go", "build", "-o", bin, "../..").CombinedOutput(); err != nil {
+		t.Fatalf("build moenda: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Each round of the first-start row is a first start: serve's relay reads
+// the round's backlog from the table, where the slot the round before
+// made would have streamed it.
+func TestEachFirstStartRoundReadsTheTable(t *testing.T) {
+	ctx := context.Background()
+	opts := quickOptions(t)
+	opts.ServeBin = buildMoenda(t)
+	e, err := newEnv(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	if e.reader != outbox.ReaderLogical {
+		t.Skip("PostgreSQL has no logical decoding (wal_level): no logical relay to start")
+	}
+	for round := range 2 {
+		var before int64
+		if err := e.pool.QueryRow(ctx, `SELECT COALESCE(max(transaction_id)::text::bigint, 0) FROM watermill_outbox`).Scan(&before); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.firstStart(ctx, 200); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		// The read from the table records how far it got.
+		var read int64
+		if err := e.pool.QueryRow(ctx, `SELECT backfill_transaction_id::text::bigint FROM moenda_outbox_slots WHERE consumer_group = $1`,
+			e.set.Outbox.ConsumerGroup).Scan(&read); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if read <= before {
+			t.Fatalf("round %d: the relay read the table up to transaction %d, none of the round's rows (after %d): it streamed them from an earlier round's slot", round, read, before)
+		}
+	}
 }
 
 // quickOptions are a --quick run's against the test services, with their

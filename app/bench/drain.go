@@ -105,13 +105,7 @@ func relayDrain(ctx context.Context, e *env, r *Result) error {
 			}
 			return e.publishCeiling(ctx, job)
 		}, func() (flow, error) {
-			// The slot the last round made would stream this round's
-			// rows: each round starts without one, as a first start does.
-			if err := e.dropSlot(ctx); err != nil {
-				return flow{}, err
-			}
-			f, _, err := e.drain(ctx, outbox.ReaderPoll, e.sz.backlog, "MOENDA_OUTBOX__READER=logical")
-			return f, err
+			return e.firstStart(ctx, e.sz.backlog)
 		})
 		if err != nil {
 			return err
@@ -196,6 +190,18 @@ func (e *env) relayCatchUp(ctx context.Context, reader string) error {
 		return fmt.Errorf("relay what earlier steps left: %w", err)
 	}
 	return e.purge()
+}
+
+// firstStart times serve's logical relay at its first start, over a
+// backlog of n rows committed before its slot exists, which it reads from
+// the table. The slot an earlier round made would stream them instead:
+// it is dropped first, and the backlog left by a polling relay.
+func (e *env) firstStart(ctx context.Context, n int) (flow, error) {
+	if err := e.dropSlot(ctx); err != nil {
+		return flow{}, err
+	}
+	f, _, err := e.drain(ctx, outbox.ReaderPoll, n, "MOENDA_OUTBOX__READER="+outbox.ReaderLogical)
+	return f, err
 }
 
 // dropSlot drops the replication slot of the bench's consumer group, if
