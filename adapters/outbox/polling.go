@@ -74,7 +74,7 @@ func (p *polling) session(ctx context.Context) error {
 	// A slot the group streamed from before would keep WAL forever. A
 	// logical relay that took it a moment ago lets it go as soon as it
 	// finds the group reads poll.
-	switch slot, err := retireSlot(ctx, p.pool, p.cfg.ConsumerGroup, 5*time.Second); {
+	switch slot, err := RetireSlot(ctx, p.pool, p.cfg.ConsumerGroup, 5*time.Second); {
 	case err != nil:
 		p.logger.Warn("outbox relay: could not drop the replication slot the group streamed from, which keeps WAL while it exists;"+
 			" `moenda outbox slots --drop` drops it", "error", err)

@@ -313,7 +313,7 @@ func ResetPosition(ctx context.Context, pool *pgxpool.Pool, group string) error 
 	if _, err := pool.Exec(ctx, `DELETE FROM watermill_offsets_outbox WHERE consumer_group = $1`, group); err != nil {
 		return fmt.Errorf("outbox: reset the position of %s: %w", group, err)
 	}
-	if _, err := retireSlot(ctx, pool, group, 5*time.Second); err != nil {
+	if _, err := RetireSlot(ctx, pool, group, 5*time.Second); err != nil {
 		return fmt.Errorf("outbox: reset the position of %s: %w", group, err)
 	}
 	return nil

@@ -230,10 +230,10 @@ func Slots(ctx context.Context, pool *pgxpool.Pool) ([]Slot, error) {
 	return slots, nil
 }
 
-// retireSlot drops group's slot and forgets it, and returns its name ("" when
+// RetireSlot drops group's slot and forgets it, and returns its name ("" when
 // it had none). A relay that stopped a moment ago may still hold it
 // while its stream closes: it waits up to patience for that.
-func retireSlot(ctx context.Context, pool *pgxpool.Pool, group string, patience time.Duration) (string, error) {
+func RetireSlot(ctx context.Context, pool *pgxpool.Pool, group string, patience time.Duration) (string, error) {
 	var name string
 	err := pool.QueryRow(ctx, `SELECT slot_name FROM moenda_outbox_slots WHERE consumer_group = $1`, group).Scan(&name)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -197,35 +197,11 @@ func (e *env) relayCatchUp(ctx context.Context, reader string) error {
 // the table. The slot an earlier round made would stream them instead:
 // it is dropped first, and the backlog left by a polling relay.
 func (e *env) firstStart(ctx context.Context, n int) (flow, error) {
-	if err := e.dropSlot(ctx); err != nil {
+	if _, err := outbox.RetireSlot(ctx, e.pool, e.set.Outbox.ConsumerGroup, 30*time.Second); err != nil {
 		return flow{}, err
 	}
 	f, _, err := e.drain(ctx, outbox.ReaderPoll, n, "MOENDA_OUTBOX__READER="+outbox.ReaderLogical)
 	return f, err
-}
-
-// dropSlot drops the replication slot of the bench's consumer group, if
-// it has one, once no relay streams it: a relay that stopped a moment ago
-// may hold it while its stream closes.
-func (e *env) dropSlot(ctx context.Context) error {
-	return await.Until(ctx, 30*time.Second, "the relay's slot released and dropped", func() (bool, error) {
-		slots, err := outbox.Slots(ctx, e.pool)
-		if err != nil {
-			return false, err
-		}
-		for _, s := range slots {
-			if s.ConsumerGroup != e.set.Outbox.ConsumerGroup {
-				continue
-			}
-			if s.Active {
-				return false, nil
-			}
-			if err := outbox.DropSlot(ctx, e.pool, s.Name); err != nil {
-				return false, err
-			}
-		}
-		return true, nil
-	})
 }
 
 // freshRelay runs a relay with reader over an outbox that earlier steps
