@@ -17,3 +17,6 @@ const (
 )
 
 var SettleQuery = settleQuery
+
+// ServerEndGap is serverEndGap, for the tests outside the package.
+const ServerEndGap = serverEndGap

@@ -68,6 +68,7 @@ type Prepared interface {
 // relay that would read another way stands by.
 type Relay struct {
 	queries  atomic.Uint64
+	reports  atomic.Uint64 // a logical relay's standby status updates
 	active   atomic.Bool
 	wake     chan struct{}
 	pool     *pgxpool.Pool
@@ -126,6 +127,11 @@ func (r *Relay) Wake() {
 // Queries counts the statements the relay has sent to PostgreSQL, so the
 // cost of an idle relay can be measured.
 func (r *Relay) Queries() uint64 { return r.queries.Load() }
+
+// Reports counts the standby status updates a logical relay has sent to
+// PostgreSQL, so the cost of its stream in a busy database can be
+// measured.
+func (r *Relay) Reports() uint64 { return r.reports.Load() }
 
 // Destination is where the relay publishes: Republish sends the rows it
 // parked the same way.

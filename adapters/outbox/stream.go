@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -58,6 +59,14 @@ func StreamArgs() []string { return slices.Clone(pluginArgs) }
 // waits, before rows that came while it was publishing go without more:
 // under load rows arrive closer than this, and batches fill.
 const quietGap = 200 * time.Microsecond
+
+// serverEndGap is the least time between two hand-overs of the server's
+// position alone, with no rows: in a busy database PostgreSQL sends it
+// after each wake-up of its WAL sender, and an idle relay that took and
+// confirmed each one spent a third of a core at 6,000 commits a second
+// of other tables (BENCHMARKS.md, "Relay: a busy database's other
+// writes"). A position held back goes once the gap is over.
+const serverEndGap = 100 * time.Millisecond
 
 // standbyInterval is how often the stream tells PostgreSQL how far it
 // has got when nothing else makes it; PostgreSQL drops a stream silent
@@ -344,7 +353,7 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 	// The slot may be behind what the relays published: tell PostgreSQL
 	// at once.
 	rc := &receiver{conn: conn, items: make(chan streamItem), batch: l.cfg.BatchSize,
-		flush: st.published.lsn, dirty: st.published.lsn != 0}
+		flush: st.published.lsn, dirty: st.published.lsn != 0, reports: &l.reports}
 	rctx, stop := context.WithCancel(work)
 	done := make(chan error, 1)
 	go func() { done <- rc.run(rctx) }()
@@ -673,6 +682,8 @@ type receiver struct {
 	items chan streamItem
 	batch int
 
+	reports *atomic.Uint64 // the standby status updates sent (Relay.Reports)
+
 	mu     sync.Mutex
 	flush  pglogrepl.LSN // confirmed by the relay
 	dirty  bool          // flush not yet told to PostgreSQL
@@ -734,6 +745,10 @@ func (rc *receiver) run(ctx context.Context) error {
 	var out streamItem // what the relay gets next
 	held := rc.flush   // the stream starts there
 	inTx := false
+	// The server's position past held, between transactions, not yet
+	// in out, and when it may go alone (see serverEndGap).
+	var serverEnd pglogrepl.LSN
+	var serverEndBy time.Time
 	due := time.Now().Add(standbyInterval)
 	quiet := false  // a short receive, while the relay waited, found nothing more
 	loaded := false // rows came while the relay was publishing
@@ -753,9 +768,19 @@ func (rc *receiver) run(ctx context.Context) error {
 			rc.mu.Unlock()
 			return nil
 		}
-		periodic := !time.Now().Before(due)
+		now := time.Now()
+		periodic := !now.Before(due)
 		report, flush, wanted := rc.dirty || periodic, rc.flush, rc.wanted
 		holding := len(out.rows) > 0 || out.end != 0
+		// Everything before the server's position has been handed over
+		// once out is: it joins what out holds, or goes alone once the
+		// gap since the last one is over.
+		if serverEnd > held && (holding || !now.Before(serverEndBy)) {
+			out.end, held, holding = serverEnd, serverEnd, true
+			if len(out.rows) == 0 {
+				serverEndBy = now.Add(serverEndGap)
+			}
+		}
 		// A transaction that came while the relay waited goes at once.
 		// What came while it published was load: it goes once the stream
 		// pauses, and rows still arriving join it, up to a batch.
@@ -767,8 +792,11 @@ func (rc *receiver) run(ctx context.Context) error {
 			rc.wanted = false
 		}
 		deadline := due
-		if lingering && time.Now().Add(quietGap).Before(due) {
-			deadline = time.Now().Add(quietGap)
+		if lingering && now.Add(quietGap).Before(deadline) {
+			deadline = now.Add(quietGap)
+		}
+		if serverEnd > held && serverEndBy.Before(deadline) {
+			deadline = serverEndBy
 		}
 		if !report && !pending {
 			if err := rc.readUntil(deadline); err != nil {
@@ -825,10 +853,8 @@ func (rc *receiver) run(ctx context.Context) error {
 			if ka.ReplyRequested {
 				due = time.Now()
 			}
-			// Between transactions, everything before the server's
-			// position has been handed over once out is.
-			if !inTx && ka.ServerWALEnd > held {
-				out.end, held = ka.ServerWALEnd, ka.ServerWALEnd
+			if !inTx && ka.ServerWALEnd > serverEnd {
+				serverEnd = ka.ServerWALEnd
 			}
 		case pglogrepl.XLogDataByteID:
 			xld, err := pglogrepl.ParseXLogData(data[1:])
@@ -898,6 +924,7 @@ func (rc *receiver) hand(ctx context.Context, due *time.Time, it streamItem) err
 // relay's last sample has passed (PostgreSQL streams no empty
 // transaction), and the group's position would stay behind its last rows.
 func (rc *receiver) report(ctx context.Context, flush pglogrepl.LSN, reply bool) error {
+	rc.reports.Add(1)
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, rc.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: flush, WALFlushPosition: flush, WALApplyPosition: flush, ReplyRequested: reply})
 	if err != nil {

@@ -565,6 +565,56 @@ func TestAnIdleLogicalRelayMovesThePositionPastItsLastRows(t *testing.T) {
 	t.Logf("the position passed the last rows %s after the early transaction ended", time.Since(at).Round(time.Millisecond))
 }
 
+// An idle logical relay in a database whose other tables are written
+// fast answers the server's positions a few times a second, not after
+// each wake-up of the WAL sender, and still confirms the stream past
+// those writes within a gap or two, not at the next standby report.
+func TestALogicalRelayConfirmsOtherTablesWritesInFewReports(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	relay := s.startActiveRelay(t, logical(testConfig))
+	if _, err := s.db.Pool.Exec(ctx, `CREATE TABLE scratch (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 2, 500
+	before, start := relay.Reports(), time.Now()
+	lsns := make([]string, writers)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				// The WAL's insert position before this commit: the stream
+				// passes it once it has passed the commit.
+				if err := s.db.Pool.QueryRow(ctx, `INSERT INTO scratch VALUES (1) RETURNING pg_current_wal_insert_lsn()::text`).Scan(&lsns[w]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	wrote := time.Since(start)
+	testenv.Eventually(t, 5*time.Second, "the slot confirmed past the last writes", func() bool {
+		var past bool
+		err := s.db.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= greatest($1::pg_lsn, $2::pg_lsn)
+			FROM pg_replication_slots WHERE database = current_database()`, lsns[0], lsns[1]).Scan(&past)
+		return err == nil && past
+	})
+	took := time.Since(start)
+	reports := relay.Reports() - before
+	t.Logf("%d commits of another table in %s, confirmed after %s in %d reports", writers*each, wrote.Round(time.Millisecond), took.Round(time.Millisecond), reports)
+	if most := uint64(took/outbox.ServerEndGap) + 3; reports > most {
+		t.Fatalf("%d reports in %s, more than %d: the relay answers each of the server's positions", reports, took.Round(time.Millisecond), most)
+	}
+}
+
 // Two consumer groups whose names differ only in punctuation stream one
 // database from slots of their own: neither takes, drops or resumes from
 // the other's. Writers run while the first group's relay is stopped and
