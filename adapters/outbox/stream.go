@@ -63,9 +63,9 @@ const quietGap = 200 * time.Microsecond
 // serverEndGap is the least time between two hand-overs of the server's
 // position alone, with no rows: in a busy database PostgreSQL sends it
 // after each wake-up of its WAL sender, and an idle relay that took and
-// confirmed each one spent a third of a core at 6,000 commits a second
-// of other tables (BENCHMARKS.md, "Relay: a busy database's other
-// writes"). A position held back goes once the gap is over.
+// confirmed each one spent 29 % of a core at 6,500 commits a second of
+// other tables, 18 % since (BENCHMARKS.md, "Relay: a busy database's
+// other writes"). A position held back goes once the gap is over.
 const serverEndGap = 100 * time.Millisecond
 
 // standbyInterval is how often the stream tells PostgreSQL how far it
