@@ -12,11 +12,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Config is what YAML sets for Kafka.
@@ -94,8 +96,31 @@ func (c Config) Topic(name string) string { return c.TopicPrefix + name }
 // Group is the consumer group id of a reader.
 func (c Config) Group(name string) string { return c.TopicPrefix + name }
 
-// Sarama returns the client settings every connection uses (and the
-// benchmark's raw clients, so they are measured alike): the
+// Producer returns the settings of the producer's client (franz-go's),
+// and the benchmark's raw producers, so they are measured alike: the
+// idempotent producer with acks from every in-sync replica; records sent
+// as soon as they are given (no linger), uncompressed, at most
+// MaxRecordBytes a batch, and put in the partition that sarama's hash of
+// their key names, as the subscribers' client and the producer before
+// this one did, so an aggregate keeps its partition. A send may be
+// cancelled while in flight (Producer.send bounds each one), which may
+// then write a record twice.
+func (c Config) Producer(clientID string) []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID(clientID), kgo.DialTimeout(5 * time.Second),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchMaxBytes(int32(c.MaxRecordBytes)), kgo.AllowIdempotentProduceCancellation(),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a)))}
+}
+
+// fnv32a is the hash sarama's default partitioner keys records by.
+func fnv32a(b []byte) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write(b)
+	return h.Sum32()
+}
+
+// Sarama returns the settings of the subscribers' and the admin's clients
+// (and the benchmark's raw clients, so they are measured alike): the
 // idempotent producer with acks from every in-sync replica, so a retried
 // send neither duplicates nor reorders records; consumers start a new group
 // at the oldest record (auto.offset.reset=earliest) and commit the offsets

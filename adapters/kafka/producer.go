@@ -15,6 +15,8 @@ import (
 	"github.com/IBM/sarama"
 	wkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/topology"
@@ -26,6 +28,13 @@ import (
 // failure sink (retry and dead-letter topics). It connects on first use and
 // again after a failure, creating the topics it needs each time, so a
 // process starts while Kafka is away and carries on once it is back.
+//
+// It sends with franz-go's client rather than sarama's, which the
+// subscribers read with: about a quarter of sarama's CPU per record, and
+// to the relay a quarter more rows a second (BENCHMARKS.md, "Kafka:
+// franz-go's producer against sarama's"). Records go to the partitions
+// sarama's hash of their key names, so an aggregate's events keep their
+// partition.
 type Producer struct {
 	cfg    Config
 	top    *topology.Topology
@@ -34,8 +43,7 @@ type Producer struct {
 	logger *slog.Logger
 
 	mu     sync.Mutex
-	client sarama.Client
-	sp     sarama.SyncProducer
+	client *kgo.Client
 }
 
 // NewProducer returns a producer that creates, on connecting, the topics
@@ -73,7 +81,7 @@ func (p *Producer) PublishBatch(ctx context.Context, routingKeys []string, msgs 
 // Prepare implements outbox.PreparingDestination: it builds the batch's
 // records, which PublishBatch would build before sending them.
 func (p *Producer) Prepare(routingKeys []string, msgs []*message.Message) (outbox.Prepared, error) {
-	b := &batch{p: p, keys: routingKeys, msgs: msgs, recs: make([]*sarama.ProducerMessage, len(msgs))}
+	b := &batch{p: p, keys: routingKeys, msgs: msgs, recs: make([]*kgo.Record, len(msgs))}
 	for i := range msgs {
 		var err error
 		if b.recs[i], err = b.record(i); err != nil {
@@ -89,11 +97,11 @@ type batch struct {
 	p    *Producer
 	keys []string
 	msgs []*message.Message
-	recs []*sarama.ProducerMessage
+	recs []*kgo.Record
 }
 
 // record builds the record of the batch's i-th message.
-func (b *batch) record(i int) (*sarama.ProducerMessage, error) {
+func (b *batch) record(i int) (*kgo.Record, error) {
 	x, err := b.p.top.ExchangeFor(b.keys[i])
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
@@ -103,23 +111,13 @@ func (b *batch) record(i int) (*sarama.ProducerMessage, error) {
 
 // Publish sends the batch's records, as PublishBatch does.
 func (b *batch) Publish(ctx context.Context) error {
-	err := b.p.send(ctx, b.recs)
-	var perrs sarama.ProducerErrors
-	if !errors.As(err, &perrs) {
+	failed, err := b.p.send(ctx, b.recs)
+	if err != nil || len(failed) == 0 {
 		return err
 	}
-	index := make(map[*sarama.ProducerMessage]int, len(b.recs))
-	for i, rec := range b.recs {
-		index[rec] = i
-	}
-	failed := make(map[int]error, len(perrs))
 	anyRefused := false
-	for _, pe := range perrs {
-		i, ok := index[pe.Msg]
-		if !ok {
-			return err // not a record of this batch: fail the batch as a whole
-		}
-		failed[i] = refused(pe.Err)
+	for i, ferr := range failed {
+		failed[i] = b.p.refused(b.recs[i], ferr)
 		anyRefused = anyRefused || errors.Is(failed[i], outbox.ErrRefused)
 	}
 	// A broker refuses a record batch as a whole: one record over its
@@ -130,18 +128,18 @@ func (b *batch) Publish(ctx context.Context) error {
 	// only for itself.
 	if anyRefused && len(failed) > 1 {
 		for _, i := range slices.Sorted(maps.Keys(failed)) {
-			rec, berr := b.record(i)
-			if berr == nil {
-				berr = b.p.send(ctx, []*sarama.ProducerMessage{rec})
+			rec, err := b.record(i) // a record sent once is the client's
+			var alone map[int]error
+			if err == nil {
+				alone, err = b.p.send(ctx, []*kgo.Record{rec})
 			}
-			var alone sarama.ProducerErrors
 			switch {
-			case berr == nil:
+			case err != nil:
+				failed[i] = err
+			case len(alone) == 0:
 				delete(failed, i)
-			case errors.As(berr, &alone) && len(alone) == 1:
-				failed[i] = refused(alone[0].Err)
 			default:
-				failed[i] = berr
+				failed[i] = b.p.refused(rec, alone[0])
 			}
 		}
 	}
@@ -158,18 +156,19 @@ func (b *batch) Publish(ctx context.Context) error {
 // relay: publishing ahead").
 func (p *Producer) PublishAhead() bool { return true }
 
-// refused marks err outbox.ErrRefused when the broker will never take the
-// record it is about: too large for the producer's limit
-// (kafka.max_record_bytes) or the broker's (message.max.bytes, a topic's
-// max.message.bytes), or a record it calls invalid.
-func refused(err error) error {
-	var local sarama.ConfigurationError // the producer's own size check
+// refused marks err, rec's failure, outbox.ErrRefused when the broker will
+// never take rec: too large for the producer's limit
+// (kafka.max_record_bytes), which the error names, or the broker's
+// (message.max.bytes, a topic's max.message.bytes), or a record it calls
+// invalid.
+func (p *Producer) refused(rec *kgo.Record, err error) error {
 	switch {
-	case errors.As(err, &local),
-		errors.Is(err, sarama.ErrMessageSizeTooLarge),
-		errors.Is(err, sarama.ErrMessageSetSizeTooLarge),
-		errors.Is(err, sarama.ErrInvalidRecord),
-		errors.Is(err, sarama.ErrInvalidTimestamp):
+	case errors.Is(err, kerr.MessageTooLarge) && recordSize(rec) > p.cfg.MaxRecordBytes:
+		return fmt.Errorf("%w: the record is larger than kafka.max_record_bytes (%d): %w", outbox.ErrRefused, p.cfg.MaxRecordBytes, err)
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return fmt.Errorf("%w: the record is too large for the topic (its max.message.bytes, or the broker's message.max.bytes): %w", outbox.ErrRefused, err)
+	case errors.Is(err, kerr.InvalidRecord),
+		errors.Is(err, kerr.InvalidTimestamp):
 		return fmt.Errorf("%w: %w", outbox.ErrRefused, err)
 	}
 	return err
@@ -187,14 +186,14 @@ func (p *Producer) Delay(ctx context.Context, queue string, delay time.Duration,
 	if err != nil {
 		return err
 	}
-	if rec.ByteSize(recordVersion) <= p.recordLimit() {
-		return p.send(ctx, []*sarama.ProducerMessage{rec})
+	if recordSize(rec) <= p.recordLimit() {
+		return p.sendOne(ctx, rec)
 	}
 	cp := msg.Copy()
 	cp.Metadata.Set(event.HeaderReason, event.ReasonTooLarge)
 	p.logger.WarnContext(ctx, "kafka: the retry copy would be larger than a record may be (kafka.max_record_bytes): it goes to the dead-letter topic, its body cut",
 		"event_id", msg.Metadata.Get(event.HeaderEventID), "correlation_id", msg.Metadata.Get(event.HeaderCorrelationID), "queue", queue,
-		"size", rec.ByteSize(recordVersion), "limit", p.recordLimit())
+		"size", recordSize(rec), "limit", p.recordLimit())
 	return p.DeadLetter(ctx, queue, cp)
 }
 
@@ -212,7 +211,7 @@ func (p *Producer) DeadLetter(ctx context.Context, queue string, msg *message.Me
 	if err != nil {
 		return err
 	}
-	if over := rec.ByteSize(recordVersion) - p.recordLimit(); over > 0 {
+	if over := recordSize(rec) - p.recordLimit(); over > 0 {
 		cp := msg.Copy()
 		cp.Metadata.Set(event.HeaderTruncated, strconv.Itoa(len(msg.Payload)))
 		over += len(event.HeaderTruncated) + len(cp.Metadata.Get(event.HeaderTruncated)) + 2*binary.MaxVarintLen32
@@ -224,7 +223,7 @@ func (p *Producer) DeadLetter(ctx context.Context, queue string, msg *message.Me
 			"event_id", msg.Metadata.Get(event.HeaderEventID), "correlation_id", msg.Metadata.Get(event.HeaderCorrelationID), "queue", queue,
 			"body_bytes", len(msg.Payload), "kept_bytes", len(cp.Payload))
 	}
-	return p.send(ctx, []*sarama.ProducerMessage{rec})
+	return p.sendOne(ctx, rec)
 }
 
 // Redeliver implements transport.Sink: the copy goes to queue's re-drive
@@ -237,7 +236,7 @@ func (p *Producer) Redeliver(ctx context.Context, queue string, msg *message.Mes
 	if err != nil {
 		return err
 	}
-	return p.send(ctx, []*sarama.ProducerMessage{rec})
+	return p.sendOne(ctx, rec)
 }
 
 // Republish implements transport.Sink: to exchange's topic, which every
@@ -247,12 +246,8 @@ func (p *Producer) Republish(ctx context.Context, exchange, _ string, msg *messa
 	if err != nil {
 		return err
 	}
-	return p.send(ctx, []*sarama.ProducerMessage{rec})
+	return p.sendOne(ctx, rec)
 }
-
-// recordVersion is the record format the producer writes (Kafka 0.11 and
-// later), for sarama's size estimate.
-const recordVersion = 2
 
 // recordMargin is what a record holds beyond its body and headers (its
 // key, the framing of its fields), and again what a broker counts beyond a
@@ -263,33 +258,46 @@ const recordMargin = 1 << 10
 // of c.MaxRecordBytes holds with its framing.
 func (c Config) MaxEventBytes() int { return c.MaxRecordBytes - recordMargin }
 
-// recordLimit is the largest a failure copy may be, as sarama estimates
-// a record's size: a broker whose message.max.bytes is
-// kafka.max_record_bytes takes it in a batch of its own.
+// recordLimit is the largest a failure copy may be, as recordSize counts
+// it: a broker whose message.max.bytes is kafka.max_record_bytes takes it
+// in a batch of its own.
 func (p *Producer) recordLimit() int {
 	return p.cfg.MaxRecordBytes - recordMargin
 }
 
-// record is msg as a Kafka record stamped at: the envelope as value, the
-// metadata as headers, keyed by the event's aggregate (else its id).
-func record(topic string, msg *message.Message, at time.Time) (*sarama.ProducerMessage, error) {
-	if _, ok := msg.Metadata[event.MetaDeliveryExchange]; ok {
-		// A failure copy: where it was delivered from is not a header.
-		msg = msg.Copy()
-		delete(msg.Metadata, event.MetaDeliveryExchange)
-		delete(msg.Metadata, event.MetaDeliveryRoutingKey)
+// recordSize is rec's size in a record batch, at most: its key, value
+// and headers, each with its length, and the record's own fields.
+func recordSize(rec *kgo.Record) int {
+	const field = binary.MaxVarintLen32
+	n := 1 + 2*binary.MaxVarintLen64 + 4*field + len(rec.Key) + len(rec.Value) // attributes, deltas, lengths
+	for _, h := range rec.Headers {
+		n += 2*field + len(h.Key) + len(h.Value)
 	}
-	rec, err := wkafka.DefaultMarshaler{}.Marshal(topic, msg)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: event %s: %w", msg.UUID, err)
+	return n
+}
+
+// record is msg as a Kafka record stamped at: the envelope as value, and
+// the metadata as headers beside the message's id, as watermill-kafka's
+// marshaler writes them (the subscribers read them with it); keyed by the
+// event's aggregate (else its id).
+func record(topic string, msg *message.Message, at time.Time) (*kgo.Record, error) {
+	if msg.Metadata.Get(wkafka.UUIDHeaderKey) != "" {
+		return nil, fmt.Errorf("kafka: event %s: metadata %s is the message id's header", msg.UUID, wkafka.UUIDHeaderKey)
+	}
+	headers := make([]kgo.RecordHeader, 1, len(msg.Metadata)+1)
+	headers[0] = kgo.RecordHeader{Key: wkafka.UUIDHeaderKey, Value: []byte(msg.UUID)}
+	for k, v := range msg.Metadata {
+		switch k {
+		case event.MetaDeliveryExchange, event.MetaDeliveryRoutingKey: // a failure copy's: where it was delivered from
+		default:
+			headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
 	}
 	key := msg.Metadata.Get(event.MetaAggregateID)
 	if key == "" {
 		key = msg.UUID
 	}
-	rec.Key = sarama.StringEncoder(key)
-	rec.Timestamp = at
-	return rec, nil
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: msg.Payload, Headers: headers, Timestamp: at}, nil
 }
 
 // occurredAt is when msg's event occurred, which stamps its record so a
@@ -301,51 +309,85 @@ func occurredAt(msg *message.Message) time.Time {
 	return time.Now()
 }
 
-func (p *Producer) send(ctx context.Context, recs []*sarama.ProducerMessage) error {
+// deliveryTimeout bounds a send, retries included, so a producer whose
+// cluster is away fails, to be retried by its caller, rather than wait
+// for it. (franz-go's own RecordDeliveryTimeout counts from a record's
+// timestamp, which is when its event occurred: a backlog would time out
+// at once.)
+const deliveryTimeout = 10 * time.Second
+
+// send sends recs and waits until every in-sync replica has each, or it
+// failed, for at most deliveryTimeout: it returns the records that
+// failed, by their index in recs. A failure closes the client, so the
+// next send starts again with a new producer id: a record that timed out
+// in flight may have been written, and sent again is then written twice,
+// which the readers' inbox absorbs as it does any redelivery. The error
+// is the connection's.
+func (p *Producer) send(ctx context.Context, recs []*kgo.Record) (map[int]error, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	if p.sp == nil {
-		if err := p.connect(); err != nil {
-			return err
+	if p.client == nil {
+		if err := p.connect(ctx); err != nil {
+			return nil, err
 		}
 	}
-	if err := p.sp.SendMessages(recs); err != nil {
-		// An idempotent producer that failed may hold sequence numbers
-		// the broker never saw: start again with a new producer id.
+	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
+	defer cancel()
+	var failed map[int]error
+	var index map[*kgo.Record]int
+	for _, res := range p.client.ProduceSync(ctx, recs...) { // in the order they end
+		if res.Err == nil {
+			continue
+		}
+		if index == nil {
+			failed, index = map[int]error{}, make(map[*kgo.Record]int, len(recs))
+			for i, rec := range recs {
+				index[rec] = i
+			}
+		}
+		failed[index[res.Record]] = res.Err
+	}
+	if failed != nil {
 		p.disconnect()
-		return fmt.Errorf("kafka: publish %d records: %w", len(recs), err)
+	}
+	return failed, nil
+}
+
+// sendOne sends rec, as send does.
+func (p *Producer) sendOne(ctx context.Context, rec *kgo.Record) error {
+	failed, err := p.send(ctx, []*kgo.Record{rec})
+	if err == nil && failed != nil {
+		err = failed[0]
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: publish to %s: %w", rec.Topic, err)
 	}
 	return nil
 }
 
-func (p *Producer) connect() error {
-	client, err := sarama.NewClient(p.cfg.Brokers, p.cfg.Sarama(p.name))
-	if err != nil {
-		return fmt.Errorf("kafka: connect to %v: %w", p.cfg.Brokers, err)
-	}
-	if err := createTopics(client, p.cfg, p.topics); err != nil {
-		_ = client.Close()
+// connect creates the producer's topics, then opens its client, set as
+// Config.Producer says.
+func (p *Producer) connect(ctx context.Context) error {
+	if err := withClient(p.cfg, p.name, func(client sarama.Client) error { return createTopics(client, p.cfg, p.topics) }); err != nil {
 		return err
 	}
-	sp, err := sarama.NewSyncProducerFromClient(client)
+	client, err := kgo.NewClient(p.cfg.Producer(p.name)...)
 	if err != nil {
-		_ = client.Close()
 		return fmt.Errorf("kafka: producer: %w", err)
 	}
-	p.client, p.sp = client, sp
-	p.logger.Info("kafka: producer connected", "producer", p.name, "brokers", p.cfg.Brokers)
+	p.client = client
+	p.logger.InfoContext(ctx, "kafka: producer connected", "producer", p.name, "brokers", p.cfg.Brokers)
 	return nil
 }
 
 func (p *Producer) disconnect() {
-	if p.sp != nil {
-		_ = p.sp.Close()
-		_ = p.client.Close()
+	if p.client != nil {
+		p.client.Close()
 	}
-	p.client, p.sp = nil, nil
+	p.client = nil
 }
 
 // Close closes the connection, if there is one.

@@ -4,8 +4,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/IBM/sarama"
+	wkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/moenda/moenda/adapters/kafka"
@@ -101,4 +103,48 @@ func (k KafkaCluster) Records(t testing.TB, topic string) int64 {
 		n += newest - oldest
 	}
 	return n
+}
+
+// MessageIDs returns the message id (watermill-kafka's header) of every
+// record topic (a name k.Config prefixes) holds, partition by partition.
+func (k KafkaCluster) MessageIDs(t testing.TB, topic string) []string {
+	t.Helper()
+	client := k.Client(t)
+	defer client.Close()
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		t.Fatalf("testenv: consumer: %v", err)
+	}
+	defer consumer.Close()
+	name := k.Config.Topic(topic)
+	parts, err := client.Partitions(name)
+	if err != nil {
+		t.Fatalf("testenv: partitions of %s: %v", topic, err)
+	}
+	var ids []string
+	for _, p := range parts {
+		newest, err := client.GetOffset(name, p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatalf("testenv: offsets of %s: %v", topic, err)
+		}
+		pc, err := consumer.ConsumePartition(name, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatalf("testenv: read %s/%d: %v", topic, p, err)
+		}
+		for offset := int64(-1); offset+1 < newest; {
+			select {
+			case m := <-pc.Messages():
+				offset = m.Offset
+				for _, h := range m.Headers {
+					if string(h.Key) == wkafka.UUIDHeaderKey {
+						ids = append(ids, string(h.Value))
+					}
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("testenv: %s/%d gave nothing after offset %d of %d for 10 s", topic, p, offset, newest)
+			}
+		}
+		_ = pc.Close()
+	}
+	return ids
 }
