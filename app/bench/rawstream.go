@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/moenda/moenda/adapters/outbox"
 )
@@ -34,19 +34,19 @@ func (e *env) rawStream(ctx context.Context, n int) (flow, error) {
 
 // rawRelay is the Kafka relay's like-for-like ceiling: pglogrepl reading
 // n rows the bench writes after it made its slot, each insert decoded by
-// pglogrepl.Parse and its metadata by encoding/json, and sarama's
-// SyncProducer publishing them to topic as the relay's records are made
+// pglogrepl.Parse and its metadata by encoding/json, and franz-go's
+// producer, set as the relay's, publishing them to topic as the relay's records are made
 // (the row's payload as the value, its metadata as headers, keyed by its
 // uuid), batch rows at a time, while the reader fills the next batch. It
 // records no position in the database, and confirms the stream once, at
 // its end. It is timed from the start of the stream to the last batch's
 // confirmation, in this process.
 func (k *kafkaBench) rawRelay(ctx context.Context, e *env, topic string, n, batch int) (flow, error) {
-	sp, closeProducer, err := k.rawProducer(topic)
+	client, err := k.rawProducer(ctx, topic)
 	if err != nil {
 		return flow{}, err
 	}
-	defer closeProducer()
+	defer client.Close()
 	conn, from, err := e.rawSlot(ctx, n)
 	if err != nil {
 		return flow{}, err
@@ -55,7 +55,7 @@ func (k *kafkaBench) rawRelay(ctx context.Context, e *env, topic string, n, batc
 	return k.timed(func() (int, error) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		batches := make(chan []*sarama.ProducerMessage, 1)
+		batches := make(chan []*kgo.Record, 1)
 		read := make(chan error, 1)
 		go func() {
 			defer close(batches)
@@ -68,7 +68,7 @@ func (k *kafkaBench) rawRelay(ctx context.Context, e *env, topic string, n, batc
 		}()
 		sent := 0
 		for recs := range batches {
-			if err := sp.SendMessages(recs); err != nil {
+			if err := client.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 				cancel()
 				for range batches { // until the reader has stopped
 				}
@@ -85,10 +85,10 @@ func (k *kafkaBench) rawRelay(ctx context.Context, e *env, topic string, n, batc
 type rawRecords struct {
 	topic         string
 	batch         int
-	out           chan<- []*sarama.ProducerMessage
+	out           chan<- []*kgo.Record
 	uuid, payload int // the columns', by the relation message
 	metadata      int
-	pending       []*sarama.ProducerMessage
+	pending       []*kgo.Record
 }
 
 // add takes a message of the stream: the relation's says where the
@@ -116,12 +116,11 @@ func (r *rawRecords) add(ctx context.Context, wal []byte) error {
 		if err := json.Unmarshal(cols[r.metadata].Data, &meta); err != nil {
 			return fmt.Errorf("raw relay: metadata: %w", err)
 		}
-		headers := make([]sarama.RecordHeader, 0, len(meta))
+		headers := make([]kgo.RecordHeader, 0, len(meta))
 		for k, v := range meta {
-			headers = append(headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
+			headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 		}
-		r.pending = append(r.pending, &sarama.ProducerMessage{Topic: r.topic, Key: sarama.ByteEncoder(cols[r.uuid].Data),
-			Value: sarama.ByteEncoder(cols[r.payload].Data), Headers: headers})
+		r.pending = append(r.pending, &kgo.Record{Topic: r.topic, Key: cols[r.uuid].Data, Value: cols[r.payload].Data, Headers: headers})
 		if len(r.pending) == r.batch {
 			return r.flush(ctx)
 		}
@@ -136,7 +135,7 @@ func (r *rawRecords) flush(ctx context.Context) error {
 	}
 	select {
 	case r.out <- r.pending:
-		r.pending = make([]*sarama.ProducerMessage, 0, r.batch)
+		r.pending = make([]*kgo.Record, 0, r.batch)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
