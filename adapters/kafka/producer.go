@@ -30,11 +30,11 @@ import (
 // process starts while Kafka is away and carries on once it is back.
 //
 // It sends with franz-go's client rather than sarama's, which the
-// subscribers read with: about a quarter of sarama's CPU per record, and
-// to the relay a quarter more rows a second (BENCHMARKS.md, "Kafka:
-// franz-go's producer against sarama's"). Records go to the partitions
-// sarama's hash of their key names, so an aggregate's events keep their
-// partition.
+// subscribers read with: a quarter of sarama's CPU per record, and on two
+// cores the relay's drain gained up to a quarter more rows a second
+// (BENCHMARKS.md, "Kafka: franz-go's producer against sarama's"). Records
+// go to the partitions sarama's hash of their key names, so an
+// aggregate's events keep their partition.
 type Producer struct {
 	cfg    Config
 	top    *topology.Topology
