@@ -371,7 +371,7 @@ func (p *Producer) sendOne(ctx context.Context, rec *kgo.Record) error {
 // connect creates the producer's topics, then opens its client, set as
 // Config.Producer says.
 func (p *Producer) connect(ctx context.Context) error {
-	if err := withClient(p.cfg, p.name, func(client sarama.Client) error { return createTopics(client, p.cfg, p.topics) }); err != nil {
+	if err := CreateTopics(p.cfg, p.name, p.topics); err != nil {
 		return err
 	}
 	client, err := kgo.NewClient(p.cfg.Producer(p.name)...)
@@ -396,6 +396,13 @@ func (p *Producer) Close() error {
 	defer p.mu.Unlock()
 	p.disconnect()
 	return nil
+}
+
+// CreateTopics creates the topics that do not exist yet, with the
+// partitions and replication factor cfg gives, over a client of its own
+// named clientID.
+func CreateTopics(cfg Config, clientID string, topics []string) error {
+	return withClient(cfg, clientID, func(client sarama.Client) error { return createTopics(client, cfg, topics) })
 }
 
 // createTopics creates the topics that do not exist yet.

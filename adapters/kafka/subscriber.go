@@ -227,7 +227,7 @@ func (s *Subscriber) prepare(ctx context.Context, srcs []source, log *slog.Logge
 		topics[i] = src.topic
 	}
 	for attempt := 0; ; attempt++ {
-		err := withClient(s.cfg, "moenda admin", func(c sarama.Client) error { return createTopics(c, s.cfg, topics) })
+		err := CreateTopics(s.cfg, "moenda admin", topics)
 		if err == nil {
 			return true
 		}

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -346,33 +345,18 @@ func (k *kafkaBench) relayRound(ctx context.Context, e *env, round string, n int
 // relay's, with topic created with the partitions the relay's topics
 // have; it connects before it returns.
 func (k *kafkaBench) rawProducer(ctx context.Context, topic string) (*kgo.Client, error) {
-	if err := k.createTopic(topic); err != nil {
+	if err := kafka.CreateTopics(k.cfg, "moenda bench ceiling", []string{topic}); err != nil {
 		return nil, err
 	}
 	client, err := kgo.NewClient(k.cfg.Producer("moenda bench ceiling")...)
-	if err == nil {
-		if err = client.Ping(ctx); err != nil {
-			client.Close()
-		}
-	}
-	return client, err
-}
-
-// createTopic creates topic with the partitions the relay's topics have.
-func (k *kafkaBench) createTopic(topic string) error {
-	client, err := sarama.NewClient(k.cfg.Brokers, k.cfg.Sarama("moenda bench ceiling"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer client.Close()
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err == nil {
-		err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: k.cfg.Partitions, ReplicationFactor: k.cfg.ReplicationFactor}, false)
-		if errors.Is(err, sarama.ErrTopicAlreadyExists) {
-			err = nil
-		}
+	if err := client.Ping(ctx); err != nil {
+		client.Close()
+		return nil, err
 	}
-	return err
+	return client, nil
 }
 
 // relay fills the outbox with a backlog of n rows and runs the relay from

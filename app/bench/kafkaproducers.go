@@ -6,6 +6,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/moenda/moenda/adapters/kafka"
 )
 
 // producers measures franz-go's producer, the relay's client, against
@@ -50,7 +52,7 @@ func (k *kafkaBench) saramaProduce(ctx context.Context, topic string, n, batch i
 	for i := range keys {
 		keys[i] = sarama.StringEncoder(watermill.NewUUID())
 	}
-	if err := k.createTopic(topic); err != nil {
+	if err := kafka.CreateTopics(k.cfg, "moenda bench ceiling", []string{topic}); err != nil {
 		return flow{}, err
 	}
 	client, err := sarama.NewClient(k.cfg.Brokers, k.cfg.Sarama("moenda bench ceiling"))
