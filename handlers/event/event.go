@@ -77,6 +77,10 @@ func (e Event) RoutingKey() string {
 // MarshalJSON writes occurred_at in RFC 3339 UTC whatever the zone of the
 // value, so the canonical form does not depend on the producer's clock zone.
 func (e Event) MarshalJSON() ([]byte, error) {
+	size := 160 + len(e.Payload) + len(e.ID) + len(e.Name) + len(e.CorrelationID) + len(e.CausationID) + len(e.Source) + len(e.AggregateID)
+	if b, ok := appendEnvelope(make([]byte, 0, size), e); ok {
+		return b, nil
+	}
 	type plain Event
 	p := plain(e)
 	p.OccurredAt = p.OccurredAt.UTC()
@@ -130,9 +134,12 @@ func Decode(body []byte) (Event, error) {
 	if !utf8.Valid(body) {
 		return Event{}, Reject(ReasonInvalidEncoding, errors.New("body is not valid UTF-8"))
 	}
-	var e Event
-	if err := json.Unmarshal(body, &e); err != nil {
-		return Event{}, Reject(ReasonDecode, fmt.Errorf("decode envelope: %w", err))
+	e, ok := decodeEnvelope(body)
+	if !ok {
+		e = Event{}
+		if err := json.Unmarshal(body, &e); err != nil {
+			return Event{}, Reject(ReasonDecode, fmt.Errorf("decode envelope: %w", err))
+		}
 	}
 	if e.ID == "" {
 		return Event{}, Reject(ReasonMissingEventID, errors.New("invalid envelope: event_id is missing"))
