@@ -81,6 +81,12 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	if b, ok := appendEnvelope(make([]byte, 0, size), e); ok {
 		return b, nil
 	}
+	return marshalEnvelope(e)
+}
+
+// marshalEnvelope is MarshalJSON through encoding/json, for the envelopes
+// appendEnvelope leaves to it.
+func marshalEnvelope(e Event) ([]byte, error) {
 	type plain Event
 	p := plain(e)
 	p.OccurredAt = p.OccurredAt.UTC()
