@@ -303,22 +303,33 @@ func TestRelayThatLostItsLockPublishesNoMore(t *testing.T) {
 	t.Logf("%d events, %d deliveries, %d batches (b's first is #%d)", len(want), len(got()), len(by), firstB())
 }
 
-// gated counts batches, and while hold is set publishes one only once
-// open is closed.
+// gated counts the messages it publishes and, while hold is set, holds
+// each batch until release. It counts messages, not batches: a logical
+// relay may split one transaction's rows across batches, as the stream
+// brings them.
 type gated struct {
 	outbox.Destination
 	open    chan struct{}
+	once    sync.Once
 	hold    atomic.Bool
-	batches atomic.Int32
+	sent    atomic.Int32 // messages published
+	waiting atomic.Int32 // batches held
 }
 
 func (d *gated) PublishBatch(ctx context.Context, keys []string, msgs []*message.Message) error {
-	d.batches.Add(1)
 	if d.hold.Load() {
+		d.waiting.Add(1)
 		<-d.open
 	}
-	return d.Destination.PublishBatch(ctx, keys, msgs)
+	err := d.Destination.PublishBatch(ctx, keys, msgs)
+	if err == nil {
+		d.sent.Add(int32(len(msgs)))
+	}
+	return err
 }
+
+// release lets every batch held, and every later one, through.
+func (d *gated) release() { d.once.Do(func() { close(d.open) }) }
 
 // A relay publishing a batch finds, when it records it, the group's
 // position already past the batch (another relay moved it): the position
@@ -330,16 +341,17 @@ func TestAPositionNeverMovesBackwards(t *testing.T) {
 		dest := &gated{Destination: s.publisher(t, "gated", 64, s.top), open: make(chan struct{})}
 		relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
 		s.run(t, "relay", relay)
+		t.Cleanup(dest.release) // before the relay stops, which waits for a batch held
 		testenv.Eventually(t, 30*time.Second, "the relay to lead", relay.Active)
-		// A first batch goes through, and is recorded: a logical relay
-		// also takes a sample of the position to move to later.
+		// A first transaction goes through, and is recorded: a logical
+		// relay also takes a sample of the position to move to later.
 		s.commitBulk(t, 5, 5, map[string]bool{})
 		s.out.Committed()
-		testenv.Eventually(t, 10*time.Second, "the first batch", func() bool { return dest.batches.Load() == 1 })
+		testenv.Eventually(t, 10*time.Second, "the first transaction's rows published", func() bool { return dest.sent.Load() == 5 })
 		dest.hold.Store(true)
 		s.commitBulk(t, 5, 5, map[string]bool{})
 		s.out.Committed()
-		testenv.Eventually(t, 10*time.Second, "the second batch in the relay's hands", func() bool { return dest.batches.Load() == 2 })
+		testenv.Eventually(t, 10*time.Second, "the second transaction's rows in the relay's hands", func() bool { return dest.waiting.Load() > 0 })
 
 		// Another relay of the group got further meanwhile.
 		var ahead, aheadOffset int64
@@ -349,7 +361,7 @@ func TestAPositionNeverMovesBackwards(t *testing.T) {
 			t.Fatal(err)
 		}
 		watch := s.watchPosition(t, cfg.ConsumerGroup)
-		close(dest.open)
+		dest.release()
 		s.commitBulk(t, 5, 5, map[string]bool{}) // the logical relay samples and settles on the next rows
 		s.out.Committed()
 		// The relay records the rows after it, a logical one once a sample
