@@ -926,3 +926,129 @@ func TestABatchBuiltButNeverSentEndsItsSpans(t *testing.T) {
 		t.Fatalf("%d publish spans sent and %d dropped, want %d and %d; %d spans left open", sent, dropped, sizes[0], sizes[1], open)
 	}
 }
+
+// tallied builds each batch apart from sending it
+// (outbox.PreparingDestination), and keeps the ids of the events it built
+// and of those it sent, in order.
+type tallied struct {
+	outbox.Destination
+	mu          sync.Mutex
+	built, sent []string
+}
+
+func (d *tallied) Prepare(keys []string, msgs []*message.Message) (outbox.Prepared, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, msg := range msgs {
+		d.built = append(d.built, msg.UUID)
+	}
+	return talliedBatch{d: d, keys: keys, msgs: msgs}, nil
+}
+
+// counts returns how many events d built and sent.
+func (d *tallied) counts() (built, sent int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.built), len(d.sent)
+}
+
+type talliedBatch struct {
+	d    *tallied
+	keys []string
+	msgs []*message.Message
+}
+
+func (b talliedBatch) Publish(ctx context.Context) error {
+	if err := b.d.PublishBatch(ctx, b.keys, b.msgs); err != nil {
+		return err
+	}
+	b.d.mu.Lock()
+	defer b.d.mu.Unlock()
+	for _, msg := range b.msgs {
+		b.d.sent = append(b.d.sent, msg.UUID)
+	}
+	return nil
+}
+
+// A logical relay publishes the next batch while it records the last
+// one's position, as long as the two hold at most a batch of rows: what
+// a crash repeats, published and not recorded, stays within one batch.
+// The test holds the record back with a lock on the group's row of
+// moenda_outbox_slots.
+func TestALogicalRelayPublishesWhileItRecordsWithinABatch(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	cfg := logical(testConfig)
+	dest := &tallied{Destination: s.publisher(t, "moenda outbox relay", cfg.ConfirmWindow, s.top)}
+	relay := s.newRelay(t, dest, s.top.Routable, cfg, testenv.Logger())
+	s.run(t, "relay", relay)
+	testenv.Eventually(t, 30*time.Second, "the relay to lead", relay.Active)
+	want := map[string]bool{}
+	sent := func(what string) {
+		testenv.Eventually(t, 30*time.Second, what, func() bool { _, n := dest.counts(); return n == len(want) })
+	}
+	// settled waits until every event is sent and recorded, the group's
+	// position past them: no record is under way then.
+	settled := func() {
+		sent("every event sent")
+		testenv.Eventually(t, 45*time.Second, "the position past every event", func() bool {
+			done, err := outbox.CaughtUp(ctx, s.db.Pool, cfg.ConsumerGroup)
+			return err == nil && done
+		})
+	}
+	hold := func() (release func()) {
+		tx, err := s.db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM moenda_outbox_slots WHERE consumer_group = $1 FOR UPDATE`, cfg.ConsumerGroup); err != nil {
+			_ = tx.Rollback(ctx)
+			t.Fatal(err)
+		}
+		var once sync.Once
+		release = func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+		t.Cleanup(release)
+		return release
+	}
+	s.commitBulk(t, 1, 1, want)
+	settled()
+
+	release := hold()
+	s.commitBulk(t, 1, 1, want)
+	sent("the first event sent")
+	s.commitBulk(t, 1, 1, want)
+	sent("the next event sent while the first one's position waits to be recorded")
+	release()
+	settled()
+
+	// Three batches' rows come while a record waits: whatever pieces
+	// the stream brings them in, the relay sends a batch of them at most
+	// before the record lands, and builds the next meanwhile.
+	before := len(want)
+	release = hold()
+	s.commitBulk(t, 3*cfg.BatchSize, cfg.BatchSize, want)
+	testenv.Eventually(t, 30*time.Second, "a batch built and held back", func() bool {
+		built, sent := dest.counts()
+		return sent > before && built > sent
+	})
+	time.Sleep(500 * time.Millisecond) // what the relay would send, it sends at once
+	if _, sent := dest.counts(); sent-before > cfg.BatchSize {
+		t.Fatalf("sent %d events while the first one's position waited to be recorded: a crash would repeat more than a batch (%d)", sent-before, cfg.BatchSize)
+	}
+	release()
+	settled()
+
+	rows, err := s.db.Pool.Query(ctx, `SELECT uuid FROM watermill_outbox ORDER BY transaction_id, "offset"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest.mu.Lock()
+	defer dest.mu.Unlock()
+	if !slices.Equal(dest.sent, committed) {
+		t.Fatalf("sent %d events, %d committed, or out of commit order", len(dest.sent), len(committed))
+	}
+}
