@@ -23,16 +23,13 @@ type Destination interface {
 	PublishBatch(ctx context.Context, routingKeys []string, msgs []*message.Message) error
 }
 
-// AheadDestination is a Destination the logical relay publishes a whole
-// batch ahead of its recorded position. The logical relay sends the next
-// batch while it records the last one's position, which PostgreSQL takes
-// a millisecond or more to do, as long as the two hold at most a batch of
-// rows; to an AheadDestination, whatever they hold (see BENCHMARKS.md,
-// "Kafka relay: publishing ahead" and "End-to-end latency: the next batch
-// sent while the last is recorded"). The cost is what a crash repeats:
-// the two batches published since the last recorded position, where
-// otherwise it is a batch's rows. A relay that finds it lost its slot
-// still publishes nothing more.
+// AheadDestination is a Destination the logical relay publishes a batch
+// ahead of its recorded position: the next batch goes out while the last
+// one's position is recorded, which PostgreSQL takes a millisecond or
+// more to do (see BENCHMARKS.md, "Kafka relay: publishing ahead"). The
+// cost is what a crash repeats: the two batches published since the last
+// recorded position, where otherwise it is one. A relay that finds it
+// lost its slot still publishes nothing more.
 type AheadDestination interface {
 	Destination
 	PublishAhead() bool

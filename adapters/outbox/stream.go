@@ -33,8 +33,7 @@ import (
 // published (published, in moenda_outbox_slots) in the statement that
 // settles each batch, down to the rows of a transaction it has only partly
 // published, and a restarted relay streams from there: a crash of the
-// relay or of the server repeats at most the rows published and not yet
-// recorded, a batch's rows (two batches to an AheadDestination).
+// relay or of the server repeats at most the batch in hand.
 //
 // The group's position in watermill_offsets_outbox stays the one that
 // retention, lag and a polling reader understand: the stream moves it to
@@ -448,38 +447,16 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 		return nil
 	}
 	defer func() { _ = landed() }() // a failed session still lets its settle end
-	// An item without rows that came while a settle was under way waits
-	// for it, unless the next item comes first: that one takes its place,
-	// and its end if it has none (it was open at the waiting one's end).
-	var waiting *preparedItem
-	take := func(next preparedItem) preparedItem {
-		if waiting != nil && next.end == 0 {
-			next.end = waiting.end
-		}
-		waiting = nil
-		return next
-	}
-	wanted := false // the receiver was told the relay waits
 	for {
 		// An item built while the last one was sent is taken at once.
 		// Only when none is does the receiver hear that the relay waits:
 		// told while the relay sends, it would hand over each
 		// transaction as it ends rather than gather the load in batches.
-		// A settle that ends meanwhile lands at once, so the stream is
-		// confirmed without waiting for the next item.
 		var it preparedItem
 		select {
-		case next := <-prepared:
-			it = take(next)
+		case it = <-prepared:
 		default:
-			if !wanted {
-				rc.want()
-				wanted = true
-			}
-			var settled <-chan struct{}
-			if inFlight != nil {
-				settled = inFlight.done
-			}
+			rc.want()
 			select {
 			case <-ctx.Done():
 				if err := landed(); err != nil {
@@ -489,33 +466,10 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 			case err := <-done:
 				receiving = false
 				return err
-			case <-settled:
-				if err := landed(); err != nil {
-					return err
-				}
-				if waiting == nil {
-					continue
-				}
-				it, waiting = *waiting, nil
-			case next := <-prepared:
-				it = take(next)
+			case it = <-prepared:
 			}
-		}
-		wanted = false
-		if len(it.rows) == 0 && inFlight != nil && !inFlight.over() {
-			waiting = &it
-			continue
 		}
 		upTo := it.end
-		// The last item's settle runs while this one is published, unless
-		// the rows both publish would be more than a batch: what a crash
-		// repeats, published but not recorded, then stays within one
-		// batch. An AheadDestination takes two whole batches.
-		if inFlight != nil && !l.ahead && inFlight.rows+len(it.rows) > l.cfg.BatchSize {
-			if err := landed(); err != nil {
-				return err
-			}
-		}
 		var p []parkedRow
 		if it.batch != nil {
 			var err error
@@ -523,6 +477,7 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 				return err
 			}
 		}
+		// Publishing ahead, the last item's settle ran meanwhile.
 		if err := landed(); err != nil {
 			return err
 		}
@@ -532,18 +487,28 @@ func (l *logical) stream(ctx context.Context, conn *pgconn.PgConn, st slotState)
 		if len(it.rows) > 0 {
 			at = at.after(it.streamItem)
 		}
-		s := &settling{done: make(chan struct{}), end: upTo, promote: upTo != 0 && sample != 0 && upTo >= sample, rows: len(it.rows)}
+		s := &settling{done: make(chan struct{}), end: upTo, promote: upTo != 0 && sample != 0 && upTo >= sample}
 		if len(it.rows) > 0 || s.promote || (upTo != 0 && sample == 0 && fresh) {
 			takeSample, at, settled := upTo != 0 && fresh && (s.promote || sample == 0), at, parked
 			parked = nil
-			go func() {
+			run := func() {
 				defer close(s.done)
 				s.next, s.err = l.settle(work, fence, upTo, s.promote, takeSample, at, settled)
-			}()
+			}
+			if l.ahead {
+				go run()
+			} else {
+				run()
+			}
 		} else {
 			close(s.done)
 		}
 		inFlight = s
+		if !l.ahead {
+			if err := landed(); err != nil {
+				return err
+			}
+		}
 		if upTo != 0 && ctx.Err() != nil {
 			if err := landed(); err != nil {
 				return err
@@ -562,24 +527,14 @@ type preparedItem struct {
 }
 
 // settling is the settle of an item: its outcome, once done is closed,
-// and what it confirms. It runs while the next item is published.
+// and what it confirms. With Relay.ahead it runs while the next item is
+// published.
 type settling struct {
 	done    chan struct{}
 	next    pglogrepl.LSN // the sample it took
 	err     error
 	end     pglogrepl.LSN // the stream position to confirm after it
 	promote bool
-	rows    int // the item's rows, published and not yet recorded
-}
-
-// over reports whether the settle has ended.
-func (s *settling) over() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // slotFence makes a statement take effect only while conn's backend
