@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/transport"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -55,6 +56,47 @@ func TestRetry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A message waiting for its next attempt lends its subscriber's slot to
+// the next delivery, and holds it again when it runs.
+func TestRetryStandsAsideWhileItWaits(t *testing.T) {
+	slots := transport.NewSlots(1)
+	slot, _ := slots.Take(context.Background())
+	msg := decoded(t, newEvent(t))
+	msg.SetContext(transport.WithSlot(msg.Context(), slot))
+	free := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		other, ok := slots.Take(ctx)
+		if ok {
+			other.Release()
+		}
+		return ok
+	}
+	var freeWhileWaiting, freeWhileRunning []bool
+	clock := probeClock{fakeClock: newFakeClock(true), sleeping: func() { freeWhileWaiting = append(freeWhileWaiting, free()) }}
+	_, err := Retry(2, time.Millisecond, clock, NewStats(true).Queue("q"), logger)(handlerFunc(func(*message.Message) error {
+		freeWhileRunning = append(freeWhileRunning, free())
+		return errors.New("still failing")
+	}))(msg)
+	if err == nil {
+		t.Fatal("the retries' last error was not returned")
+	}
+	if !slices.Equal(freeWhileWaiting, []bool{true, true}) || !slices.Equal(freeWhileRunning, []bool{false, false, false}) {
+		t.Fatalf("the slot was free during the waits %v and the attempts %v; want during both waits and no attempt", freeWhileWaiting, freeWhileRunning)
+	}
+}
+
+// probeClock is a fake clock that calls sleeping at each wait.
+type probeClock struct {
+	*fakeClock
+	sleeping func()
+}
+
+func (c probeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.sleeping()
+	return c.fakeClock.Sleep(ctx, d)
 }
 
 // The waits are the configured ones, doubling: nothing spends extra steps.

@@ -36,9 +36,11 @@ type Config struct {
 	// they replace URL. A connection keeps the first node that answers and
 	// moves on to the next when that node goes away.
 	URLs []string `koanf:"urls"`
-	// Prefetch bounds the unacknowledged deliveries of each queue, and so
-	// how many of its messages this process handles at once; order across
-	// them is not kept.
+	// Prefetch is how many messages of each queue this process handles
+	// at once; order across them is not kept. RabbitMQ hands out up to
+	// twice as many unacknowledged deliveries, the extra ones handled only
+	// in the place of messages waiting in the consumer for their next
+	// attempt (StandAsideRoom).
 	Prefetch int `koanf:"prefetch"`
 }
 

@@ -32,7 +32,10 @@ var ErrSubscriberClosed = errors.New("amqp: subscriber is closed")
 // message's ack before reading the next delivery, so a message waiting
 // between in-process retries blocks its whole queue; here it holds one
 // slot of prefetch. Because messages are handled concurrently, order is
-// not kept.
+// not kept. With StandAsideRoom the broker hands out more than prefetch,
+// and the extra deliveries are handled only in the place of messages
+// that stand aside while they wait for their next attempt
+// (transport.StandAside).
 //
 // All subscriptions share one connection, each on a channel of its own.
 // Subscribe declares nothing: the queue must already exist. When the
@@ -51,7 +54,10 @@ var ErrSubscriberClosed = errors.New("amqp: subscriber is closed")
 type Subscriber struct {
 	nodes    *nodes
 	prefetch int
-	logger   *slog.Logger
+	// room is how many deliveries the broker hands out beyond prefetch,
+	// for messages standing aside (StandAsideRoom).
+	room   int
+	logger *slog.Logger
 	// grace is how long messages in hand keep their contexts once their
 	// subscription ends; answerWindow how long after that the answer of a
 	// cancelled message's handler is still passed on.
@@ -86,6 +92,13 @@ type SubscriberOption func(*Subscriber)
 // each message on its own gains nothing from it.
 func BatchAnswers() SubscriberOption { return func(s *Subscriber) { s.together = true } }
 
+// StandAsideRoom lets the broker hand out room deliveries beyond prefetch,
+// each handled only in the place of a message that waits in the consumer
+// for its next attempt (transport.StandAside): prefetch messages of a
+// queue are still handled at once, and a few failing ones waiting out
+// their retries do not take from the others.
+func StandAsideRoom(room int) SubscriberOption { return func(s *Subscriber) { s.room = room } }
+
 // NewSubscriber returns a subscriber that consumes from urls, the nodes of
 // one cluster, with at most prefetch unacknowledged deliveries per
 // subscription. It connects on the first Subscribe, which fails if no node
@@ -115,6 +128,9 @@ func NewSubscriber(urls []string, prefetch int, closeTimeout time.Duration, logg
 	s := &Subscriber{nodes: n, prefetch: prefetch, logger: logger, grace: grace, answerWindow: closeTimeout - grace, life: life, stop: stop}
 	for _, opt := range opts {
 		opt(s)
+	}
+	if s.room < 0 {
+		return nil, fmt.Errorf("amqp: subscriber: the room for messages standing aside must not be negative, got %d", s.room)
 	}
 	return s, nil
 }
@@ -186,6 +202,9 @@ type consuming struct {
 // the grace period, before it closes the channel.
 func (s *Subscriber) run(ctx, hand context.Context, endHand context.CancelFunc, queue string, c consuming, out chan<- *message.Message) {
 	var pending sync.WaitGroup
+	// The slots outlive a lost channel: its messages in hand hold theirs
+	// until they are answered.
+	slots := transport.NewSlots(s.prefetch)
 	defer func() {
 		close(out)
 		grace := time.AfterFunc(s.grace, endHand)
@@ -200,7 +219,7 @@ func (s *Subscriber) run(ctx, hand context.Context, endHand context.CancelFunc, 
 		_ = c.ch.Close()
 	}()
 	for {
-		if !s.dispatch(ctx, hand, queue, c, out, &pending) {
+		if !s.dispatch(ctx, hand, queue, c, out, slots, &pending) {
 			return
 		}
 		lost := time.Now()
@@ -236,17 +255,23 @@ func (s *Subscriber) stopConsuming(queue string, c consuming) {
 }
 
 // dispatch sends each delivery on out without waiting for earlier ones to
-// be acked, with a context derived from hand. It returns false when ctx
-// ends and true when deliveries stop (the channel or connection was lost,
-// or the broker cancelled the consumer).
-func (s *Subscriber) dispatch(ctx, hand context.Context, queue string, c consuming, out chan<- *message.Message, pending *sync.WaitGroup) bool {
+// be acked, once one of slots is free, with a context derived from hand.
+// It returns false when ctx ends and true when deliveries stop (the
+// channel or connection was lost, or the broker cancelled the consumer).
+func (s *Subscriber) dispatch(ctx, hand context.Context, queue string, c consuming, out chan<- *message.Message, slots *transport.Slots, pending *sync.WaitGroup) bool {
 	for {
+		slot, ok := slots.Take(ctx)
+		if !ok {
+			return false
+		}
 		var d amqp091.Delivery
 		select {
 		case <-ctx.Done():
+			slot.Release()
 			return false
 		case delivery, ok := <-c.deliveries:
 			if !ok {
+				slot.Release()
 				return ctx.Err() == nil
 			}
 			d = delivery
@@ -259,14 +284,16 @@ func (s *Subscriber) dispatch(ctx, hand context.Context, queue string, c consumi
 			// Left unacked rather than requeued in a loop or dropped: it
 			// holds one slot of prefetch until the channel closes.
 			s.logger.Error("amqp: delivery cannot be decoded; left unacknowledged", "queue", queue, "message_id", d.MessageId, "error", err)
+			slot.Release()
 			continue
 		}
 		msgCtx, done := context.WithCancel(hand)
-		msg.SetContext(msgCtx)
+		msg.SetContext(transport.WithSlot(msgCtx, slot))
 		select {
 		case out <- msg:
 		case <-ctx.Done():
 			done()
+			slot.Release()
 			_ = d.Nack(false, true) // not handed out: back to the queue
 			return false
 		}
@@ -274,6 +301,7 @@ func (s *Subscriber) dispatch(ctx, hand context.Context, queue string, c consumi
 		go func() {
 			defer pending.Done()
 			defer done()
+			defer slot.Release()
 			s.settle(hand, queue, c.answers, d, msg)
 		}()
 	}
@@ -350,7 +378,7 @@ func (s *Subscriber) consume(ctx context.Context, queue string) (consuming, erro
 	if err != nil {
 		return consuming{}, fmt.Errorf("open channel: %w", err)
 	}
-	if err := ch.Qos(s.prefetch, 0, false); err != nil {
+	if err := ch.Qos(s.prefetch+s.room, 0, false); err != nil {
 		_ = ch.Close()
 		return consuming{}, fmt.Errorf("set prefetch: %w", err)
 	}

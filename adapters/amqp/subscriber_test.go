@@ -18,6 +18,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/moenda/moenda/adapters/testenv"
+	"github.com/moenda/moenda/adapters/transport"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -204,6 +205,64 @@ func TestSubscriberDispatchesConcurrently(t *testing.T) {
 			t.Fatalf("at most %d messages were in hand at once, want 2 (the prefetch)", got)
 		}
 	})
+}
+
+// TestSubscriberStandAside holds the subscriber to prefetch messages in
+// hand while the broker hands out more (StandAsideRoom), and shows a
+// message waiting for its next attempt (transport.StandAside) lending its
+// slot to the next delivery, then taking one back once one is free.
+func TestSubscriberStandAside(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	ids := publishMessages(t, vhost.URL, q, 4)
+	sub, err := NewSubscriber([]string{vhost.URL}, 2, 5*time.Second, testenv.Logger(), StandAsideRoom(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	out, _ := cancellable(t, sub, q)
+	first, second := nextMessage(t, out), nextMessage(t, out)
+	// The broker may send all four (prefetch 2 and room 2); two are in hand.
+	select {
+	case msg := <-out:
+		t.Fatalf("message %s handed out with the prefetch's two in hand", msg.UUID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	waiting, back := make(chan struct{}), make(chan error, 1)
+	go func() {
+		back <- transport.StandAside(first.Context(), func() error { <-waiting; return nil })
+	}()
+	third := nextMessage(t, out) // in the first's place
+	close(waiting)
+	select {
+	case err := <-back:
+		t.Fatalf("the first message took a slot back (%v) while the second and third held both", err)
+	case msg := <-out:
+		t.Fatalf("message %s handed out with two in hand", msg.UUID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	third.Ack()
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case msg := <-out:
+		t.Fatalf("message %s handed out in the place the first took back", msg.UUID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	first.Ack()
+	second.Ack()
+	fourth := nextMessage(t, out)
+	fourth.Ack()
+	seen := map[string]bool{}
+	for _, m := range []*message.Message{first, second, third, fourth} {
+		seen[m.UUID] = true
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Fatalf("message %s not handed out; got %v", id, seen)
+		}
+	}
 }
 
 // subscribedWithLogs subscribes to a fresh queue in a fresh vhost with

@@ -66,13 +66,14 @@ func (t *Transport) Declare(ctx context.Context) error {
 	return Declare(ctx, t.cfg.Nodes(), t.set.Topology)
 }
 
-// Consumer returns the subscriber, with amqp.prefetch, and the failure
-// sink, whose copies the broker confirms one by one; the same pair on
-// every call.
+// Consumer returns the subscriber, handling amqp.prefetch messages of a
+// queue at once with as much room again for messages standing aside
+// between their immediate retries, and the failure sink, whose copies the
+// broker confirms one by one; the same pair on every call.
 func (t *Transport) Consumer() (transport.Consumer, error) { return t.consumer() }
 
 func (t *Transport) connectConsumer() (transport.Consumer, error) {
-	sub, err := NewSubscriber(t.cfg.Nodes(), t.cfg.Prefetch, t.set.CloseTimeout, t.set.Logger)
+	sub, err := NewSubscriber(t.cfg.Nodes(), t.cfg.Prefetch, t.set.CloseTimeout, t.set.Logger, StandAsideRoom(t.cfg.Prefetch))
 	if err != nil {
 		return transport.Consumer{}, err
 	}
