@@ -260,21 +260,22 @@ func (s *Subscriber) stopConsuming(queue string, c consuming) {
 // channel or connection was lost, or the broker cancelled the consumer).
 func (s *Subscriber) dispatch(ctx, hand context.Context, queue string, c consuming, out chan<- *message.Message, slots *transport.Slots, pending *sync.WaitGroup) bool {
 	for {
-		slot, ok := slots.Take(ctx)
-		if !ok {
-			return false
-		}
 		var d amqp091.Delivery
 		select {
 		case <-ctx.Done():
-			slot.Release()
 			return false
 		case delivery, ok := <-c.deliveries:
 			if !ok {
-				slot.Release()
 				return ctx.Err() == nil
 			}
 			d = delivery
+		}
+		// Taken once a delivery is in: a slot taken ahead would keep a
+		// message standing aside from coming back while the queue is idle.
+		slot, ok := slots.Take(ctx)
+		if !ok {
+			_ = d.Nack(false, true) // not handed out: back to the queue
+			return false
 		}
 		if c.answers != nil {
 			c.answers.received(d.DeliveryTag)

@@ -265,6 +265,34 @@ func TestSubscriberStandAside(t *testing.T) {
 	}
 }
 
+// TestSubscriberStandAsideOnAnIdleQueue: a message that stood aside comes
+// back whether or not another delivery comes meanwhile.
+func TestSubscriberStandAsideOnAnIdleQueue(t *testing.T) {
+	vhost := testenv.RabbitMQ(t)
+	q := declareTestQueue(t, vhost.URL)
+	publishMessages(t, vhost.URL, q, 1)
+	sub, err := NewSubscriber([]string{vhost.URL}, 1, 5*time.Second, testenv.Logger(), StandAsideRoom(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	out, _ := cancellable(t, sub, q)
+	msg := nextMessage(t, out)
+	back := make(chan error, 1)
+	go func() {
+		back <- transport.StandAside(msg.Context(), func() error { time.Sleep(50 * time.Millisecond); return nil })
+	}()
+	select {
+	case err := <-back:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message did not come back to its slot on an idle queue")
+	}
+	msg.Ack()
+}
+
 // subscribedWithLogs subscribes to a fresh queue in a fresh vhost with
 // prefetch 10, counting the subscriber's log lines by level.
 func subscribedWithLogs(t *testing.T) (testenv.VHost, string, *levelCounter, <-chan *message.Message) {
