@@ -133,11 +133,11 @@ func WithSlot(ctx context.Context, s *Slot) context.Context {
 	return context.WithValue(ctx, slotKey{}, s)
 }
 
-// StandAside runs wait, a pause of the message whose context ctx is
-// before its next attempt, with its slot lent to the next delivery, and
-// takes a slot back before it returns; it returns wait's error, or ctx's
-// if ctx ends while no slot is free. A message whose subscriber gives it
-// no slot (WithSlot) just waits.
+// StandAside runs wait, the pause before a message's next attempt (ctx
+// is the message's context), with the message's slot lent to the next
+// delivery, and takes a slot back before it returns. It returns wait's
+// error, or ctx's if ctx ends while no slot is free. A message whose
+// subscriber gives it no slot (WithSlot) just waits.
 func StandAside(ctx context.Context, wait func() error) error {
 	s, ok := ctx.Value(slotKey{}).(*Slot)
 	if !ok {
