@@ -92,21 +92,20 @@ const (
 
 // Release gives the slot back for good, once the message is answered; a
 // message standing aside has given it back already.
-func (s *Slot) Release() {
+func (s *Slot) Release() { s.leave(released) }
+
+func (s *Slot) standAside() { s.leave(aside) }
+
+// leave gives the slot back if the message holds it, and moves it to
+// state, unless it is released already.
+func (s *Slot) leave(state slotState) {
 	s.slots.mu.Lock()
 	defer s.slots.mu.Unlock()
 	if s.state == held {
 		s.slots.give()
 	}
-	s.state = released
-}
-
-func (s *Slot) standAside() {
-	s.slots.mu.Lock()
-	defer s.slots.mu.Unlock()
-	if s.state == held {
-		s.slots.give()
-		s.state = aside
+	if s.state != released {
+		s.state = state
 	}
 }
 
