@@ -15,9 +15,10 @@ import (
 // shutdown are not retried. The message stays unacknowledged while it
 // waits, so the waits must stay short; longer ones are the broker's (see
 // Failures). It stands aside meanwhile (transport.StandAside): its
-// subscriber hands its slot to the next delivery. Watermill's Retry middleware is not used: its
-// ShouldRetry hook advances the backoff on every call, which doubles the
-// waits of the schedule one configures. The waits are clock's.
+// subscriber hands its slot to the next delivery. Watermill's Retry
+// middleware is not used: its ShouldRetry hook advances the backoff on
+// every call, which doubles the waits of the schedule one configures.
+// The waits are clock's.
 func Retry(retries int, interval time.Duration, clock Clock, stats *QueueStats, logger *slog.Logger) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
@@ -29,7 +30,6 @@ func Retry(retries int, interval time.Duration, clock Clock, stats *QueueStats, 
 				}
 				logger.DebugContext(msg.Context(), "handler failed: retrying in the consumer",
 					"event_id", msg.UUID, "correlation_id", event.CorrelationID(msg.Context()), "retry_in", wait, "error", err)
-				// The wait lends the message's slot to the next delivery.
 				if err := transport.StandAside(msg.Context(), func() error { return clock.Sleep(msg.Context(), wait) }); err != nil {
 					return nil, err
 				}
