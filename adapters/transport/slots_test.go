@@ -7,11 +7,16 @@ import (
 	"time"
 )
 
-// free counts the free slots of s, for the tests' checks.
-func free(s *Slots) int {
+// wantFree fails the test unless s has want free slots; msg formats
+// their count.
+func wantFree(t *testing.T, s *Slots, want int, msg string) {
+	t.Helper()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.free
+	got := s.free
+	s.mu.Unlock()
+	if got != want {
+		t.Fatalf(msg, got)
+	}
 }
 
 func TestSlotsBoundTheMessagesInHand(t *testing.T) {
@@ -25,13 +30,9 @@ func TestSlotsBoundTheMessagesInHand(t *testing.T) {
 	}
 	a.Release()
 	a.Release() // once only
-	if got := free(slots); got != 1 {
-		t.Fatalf("%d slots free after one release given twice, want 1", got)
-	}
+	wantFree(t, slots, 1, "%d slots free after one release given twice, want 1")
 	b.Release()
-	if got := free(slots); got != 2 {
-		t.Fatalf("%d slots free, want 2", got)
-	}
+	wantFree(t, slots, 2, "%d slots free, want 2")
 }
 
 func TestStandAsideLendsTheSlotWhileItWaits(t *testing.T) {
@@ -64,13 +65,9 @@ func TestStandAsideLendsTheSlotWhileItWaits(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if got := free(slots); got != 0 {
-		t.Fatalf("%d slots free with the message back in its own, want 0", got)
-	}
+	wantFree(t, slots, 0, "%d slots free with the message back in its own, want 0")
 	mine.Release()
-	if got := free(slots); got != 1 {
-		t.Fatalf("%d slots free once the message was answered, want 1", got)
-	}
+	wantFree(t, slots, 1, "%d slots free once the message was answered, want 1")
 }
 
 func TestStandAsideEndsWithTheMessagesContext(t *testing.T) {
@@ -88,9 +85,7 @@ func TestStandAsideEndsWithTheMessagesContext(t *testing.T) {
 	}
 	mine.Release() // the answer of a message that did not get back in
 	other.Release()
-	if got := free(slots); got != 1 {
-		t.Fatalf("%d slots free, want 1: a slot was given back twice or kept", got)
-	}
+	wantFree(t, slots, 1, "%d slots free, want 1: a slot was given back twice or kept")
 }
 
 func TestStandAsideWithoutASlotJustWaits(t *testing.T) {
@@ -136,9 +131,7 @@ func TestAMessageComingBackGoesBeforeNewDeliveries(t *testing.T) {
 	}
 	first.Release()
 	(<-newer).Release()
-	if got := free(slots); got != 1 {
-		t.Fatalf("%d slots free, want 1", got)
-	}
+	wantFree(t, slots, 1, "%d slots free, want 1")
 }
 
 // waiting counts the waiters in q, one of s's queues.
