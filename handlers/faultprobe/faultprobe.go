@@ -57,8 +57,9 @@ type Payload struct {
 	// is written, so that a crash can land between the write and the
 	// commit.
 	HoldMillis int `json:"hold_ms,omitempty"`
-	// WorkMillis is time the handler spends before its unit of work, as
-	// a call to a slow service would, holding no lock.
+	// WorkMillis is time the handler waits before its unit of work opens,
+	// as a call to a slow service would: its prepare step, so the wait
+	// holds no connection, transaction or claim.
 	WorkMillis int `json:"work_ms,omitempty"`
 }
 
@@ -92,7 +93,10 @@ func Plugin() handlers.Definition {
 
 func build(_ struct{}, deps handlers.Deps) (handlers.Plugin, error) {
 	p := &probe{tx: deps.Tx, failed: map[string]int{}}
-	return handlers.Plugin{Handlers: map[string]handlers.HandlerFunc{subscription: p.apply}}, nil
+	return handlers.Plugin{
+		Handlers: map[string]handlers.HandlerFunc{subscription: p.apply},
+		Prepares: map[string]handlers.PrepareFunc{subscription: work},
+	}, nil
 }
 
 type probe struct {
@@ -107,11 +111,35 @@ type probe struct {
 // 00002); a delivery adds to the row its writer and sequence pick.
 const counterShards = 16
 
-// apply writes the effect in the delivery's unit of work.
-func (p *probe) apply(ctx context.Context, e event.Event) error {
+// work waits the event's work_ms, as the handler's prepare step: before
+// the delivery's unit of work opens, as a handler that calls a slow service
+// is told to wait (README, "The inbox").
+func work(ctx context.Context, e event.Event) (context.Context, error) {
+	pl, err := payload(e)
+	if err != nil {
+		return nil, err
+	}
+	if pl.WorkMillis > 0 && !await.Sleep(ctx, time.Duration(pl.WorkMillis)*time.Millisecond) {
+		return nil, ctx.Err()
+	}
+	return ctx, nil
+}
+
+// payload decodes the event's payload; one the probe cannot read is
+// permanent.
+func payload(e event.Event) (Payload, error) {
 	var pl Payload
 	if err := json.Unmarshal(e.Payload, &pl); err != nil {
-		return event.Permanent(fmt.Errorf("faultprobe: payload: %w", err))
+		return pl, event.Permanent(fmt.Errorf("faultprobe: payload: %w", err))
+	}
+	return pl, nil
+}
+
+// apply writes the effect in the delivery's unit of work.
+func (p *probe) apply(ctx context.Context, e event.Event) error {
+	pl, err := payload(e)
+	if err != nil {
+		return err
 	}
 	if pl.Poison {
 		return ErrPoison
@@ -129,9 +157,6 @@ func (p *probe) apply(ctx context.Context, e event.Event) error {
 		if fail {
 			return ErrTransient
 		}
-	}
-	if pl.WorkMillis > 0 && !await.Sleep(ctx, time.Duration(pl.WorkMillis)*time.Millisecond) {
-		return ctx.Err()
 	}
 	return p.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error {
 		if _, err := tx.Postgres().Exec(ctx, `INSERT INTO faultprobe_effects (event_id, writer, seq, aggregate, note) VALUES ($1, $2, $3, $4, $5)`,
