@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,12 +267,6 @@ func (e *env) commitRaw(ctx context.Context, write func(context.Context, pgx.Tx)
 	}
 	asked()
 	return tx.Commit(ctx)
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // transactionRate runs fn in a loop on each of writers goroutines for d

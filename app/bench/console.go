@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/moenda/moenda/adapters/await"
+	"github.com/moenda/moenda/app/bench/median"
 )
 
 // statusKeep is how long serve keeps a status read (app's statusInterval):
@@ -75,7 +76,7 @@ func consolePages(ctx context.Context, e *env, r *Result, n int) error {
 			times = append(times, float64(d.Microseconds())/1000)
 		}
 		r.add(Row{Name: fmt.Sprintf("moenda: console %s over a ledger of %d failures, served, median of %d", p.name, n, e.sz.renders),
-			Value: median(times), Unit: "ms", Target: "<= 200 ms"}, 0, 200)
+			Value: median.Of(times), Unit: "ms", Target: "<= 200 ms"}, 0, 200)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/moenda/moenda/adapters/failures"
 	"github.com/moenda/moenda/adapters/redrive"
 	"github.com/moenda/moenda/adapters/transport"
+	"github.com/moenda/moenda/app/bench/median"
 	"github.com/moenda/moenda/handlers/event"
 )
 
@@ -174,7 +175,7 @@ func ledgerPages(ctx context.Context, e *env, r *Result, template failures.Failu
 			}
 		}
 		r.add(Row{Name: fmt.Sprintf("moenda: ledger of %d failures, %s, %d a page, median of %d", n, p.name, pageLimit, pageCalls),
-			Value: median(times), Unit: "ms", Target: "<= 50 ms"}, 0, 50)
+			Value: median.Of(times), Unit: "ms", Target: "<= 50 ms"}, 0, 50)
 	}
 	if err := consolePages(ctx, e, r, n); err != nil {
 		return fmt.Errorf("console pages: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/moenda/moenda/adapters/await"
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/postgres"
+	"github.com/moenda/moenda/app/bench/median"
 	"github.com/moenda/moenda/handlers"
 	"github.com/moenda/moenda/handlers/event"
 )
@@ -162,7 +163,7 @@ func (rs latencyRounds) committedRow(row Row) Row {
 	for i, js := range rs {
 		flows[i], idle[i] = js.cpu, js.cpu.idle()
 	}
-	row.CPU, row.Idle = medianCPU(flows), median(idle)
+	row.CPU, row.Idle = medianCPU(flows), median.Of(idle)
 	return row
 }
 
@@ -172,7 +173,7 @@ func withRounds(row Row, rs latencyRounds, value func(journeys) float64) Row {
 	for i, js := range rs {
 		v[i] = value(js)
 	}
-	row.Value = median(v)
+	row.Value = median.Of(v)
 	if len(v) > 1 {
 		row.Spread = []float64{slices.Min(v), slices.Max(v)}
 	}

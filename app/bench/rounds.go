@@ -3,6 +3,8 @@ package bench
 import (
 	"slices"
 	"time"
+
+	"github.com/moenda/moenda/app/bench/median"
 )
 
 // flow is what one side of a round measured: a rate, and the CPU each
@@ -159,14 +161,14 @@ func (p *paired) row(row Row) Row {
 			idle = append(idle, mine.idle())
 		}
 	}
-	row.Value, row.Ceiling = median(rates), median(ceilings)
-	row.Ratio, row.Spread = median(ratios), []float64{slices.Min(ratios), slices.Max(ratios)}
+	row.Value, row.Ceiling = median.Of(rates), median.Of(ceilings)
+	row.Ratio, row.Spread = median.Of(ratios), []float64{slices.Min(ratios), slices.Max(ratios)}
 	row.CPU = medianCPU(p.mine)
 	if len(bound) > 0 {
-		row.CoresBound, row.Idle = median(bound), median(idle)
+		row.CoresBound, row.Idle = median.Of(bound), median.Of(idle)
 	}
 	if len(cpuRatios) > 0 {
-		row.CPURatio, row.CPUSpread = median(cpuRatios), []float64{slices.Min(cpuRatios), slices.Max(cpuRatios)}
+		row.CPURatio, row.CPUSpread = median.Of(cpuRatios), []float64{slices.Min(cpuRatios), slices.Max(cpuRatios)}
 	}
 	return row
 }
@@ -188,7 +190,7 @@ func medianCPU(flows []flow) map[string]float64 {
 	}
 	out := make(map[string]float64, len(perRole))
 	for role, v := range perRole {
-		out[role] = median(v)
+		out[role] = median.Of(v)
 	}
 	return out
 }

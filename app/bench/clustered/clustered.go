@@ -25,6 +25,7 @@ import (
 	"github.com/moenda/moenda/adapters/amqp"
 	"github.com/moenda/moenda/adapters/testenv/cluster"
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/app/bench/median"
 )
 
 // Options size a run.
@@ -189,13 +190,8 @@ func (p *paired) add(mine, raw float64) {
 // row is the figure's row: the medians of the rounds, and the spread of
 // their ratios.
 func (p *paired) row(name string, nodes int) Row {
-	return Row{Name: name, Nodes: nodes, Value: median(p.mine), Ceiling: median(p.raw), Unit: "msg/s",
-		Ratio: median(p.ratios), Min: slices.Min(p.ratios), Max: slices.Max(p.ratios)}
-}
-
-func median(v []float64) float64 {
-	s := slices.Sorted(slices.Values(v))
-	return s[len(s)/2]
+	return Row{Name: name, Nodes: nodes, Value: median.Of(p.mine), Ceiling: median.Of(p.raw), Unit: "msg/s",
+		Ratio: median.Of(p.ratios), Min: slices.Min(p.ratios), Max: slices.Max(p.ratios)}
 }
 
 // quorumTopology is one exchange carrying bench.# to one quorum queue.
