@@ -12,10 +12,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/moenda/moenda/adapters/await"
+	"github.com/moenda/moenda/app/bench/median"
 	"github.com/moenda/moenda/app/bench/procstat"
 	"github.com/moenda/moenda/app/harness"
 	"github.com/moenda/moenda/handlers/faultprobe"
@@ -37,9 +39,16 @@ type Setup struct {
 // without logical replication's stream.
 var Setups = []Setup{{1, "auto"}, {50, "auto"}, {50, "poll"}}
 
-// Workers are the worker counts measured, one after the other on
-// one system.
+// Workers are the worker counts measured on one system, the first the
+// one the others are compared with.
 var Workers = []int{1, 3}
+
+// Rounds is how many times each worker count handles a backlog, the
+// counts taking turns and the order alternating between rounds, so that
+// each figure is the median of its rounds and each ratio the median of
+// the rounds' ratios, with their spread, as in `moenda bench`: one run's
+// rates of the same code moved by a half.
+const Rounds = 5
 
 // HandlerWork is what the measured handler waits per event, as a call to
 // a slow service would, in its prepare step: before its unit of work
@@ -53,9 +62,18 @@ type Row struct {
 	Workers int `json:"workers"`
 	// Backlog is how many events waited in the outbox when the relay
 	// started; Handled is how many the workers applied per second, from
-	// the first effect to the last.
-	Backlog int     `json:"backlog"`
-	Handled float64 `json:"handled_per_second"`
+	// the first effect to the last, the median of Rounds, and
+	// HandledSpread the lowest and highest.
+	Backlog       int        `json:"backlog"`
+	Handled       float64    `json:"handled_per_second"`
+	HandledSpread [2]float64 `json:"handled_spread"`
+	// Ratio is Handled over the first of Workers' in the same round, and
+	// CPURatio every process's CPU per event over its: each the median of
+	// the rounds' ratios, with their spread; zero for the first of Workers.
+	Ratio          float64    `json:"ratio,omitempty"`
+	RatioSpread    [2]float64 `json:"ratio_spread,omitzero"`
+	CPURatio       float64    `json:"cpu_ratio,omitempty"`
+	CPURatioSpread [2]float64 `json:"cpu_ratio_spread,omitzero"`
 	// Rate is the steady load of the latency phase, in acknowledged
 	// events per second, and Latency its acknowledgement to effect.
 	Rate    float64         `json:"rate"`
@@ -64,7 +82,7 @@ type Row struct {
 	// used per 10,000 events of the backlog, from the relay's start to the
 	// last effect (the workers summed), and Idle the share of the
 	// machine's cores idle meanwhile: whether the machine or moenda
-	// bounded the rate.
+	// bounded the rate. Each is the median of the rounds.
 	CPU  map[string]float64 `json:"cpu_per_10k,omitempty"`
 	Idle float64            `json:"idle"`
 }
@@ -251,7 +269,8 @@ const (
 	stopLoadFor     = 5 * time.Second
 )
 
-// phases measures each of Workers in turn, then the stops.
+// phases measures each of Workers in Rounds, the latency at a steady
+// rate once for each, then the stops.
 func (m *measure) phases(ctx context.Context) error {
 	if _, err := m.StartRole(ctx, "api", 1); err != nil {
 		return err
@@ -261,57 +280,159 @@ func (m *measure) phases(ctx context.Context) error {
 		return err
 	}
 	relay := relays[0]
-	running := 0
-	for _, workers := range Workers {
-		if _, err := m.StartRole(ctx, "worker", workers-running); err != nil {
-			return err
+	rounds := map[int][]handled{}
+	steady := map[int]float64{}
+	for round := range Rounds {
+		order := slices.Clone(Workers)
+		if round%2 == 1 {
+			slices.Reverse(order)
 		}
-		running = workers
-		row := Row{Setup: m.setup, Workers: workers}
-		// With the relay stopped, the events wait in the outbox; once it
-		// starts, it fills the queue far faster than the handlers empty it.
-		if _, err := m.Stop(relay, time.Minute); err != nil {
-			return err
-		}
-		row.Backlog = m.backlog(workers)
-		from := time.Now()
-		if err := m.writeUntil(ctx, row.Backlog); err != nil {
-			return err
-		}
-		target := m.Acknowledged()
-		before, err := m.sampleCPU(nil)
-		if err != nil {
-			return err
-		}
-		if err := m.Restart(ctx, relay); err != nil {
-			return err
-		}
-		if err := m.awaitApplied(ctx, target); err != nil {
-			return err
-		}
-		// The relay is a new process: all of its CPU is the phase's.
-		after, err := m.sampleCPU(relay)
-		if err != nil {
-			return err
-		}
-		rate, err := m.handledRate(ctx, from, target)
-		if err != nil {
-			return err
-		}
-		row.Handled = rate
-		row.CPU, row.Idle = after.since(before, row.Backlog)
-		w, acked, err := m.steadyLoad(ctx)
-		if err != nil {
-			return err
-		}
-		row.Rate = float64(acked) / w.to.Sub(w.from).Seconds()
-		m.rows = append(m.rows, row)
-		m.windows = append(m.windows, w)
-		if m.progress != nil {
-			fmt.Fprintf(m.progress, "scale: %d workers: %d events at %.0f/s; steady %.0f/s\n", workers, row.Backlog, row.Handled, row.Rate)
+		for _, workers := range order {
+			if err := m.runWorkers(ctx, workers); err != nil {
+				return err
+			}
+			h, err := m.handle(ctx, relay, workers)
+			if err != nil {
+				return err
+			}
+			rounds[workers] = append(rounds[workers], h)
+			if m.progress != nil {
+				fmt.Fprintf(m.progress, "scale: round %d, %d workers: %d events at %.0f/s\n", round+1, workers, m.backlog(workers), h.rate)
+			}
+			if round > 0 {
+				continue
+			}
+			w, acked, err := m.steadyLoad(ctx)
+			if err != nil {
+				return err
+			}
+			steady[workers] = float64(acked) / w.to.Sub(w.from).Seconds()
+			m.windows = append(m.windows, w)
 		}
 	}
+	for _, workers := range Workers {
+		var base []handled
+		if workers != Workers[0] {
+			base = rounds[Workers[0]]
+		}
+		row := summarize(rounds[workers], base)
+		row.Setup, row.Workers, row.Backlog, row.Rate = m.setup, workers, m.backlog(workers), steady[workers]
+		m.rows = append(m.rows, row)
+	}
+	if err := m.runWorkers(ctx, slices.Max(Workers)); err != nil {
+		return err
+	}
 	return m.stopUnderLoad(ctx)
+}
+
+// handled is one backlog handled: its rate, each role's CPU seconds per
+// 10,000 of its events, and the share of the cores idle meanwhile.
+type handled struct {
+	rate float64
+	cpu  map[string]float64
+	idle float64
+}
+
+// handle measures the running workers handling one backlog.
+func (m *measure) handle(ctx context.Context, relay *harness.Node, workers int) (handled, error) {
+	// With the relay stopped, the events wait in the outbox; once it
+	// starts, it fills the queue far faster than the handlers empty it.
+	if _, err := m.Stop(relay, time.Minute); err != nil {
+		return handled{}, err
+	}
+	backlog := m.backlog(workers)
+	from := time.Now()
+	if err := m.writeUntil(ctx, backlog); err != nil {
+		return handled{}, err
+	}
+	target := m.Acknowledged()
+	before, err := m.sampleCPU(nil)
+	if err != nil {
+		return handled{}, err
+	}
+	if err := m.Restart(ctx, relay); err != nil {
+		return handled{}, err
+	}
+	if err := m.awaitApplied(ctx, target); err != nil {
+		return handled{}, err
+	}
+	// The relay is a new process: all of its CPU is the phase's.
+	after, err := m.sampleCPU(relay)
+	if err != nil {
+		return handled{}, err
+	}
+	h := handled{}
+	if h.rate, err = m.handledRate(ctx, from, target); err != nil {
+		return handled{}, err
+	}
+	h.cpu, h.idle = after.since(before, backlog)
+	return h, nil
+}
+
+// runWorkers leaves the first n worker nodes running and the others
+// stopped, starting new nodes if there are fewer than n.
+func (m *measure) runWorkers(ctx context.Context, n int) error {
+	have := 0
+	for _, nd := range m.Nodes {
+		if nd.Role != "worker" {
+			continue
+		}
+		switch {
+		case have < n && !nd.Running():
+			if err := m.Restart(ctx, nd); err != nil {
+				return err
+			}
+		case have >= n && nd.Running():
+			if _, err := m.Stop(nd, time.Minute); err != nil {
+				return err
+			}
+		}
+		have++
+	}
+	if have < n {
+		_, err := m.StartRole(ctx, "worker", n-have)
+		return err
+	}
+	return nil
+}
+
+// summarize is the row of rounds: the medians of their rates, CPU and
+// idle, and, against base's rounds, round by round (none for the first
+// of Workers), the medians of their ratios.
+func summarize(rounds, base []handled) Row {
+	var rates, idle, ratios, cpuRatios []float64
+	perRole := map[string][]float64{}
+	for i, h := range rounds {
+		rates, idle = append(rates, h.rate), append(idle, h.idle)
+		for role, v := range h.cpu {
+			perRole[role] = append(perRole[role], v)
+		}
+		if base != nil {
+			ratios = append(ratios, h.rate/base[i].rate)
+			cpuRatios = append(cpuRatios, total(h.cpu)/total(base[i].cpu))
+		}
+	}
+	row := Row{Handled: median.Of(rates), HandledSpread: spread(rates), Idle: median.Of(idle), CPU: map[string]float64{}}
+	for role, v := range perRole {
+		row.CPU[role] = median.Of(v)
+	}
+	if len(ratios) > 0 {
+		row.Ratio, row.RatioSpread = median.Of(ratios), spread(ratios)
+		row.CPURatio, row.CPURatioSpread = median.Of(cpuRatios), spread(cpuRatios)
+	}
+	return row
+}
+
+// spread is the lowest and highest of v.
+func spread(v []float64) [2]float64 { return [2]float64{slices.Min(v), slices.Max(v)} }
+
+// total is the CPU of every role.
+func total(per10k map[string]float64) float64 {
+	var t float64
+	for _, v := range per10k {
+		t += v
+	}
+	return t
 }
 
 // cpuSample is the CPU each role had used when it was read, with the
@@ -552,15 +673,20 @@ func (m *measure) first(role string) *harness.Node {
 func Markdown(w io.Writer, res Result, command string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Scale-out\n\nGenerated by `%s`, which rewrites this section only. ", command)
-	fmt.Fprintf(&b, "Separate `serve` processes on this machine: one `--role api`, one `--role relay`, and 1 then 3 `--role worker`, "+
+	fmt.Fprintf(&b, "Separate `serve` processes on this machine: one `--role api`, one `--role relay`, and 1 or 3 `--role worker` in turn, "+
 		"whose handler waits %s per event before its unit of work opens (its prepare step, as a call to a slow service would), then writes its effect. **handled/s** is a backlog of events, written while the relay was stopped, applied by the workers "+
-		"(first effect to last); **p50/p99** are acknowledgement (the API's 202) to effect at the steady rate shown, across the three processes.\n\n", HandlerWork)
+		"(first effect to last), in %d rounds in which the worker counts take turns, the order alternating: the median of the rounds, with their spread; "+
+		"**ratio** is the median of the rounds' ratios to one worker's in the same round, with their spread; "+
+		"**p50/p99** are acknowledgement (the API's 202) to effect at the steady rate shown, across the three processes, measured once.\n\n", HandlerWork, Rounds)
 	b.WriteString("**CPU** is each process's user and system seconds per 10,000 events of the backlog, from the relay's start to the last effect, " +
-		"the workers summed; **idle** is the share of the machine's cores idle meanwhile: near 0, the machine bounded the rate, not the workers.\n\n")
-	b.WriteString("| prefetch | reader | workers | backlog | handled/s | idle | CPU s per 10k | steady rate/s | e2e p50 | e2e p99 | e2e max |\n|--:|---|--:|--:|--:|--:|---|--:|--:|--:|--:|\n")
+		"the workers summed, the median of the rounds; **CPU ratio** is every process's CPU per event over one worker's in the same round, the median and spread of the rounds; " +
+		"**idle** is the share of the machine's cores idle meanwhile: near 0, the machine bounded the rate, not the workers.\n\n")
+	b.WriteString("| prefetch | reader | workers | backlog | handled/s | spread | ratio | spread | idle | CPU s per 10k | CPU ratio | spread | steady rate/s | e2e p50 | e2e p99 | e2e max |\n" +
+		"|--:|---|--:|--:|--:|---|--:|---|--:|---|--:|---|--:|--:|--:|--:|\n")
 	for _, r := range res.Rows {
-		fmt.Fprintf(&b, "| %d | %s | %d | %d | %.0f | %.0f %% | %s | %.0f | %s | %s | %s |\n", r.Prefetch, r.Reader, r.Workers, r.Backlog, r.Handled, 100*r.Idle, cpu(r.CPU), r.Rate,
-			ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Latency.Max))
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %.0f | %.0f–%.0f | %s | %s | %.0f %% | %s | %s | %s | %.0f | %s | %s | %s |\n",
+			r.Prefetch, r.Reader, r.Workers, r.Backlog, r.Handled, r.HandledSpread[0], r.HandledSpread[1], ratio(r.Ratio), ratioSpread(r.RatioSpread),
+			100*r.Idle, cpu(r.CPU), ratio(r.CPURatio), ratioSpread(r.CPURatioSpread), r.Rate, ms(r.Latency.P50), ms(r.Latency.P99), ms(r.Latency.Max))
 	}
 	fmt.Fprintf(&b, "\nThen SIGTERM under load, one process after the other, with a second api and a standby relay running and writers going on at about half "+
 		"what the three workers handled, each process started again once it exited, as a deploy does; **exit** is from the signal to the process's end, "+
@@ -593,6 +719,22 @@ func cpu(per10k map[string]float64) string {
 		}
 	}
 	return strings.Join(parts, " · ")
+}
+
+// ratio prints a ratio to one worker's; the row of one worker has none.
+func ratio(v float64) string {
+	if v == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// ratioSpread prints the lowest and highest of a ratio's rounds.
+func ratioSpread(s [2]float64) string {
+	if s == [2]float64{} {
+		return ""
+	}
+	return fmt.Sprintf("%.2f–%.2f", s[0], s[1])
 }
 
 func ms(d time.Duration) string {
