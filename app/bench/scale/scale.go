@@ -532,13 +532,13 @@ func (m *measure) awaitApplied(ctx context.Context, target int) error {
 func (m *measure) handledRate(ctx context.Context, from time.Time, target int) (float64, error) {
 	var rate float64
 	err := poll(ctx, func() (bool, string, error) {
-		var total, n int
+		var applied, n int
 		var span float64
 		err := m.Pool.QueryRow(ctx, `SELECT (SELECT count(DISTINCT event_id) FROM faultprobe_effects), count(*),
 			COALESCE(extract(epoch FROM max(applied_at) - min(applied_at)), 0)::float8
-			FROM faultprobe_effects WHERE applied_at >= $1`, from).Scan(&total, &n, &span)
-		if err != nil || total < target {
-			return false, fmt.Sprintf("%d of %d events applied", total, target), err
+			FROM faultprobe_effects WHERE applied_at >= $1`, from).Scan(&applied, &n, &span)
+		if err != nil || applied < target {
+			return false, fmt.Sprintf("%d of %d events applied", applied, target), err
 		}
 		if span <= 0 {
 			return false, "", fmt.Errorf("%d events applied in no measurable time", n)
