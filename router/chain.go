@@ -27,8 +27,9 @@ type Deps struct {
 }
 
 // AddRoutes adds one consumer handler per route, consuming its queue, each
-// behind this chain (outermost first), after the tracing span when
-// deps.Tracer is set (trace.go):
+// behind this chain (outermost first), after the goroutine's stack is
+// grown (stack.go) and the tracing span when deps.Tracer is set
+// (trace.go):
 //
 //  1. failures (failures.go): when the rest of the chain fails, the
 //     message is copied to the queue's retry tier for the next delay of its
@@ -62,7 +63,7 @@ func AddRoutes(r *message.Router, deps Deps, routes []Route) {
 
 // chain returns the route's middleware, outermost first.
 func chain(rt Route, deps Deps, stats *QueueStats, log *slog.Logger) []message.HandlerMiddleware {
-	var mws []message.HandlerMiddleware
+	mws := []message.HandlerMiddleware{GrowStack}
 	clock := clockOr(deps.Clock)
 	if deps.Tracer != nil {
 		mws = append(mws, Trace(rt.Queue, rt.Handler, deps.Tracer))
