@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"net/url"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/moenda/moenda/adapters/outbox"
 	"github.com/moenda/moenda/adapters/testenv"
 	"github.com/moenda/moenda/adapters/topology"
+	"github.com/moenda/moenda/handlers/event"
 	"github.com/moenda/moenda/router"
 )
 
@@ -250,5 +252,63 @@ func TestTheBrokerClosingTheBenchConnectionCostsADial(t *testing.T) {
 	defer ch.Close()
 	if _, err := ch.QueueDeclarePassive(e.sink, true, false, false, false, nil); err != nil {
 		t.Fatalf("the sink queue on the connection dialled again: %v", err)
+	}
+}
+
+// The transactions ceiling does what any writer of an outbox does, as
+// moenda's write does: each of its rows is an event of its own, encoded
+// from the same payload, about the size of the outbox's row of the bench
+// event.
+func TestTheRawWriterMakesEachEventItself(t *testing.T) {
+	ctx := context.Background()
+	e, err := newEnv(ctx, quickOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	write, err := e.rawWrite(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := e.commitRaw(ctx, write, func() {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var outboxRow []byte
+	if err := e.pool.QueryRow(ctx, `SELECT payload FROM watermill_outbox ORDER BY "offset" DESC LIMIT 1`).Scan(&outboxRow); err != nil {
+		t.Fatal(err)
+	}
+	want, err := event.Decode(outboxRow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := e.pool.Query(ctx, `SELECT uuid, payload FROM bench_outbox_raw ORDER BY "offset"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var id string
+	var body []byte
+	if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+		got, err := event.Decode(body)
+		switch {
+		case err != nil:
+			t.Errorf("the raw writer's row %s is no event: %v", id, err)
+		case got.ID != id || seen[id]:
+			t.Errorf("the raw writer's row %s holds event %s, after %v: each row must be an event of its own", id, got.ID, seen)
+		case got.Name != want.Name || !bytes.Equal(got.Payload, want.Payload):
+			t.Errorf("the raw writer's event is %s with %d bytes of payload, the outbox's %s with %d", got.Name, len(got.Payload), want.Name, len(want.Payload))
+		}
+		if d := float64(len(body)) / float64(len(outboxRow)); d < 0.9 || d > 1.1 {
+			t.Errorf("the raw writer's row is %d bytes, the outbox's %d", len(body), len(outboxRow))
+		}
+		seen[id] = true
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 {
+		t.Fatalf("the raw writer wrote %d rows in two transactions", len(seen))
 	}
 }

@@ -2,11 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -191,8 +193,8 @@ func (p *rawPublisher) close() { _ = p.conn.Close() }
 
 // transactions sets moenda's unit of work against pgx alone, with 1, 4 and
 // 16 writers. The raw ceiling commits one transaction per event that
-// inserts a business row and an outbox-sized row (the payload and metadata
-// of a real outbox row of the bench event, copied); moenda's inserts the
+// inserts a business row and an outbox row of the bench event that it
+// makes itself (see rawWrite); moenda's inserts the
 // business row and writes one event through the outbox (the watermill-sql
 // publisher bound to the pgx transaction).
 // The two alternate (see alternate), so a checkpoint or an autovacuum
@@ -231,9 +233,12 @@ func transactions(ctx context.Context, e *env, r *Result) error {
 }
 
 // rawWrite returns the raw client's unit of work, done in the transaction
-// it is given: a business row and an outbox-sized row (the payload and
-// metadata of a real outbox row of the bench event, copied) in a table
-// of its own, which it creates if a step before has not.
+// it is given: a business row and an outbox row of the bench event in a
+// table of its own, which it creates if a step before has not. It makes
+// the row as a writer without moenda would: an id of its own, and the
+// event (the same fields and payload as moenda's, the payload made afresh
+// as the use case makes it) encoded by encoding/json in one pass. The
+// metadata, moenda's own format, is a real outbox row's, copied.
 func (e *env) rawWrite(ctx context.Context) (func(context.Context, pgx.Tx) error, error) {
 	if _, err := e.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_outbox_raw (LIKE watermill_outbox INCLUDING ALL)`); err != nil {
 		return nil, err
@@ -241,17 +246,32 @@ func (e *env) rawWrite(ctx context.Context) (func(context.Context, pgx.Tx) error
 	if err := e.tx.InTx(ctx, func(ctx context.Context, tx handlers.Tx) error { return tx.Publish(ctx, benchEvent()) }); err != nil {
 		return nil, err
 	}
-	var body, meta []byte
-	if err := e.pool.QueryRow(ctx, `SELECT payload, metadata::text FROM watermill_outbox LIMIT 1`).Scan(&body, &meta); err != nil {
+	var meta []byte
+	if err := e.pool.QueryRow(ctx, `SELECT metadata::text FROM watermill_outbox LIMIT 1`).Scan(&meta); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, tx pgx.Tx) error {
+		row := rawEvent{ID: uuid.NewString(), Name: benchEventName, OccurredAt: time.Now().UTC(), Source: "bench", Payload: benchPayload()}
+		body, err := json.Marshal(row)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO bench_business (data) VALUES ($1)`, "pedido"); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO bench_outbox_raw (uuid, payload, metadata, transaction_id) VALUES ($1, $2, $3, pg_current_xact_id())`, "00000000-0000-0000-0000-000000000000", body, meta)
+		_, err = tx.Exec(ctx, `INSERT INTO bench_outbox_raw (uuid, payload, metadata, transaction_id) VALUES ($1, $2, $3, pg_current_xact_id())`, row.ID, body, meta)
 		return err
 	}, nil
+}
+
+// rawEvent is the raw client's event: the fields moenda's envelope
+// carries for the bench event, under the same names.
+type rawEvent struct {
+	ID         string    `json:"event_id"`
+	Name       string    `json:"event_name"`
+	OccurredAt time.Time `json:"occurred_at"`
+	Source     string    `json:"source"`
+	Payload    any       `json:"payload"`
 }
 
 // commitRaw runs write in a pgx transaction of its own and commits it,

@@ -246,12 +246,19 @@ func (e *env) purge(queues ...string) error {
 
 // benchEvent is a moenda event of about 1 KiB on the wire.
 func benchEvent() event.Event {
-	ev, err := event.New("bench.evento.v1", "bench", map[string]string{"data": strings.Repeat("x", 800)})
+	ev, err := event.New(benchEventName, "bench", benchPayload())
 	if err != nil {
 		panic(err) // a constant, valid name
 	}
 	return ev
 }
+
+// benchEventName is the bench event's name.
+const benchEventName = "bench.evento.v1"
+
+// benchPayload is the bench event's data, made afresh for each event as a
+// use case makes its own.
+func benchPayload() map[string]string { return map[string]string{"data": strings.Repeat("x", 800)} }
 
 // machine describes where the run happened.
 func (e *env) machine(ctx context.Context) map[string]string {
