@@ -194,9 +194,9 @@ func (p *rawPublisher) close() { _ = p.conn.Close() }
 // transactions sets moenda's unit of work against pgx alone, with 1, 4 and
 // 16 writers. The raw ceiling commits one transaction per event that
 // inserts a business row and an outbox row of the bench event that it
-// makes itself (see rawWrite); moenda's inserts the
-// business row and writes one event through the outbox (the watermill-sql
-// publisher bound to the pgx transaction).
+// makes itself (see rawWrite); moenda's inserts the business row and
+// writes one event through the outbox (the watermill-sql publisher bound
+// to the pgx transaction).
 // The two alternate (see alternate), so a checkpoint or an autovacuum
 // falls on both alike; both run in the bench process, one at a time.
 func transactions(ctx context.Context, e *env, r *Result) error {
